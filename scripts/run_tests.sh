@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs the test suite against a real redis-server.
+# REDIS_URL set: use that server. Unset: start redis-server on a free loopback
+# port (installing Debian's redis-server if missing) and stop it afterwards.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=.venv/bin
+
+if [[ -z "${REDIS_URL:-}" ]]; then
+  if ! command -v redis-server >/dev/null 2>&1; then
+    echo "[tests] redis-server not found: installing Debian's redis-server"
+    SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+    $SUDO apt-get update -qq && $SUDO apt-get install -y -qq redis-server >/dev/null
+  fi
+  PORT=$($BIN/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  REDIS_DIR=$(mktemp -d)
+  redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$REDIS_DIR" --daemonize yes \
+    --pidfile "$REDIS_DIR/redis.pid" --logfile "$REDIS_DIR/redis.log"
+  trap 'kill "$(cat "$REDIS_DIR/redis.pid" 2>/dev/null)" 2>/dev/null || true; rm -rf "$REDIS_DIR"' EXIT
+  for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  export REDIS_URL="redis://127.0.0.1:$PORT/0"
+  # Tests that stop and restart Redis need to know how it was started.
+  export RLFH_TEST_REDIS_MANAGED=1
+  echo "[tests] redis-server on $REDIS_URL"
+fi
+
+export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 DS_ACCELERATOR=cpu TOKENIZERS_PARALLELISM=false
+set +e
+$BIN/python -m pytest "$@"
+rc=$?
+set -e
+if [[ $rc -eq 5 ]]; then echo "[tests] pytest collected no tests"; exit 1; fi
+exit $rc

@@ -1,0 +1,85 @@
+"""Shared fixtures: a real Redis (from scripts/run_tests.sh or REDIS_URL) and the embedded assets."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """REDIS_URL of a real server. Fails (not skips) when there is none: tests must run against real Redis."""
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        pytest.fail("REDIS_URL is not set: run the tests with `make test` (it starts redis-server)")
+    return url
+
+
+class RedisProcess:
+    """A private redis-server the test may stop and restart (for outage tests)."""
+
+    def __init__(self):
+        if not shutil.which("redis-server"):
+            pytest.fail("redis-server is not installed: run the tests with `make test` (it installs it)")
+        self.port = free_port()
+        self.dir = tempfile.mkdtemp()
+        self.proc = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", self.dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+
+@pytest.fixture
+def private_redis():
+    r = RedisProcess().start()
+    yield r
+    r.stop()
+    shutil.rmtree(r.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def embedded_model_path() -> str:
+    from actors.model_loader import resolve_model_path
+    return resolve_model_path("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def halueval_test_items():
+    from cluster.data import load_halueval
+    return load_halueval("test")

@@ -427,7 +427,7 @@ def _explain(err: ValidationError, raw: dict[str, Any]) -> str:
         if loc in RLFHConfig.model_fields:
             ctx = e.get("ctx") or {}
             accepts = ""
-            if "expected" in ctx:
+            if "expected" in ctx and str(ctx["expected"]) not in msg:
                 accepts = f" (accepts {ctx['expected']})"
             lines.append(f"{env_name(loc)} ({flag_name(loc)}) = {raw.get(loc)!r}: {msg}{accepts}")
         else:

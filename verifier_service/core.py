@@ -1,0 +1,152 @@
+"""The verifier's public entry point: :class:`Verifier`.
+
+``Verifier(cfg).verify(VerifyRequest(...)) -> VerifyResult`` splits a response
+into sentences and atomic statements (each with an exact character span in the
+response), labels every statement in the closed set
+(``Correct``, ``Hedged correct``, ``Vague``, ``Hedged wrong``, ``Wrong``) and
+scores its informativeness 1-5.
+
+Backends (``VERIFIER_BACKEND`` / ``backend=``):
+
+- ``evidence`` (default): no LLM; BM25 retrieval over the request's materials,
+  entity / number / content-word agreement, hedge and abstention detection.
+- ``llm``: an OpenAI-compatible chat endpoint (``MODEL_URL``, ``ANNOTATE_MODEL``)
+  judges with the prompts in :mod:`verifier_service.prompts`.
+- ``self``: the same prompts sent through an injected :data:`ChatFn` (the
+  training cluster passes the policy's rollout engines).
+
+The reward service keys its cache on :meth:`Verifier.cache_identity`, which
+holds everything that can change a verdict.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Callable, Optional, Protocol
+
+from verifier_service.schema import VerifyRequest, VerifyResult
+
+if TYPE_CHECKING:  # heavy-ish imports only for type checkers
+    from cluster.config import RLFHConfig
+
+log = logging.getLogger(__name__)
+
+#: Batched chat completions: a list of conversations (each a list of
+#: ``{"role": ..., "content": ...}`` messages) -> one reply text per conversation,
+#: in order. A ChatFn may raise; the llm/self backends retry and then fall back.
+ChatFn = Callable[[list[list[dict]]], list[str]]
+
+BACKENDS = ("evidence", "llm", "self")
+
+
+class Backend(Protocol):
+    """What a backend module provides (see evidence.py, llm_backend.py)."""
+
+    name: str
+
+    def identity(self) -> dict: ...
+
+    def verify_many(self, reqs: list[VerifyRequest]) -> list[VerifyResult]: ...
+
+
+def _build_backend(name: str, cfg: "RLFHConfig", chat_fn: Optional[ChatFn]) -> Backend:
+    if name == "evidence":
+        from verifier_service.evidence import EvidenceBackend
+        return EvidenceBackend(cfg)
+    if name == "llm":
+        from verifier_service.llm_backend import LLMBackend, http_chat_fn
+        if not cfg.model_url:
+            from cluster.config import ConfigError
+            raise ConfigError("VERIFIER_BACKEND=llm needs MODEL_URL (--model-url): the base URL of an "
+                              "OpenAI-compatible endpoint, e.g. http://vllm:8000/v1")
+        return LLMBackend(cfg, http_chat_fn(cfg), name="llm",
+                          model=cfg.annotate_model or "default", endpoint=cfg.model_url)
+    if name == "self":
+        from verifier_service.llm_backend import LLMBackend
+        if chat_fn is None:
+            from cluster.config import ConfigError
+            raise ConfigError("VERIFIER_BACKEND=self needs a chat_fn (the policy's rollout engine); "
+                              "pass Verifier(cfg, backend='self', chat_fn=...)")
+        return LLMBackend(cfg, chat_fn, name="self", model=getattr(chat_fn, "model_name", "policy"),
+                          endpoint="in-process")
+    from cluster.config import ConfigError
+    raise ConfigError(f"VERIFIER_BACKEND={name!r}: must be one of {', '.join(BACKENDS)}")
+
+
+class Verifier:
+    """Atomic-fact verifier over a configurable backend.
+
+    Args:
+        cfg: the project config (default ``RLFHConfig.load()``: environment variables).
+        backend: overrides ``cfg.verifier_backend`` (``evidence`` | ``llm`` | ``self``).
+        chat_fn: the batched chat function used by the ``self`` backend (and by ``llm``
+            when given, instead of HTTP: handy for tests and in-process engines).
+    """
+
+    def __init__(self, cfg: "RLFHConfig | None" = None, *, backend: str | None = None,
+                 chat_fn: "ChatFn | None" = None):
+        if cfg is None:
+            from cluster.config import RLFHConfig
+            cfg = RLFHConfig.load()
+        self.cfg = cfg
+        name = backend or cfg.verifier_backend
+        if name == "llm" and chat_fn is not None:
+            from verifier_service.llm_backend import LLMBackend
+            self._backend: Backend = LLMBackend(cfg, chat_fn, name="llm", model=cfg.annotate_model or "default",
+                                                endpoint=cfg.model_url or "in-process")
+        else:
+            self._backend = _build_backend(name, cfg, chat_fn)
+
+    @property
+    def backend_name(self) -> str:
+        return self._backend.name
+
+    @property
+    def backend(self) -> Backend:
+        return self._backend
+
+    def cache_identity(self) -> dict:
+        """JSON-able dict of everything that changes verdicts (backend, model, prompt/algorithm version...)."""
+        return dict(self._backend.identity())
+
+    def verify(self, req: VerifyRequest) -> VerifyResult:
+        return self.verify_many([req])[0]
+
+    def verify_many(self, reqs: list[VerifyRequest]) -> list[VerifyResult]:
+        reqs = [r if isinstance(r, VerifyRequest) else VerifyRequest.model_validate(r) for r in reqs]
+        if not reqs:
+            return []
+        t0 = time.perf_counter()
+        results = self._backend.verify_many(reqs)
+        elapsed_ms = (time.perf_counter() - t0) * 1000.0
+        per_item = elapsed_ms / len(reqs)
+        for res in results:
+            finalize(res, self._backend.name)
+            if res.latency_ms <= 0.0:
+                res.latency_ms = per_item
+            _record_metrics(res)
+        return results
+
+
+def finalize(res: VerifyResult, backend: str) -> VerifyResult:
+    """Fill the summary counters from the statements (single source of truth)."""
+    sts = res.statements()
+    res.backend = backend
+    res.num_statements = len(sts)
+    res.num_unaligned = sum(1 for s in sts if not s.aligned)
+    res.num_fallback = sum(1 for s in sts if s.fallback)
+    return res
+
+
+def _record_metrics(res: VerifyResult) -> None:
+    from cluster import metrics
+    tags = {"backend": res.backend}
+    metrics.inc("rlfh_verify_requests_total", 1, tags)
+    metrics.observe("rlfh_verify_latency_ms", res.latency_ms, tags)
+    metrics.observe("rlfh_statements_per_response", res.num_statements)
+    for label, n in res.label_counts().items():
+        if n:
+            metrics.inc("rlfh_statements_total", n, {"label": label})
+    if res.num_unaligned:
+        metrics.inc("rlfh_unaligned_statements_total", res.num_unaligned)
+    # rlfh_judge_fallbacks_total is counted where the fallback happens (llm_backend).

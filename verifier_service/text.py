@@ -1,0 +1,493 @@
+"""Text analysis shared by every backend: sentence and statement splitting with exact
+character spans, hedge and abstention detection, tokens, entities and numbers.
+
+All spans are half-open ``[start, end)`` character offsets into the original
+response string, so ``response[start:end] == text`` always holds for what
+these functions return. Everything here is regex based and linear in the text
+length.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+# ----------------------------------------------------------------------------- words
+
+STOPWORDS = frozenset("""
+a an the and or but nor so yet of in on at to for from by with without about as into onto over under than then
+is are was were be been being am do does did done has have had having will would shall should can could may might
+must it its it's this that these those there here their they them he him his she her hers we us our you your i me
+my mine not no yes also too very just only both either neither each every all any some such own same other another
+which who whom whose what when where why how while whereas although though because if unless until since after
+before during between among against up down out off again further once more most less least many much few several
+one s t d ll re ve m o y ain aren couldn didn doesn hadn hasn haven isn ma mightn mustn needn shan shouldn wasn
+weren won't wouldn answer answers correct true known named called name called later former
+""".split())
+
+_WORD_RE = re.compile(r"[A-Za-z0-9\u00C0-\u024F]+(?:['\u2019][A-Za-z]+)?")
+_NUM_RE = re.compile(r"(?<![\w.])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w])")
+_YEAR_RE = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})s?\b")
+
+NUMBER_WORDS = {
+    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
+    "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15, "sixteen": 16,
+    "seventeen": 17, "eighteen": 18, "nineteen": 19, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50,
+    "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90, "hundred": 100, "thousand": 1000,
+    "million": 1_000_000, "billion": 1_000_000_000, "first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5,
+    "sixth": 6, "seventh": 7, "eighth": 8, "ninth": 9, "tenth": 10, "once": 1, "twice": 2, "single": 1,
+    "double": 2, "triple": 3,
+}
+MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+          "november", "december")
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens (letters/digits, internal apostrophes kept)."""
+    return [w.lower().replace("\u2019", "'") for w in _WORD_RE.findall(text)]
+
+
+@lru_cache(maxsize=65536)
+def stem(w: str) -> str:
+    """A tiny suffix stripper: enough to match 'founded'/'founding', 'bands'/'band', 'cities'/'city'."""
+    w = w.lower()
+    if w.endswith("'s"):
+        w = w[:-2]
+    if len(w) <= 3 or w.isdigit():
+        return w
+    for suf, rep in (("ies", "y"), ("ied", "y"), ("ing", ""), ("ed", ""), ("es", ""), ("s", ""), ("ly", "")):
+        if w.endswith(suf) and len(w) - len(suf) >= 3:
+            w = w[: len(w) - len(suf)] + rep
+            break
+    return w
+
+
+def content_words(text: str) -> list[str]:
+    """Stemmed words that carry content (stop-words removed)."""
+    return [stem(w) for w in words(text) if w not in STOPWORDS and len(w) > 1 or w.isdigit()]
+
+
+def normalize(text: str) -> str:
+    """Lower-case, drop articles and punctuation, squeeze spaces (SQuAD-style answer normalisation)."""
+    ws = [w for w in words(text) if w not in ("a", "an", "the")]
+    return " ".join(ws)
+
+
+def numbers(text: str) -> set[str]:
+    """Numbers as canonical strings ('1,200' -> '1200'; number words -> digits; years kept)."""
+    out = set()
+    for m in _NUM_RE.finditer(text):
+        s = m.group(0).replace(",", "")
+        try:
+            v = float(s)
+            out.add(str(int(v)) if v == int(v) else str(v))
+        except ValueError:
+            continue
+    for w in words(text):
+        if w in NUMBER_WORDS and w not in ("one", "once", "single", "first", "second"):
+            out.add(str(NUMBER_WORDS[w]))
+    return out
+
+
+# ----------------------------------------------------------------------------- entities
+
+_CAP = r"(?:[A-Z\u00C0-\u00DE][\w\u00C0-\u024F'\u2019\-.&]*|[0-9]+(?:st|nd|rd|th)?)"
+_LINK = r"(?:of|the|de|da|del|der|van|von|la|le|du|and|for|on|in|y|al|bin|el|&)"
+# A run of capitalised words, allowing short lower-case linkers inside ("Kings of Leon", "University of Texas").
+_ENTITY_RE = re.compile(rf"{_CAP}(?:\s+(?:{_LINK}\s+)*{_CAP})*")
+_QUOTED_RE = re.compile(r"[\"\u201c\u2018']([^\"\u201d\u2019']{2,80})[\"\u201d\u2019']")
+_DATE_RE = re.compile(
+    r"\b(?:(?:\d{1,2}\s+)?(?:January|February|March|April|May|June|July|August|September|October|November|"
+    r"December)(?:\s+\d{1,2})?(?:,)?\s+\d{3,4}|\d{3,4})\b")
+
+# Capitalised words that start sentences or are function words, not names.
+_NOT_NAMES = frozenset(w.capitalize() for w in STOPWORDS) | {
+    "I", "It", "The", "A", "An", "Yes", "No", "In", "On", "At", "He", "She", "They", "This", "That", "These",
+    "Those", "His", "Her", "Their", "Its", "There", "Here", "Both", "However", "Also", "Although", "While",
+    "Maybe", "Perhaps", "Probably", "Possibly", "Likely", "Unlikely", "Answer", "Sure", "Well", "So", "Then",
+    "Because", "Since", "As", "After", "Before", "During", "According",
+}
+
+
+@dataclass
+class Entity:
+    text: str
+    start: int
+    end: int
+    kind: str  # "name" | "number" | "date" | "quoted"
+
+    @property
+    def norm(self) -> str:
+        return normalize(self.text)
+
+
+def entities(text: str) -> list[Entity]:
+    """Named-entity-like spans: capitalised runs, quoted titles, dates and numbers (sorted, de-overlapped)."""
+    found: list[Entity] = []
+    for m in _QUOTED_RE.finditer(text):
+        inner = m.group(1).strip()
+        if inner and len(inner.split()) <= 12 and not inner.lower().startswith(("s ", "t ")):
+            found.append(Entity(inner, m.start(1), m.start(1) + len(inner), "quoted"))
+    for m in _DATE_RE.finditer(text):
+        found.append(Entity(m.group(0), m.start(), m.end(), "date"))
+    for m in _ENTITY_RE.finditer(text):
+        s, e = m.start(), m.end()
+        tok = m.group(0)
+        # strip leading non-name words ("The", "In") and trailing periods
+        parts = tok.split()
+        while parts and (parts[0] in _NOT_NAMES or parts[0].lower() in ("of", "and", "the", "for")):
+            s += len(parts[0])
+            rest = text[s:e]
+            s += len(rest) - len(rest.lstrip())
+            parts = parts[1:]
+        while parts and parts[-1].lower() in ("of", "the", "and", "de", "for", "&", "in", "on"):
+            e = s + len(" ".join(parts[:-1])) if len(parts) > 1 else s
+            e = text.rfind(parts[-2], s, e + 1) + len(parts[-2]) if len(parts) > 1 else s
+            parts = parts[:-1]
+        while e > s and text[e - 1] in ".-'\u2019&":
+            e -= 1
+        if e <= s:
+            continue
+        t = text[s:e]
+        if t in _NOT_NAMES or not t.strip():
+            continue
+        kind = "number" if t[0].isdigit() else "name"
+        found.append(Entity(t, s, e, kind))
+    for m in _NUM_RE.finditer(text):
+        found.append(Entity(m.group(0), m.start(), m.end(), "number"))
+    # de-overlap: prefer longer spans, then quoted/date over names
+    pri = {"quoted": 0, "date": 1, "name": 2, "number": 3}
+    found.sort(key=lambda x: (-(x.end - x.start), pri[x.kind], x.start))
+    taken: list[Entity] = []
+    for ent in found:
+        if any(ent.start < t.end and t.start < ent.end for t in taken):
+            continue
+        taken.append(ent)
+    taken.sort(key=lambda x: x.start)
+    return taken
+
+
+# ----------------------------------------------------------------------------- hedges & abstention
+
+HEDGE_CUES = (
+    r"i think", r"i believe", r"i guess", r"i suppose", r"i assume", r"i suspect", r"i recall", r"i'm fairly sure",
+    r"if i recall(?: correctly)?", r"if i remember(?: correctly| right)?", r"as far as i know", r"to my knowledge",
+    r"probably", r"possibly", r"perhaps", r"maybe", r"might", r"may", r"could be", r"could have", r"likely",
+    r"presumably", r"apparently", r"seemingly", r"it seems", r"seems to", r"appears to", r"it appears",
+    r"it may be", r"not (?:entirely |completely |totally |100% )?(?:sure|certain)", r"i'm not (?:entirely )?sure",
+    r"i am not (?:entirely )?sure", r"supposedly", r"allegedly", r"reportedly", r"i would guess", r"my guess",
+    r"roughly", r"approximately", r"around", r"about", r"if i'm not mistaken", r"unless i'm mistaken",
+)
+# "about"/"around" only hedge when they qualify a number ("about 300 people").
+_NUMERIC_ONLY = {"roughly", "approximately", "around", "about"}
+_HEDGE_RE = re.compile(
+    r"\b(?:" + "|".join(c for c in HEDGE_CUES if c not in _NUMERIC_ONLY) + r")\b", re.IGNORECASE)
+_NUM_HEDGE_RE = re.compile(r"\b(?:roughly|approximately|around|about|circa|some)\s+(?=\d|one|two|three|four|five|"
+                           r"six|seven|eight|nine|ten|twenty|thirty|forty|fifty|hundred)", re.IGNORECASE)
+
+_ABSTAIN_RE = re.compile(
+    r"\b(?:i\s+(?:do\s*n[o']t|don't|don’t|dont|do not)\s+(?:really\s+)?know|"
+    r"i\s*(?:'m|’m| am)\s+(?:not\s+(?:sure|certain)|unsure|uncertain|unable\s+to|not\s+able\s+to)|"
+    r"i\s+(?:cannot|can't|can’t|can\s+not|could\s+not|couldn't|won't)\s+(?:answer|say|tell|determine|know|"
+    r"provide|verify|confirm|find|be\s+sure|recall|help)|"
+    r"i\s+(?:have|had)\s+no\s+(?:idea|information|knowledge|clue|data)|no\s+idea|"
+    r"i\s+(?:do\s+not|don't|don’t)\s+have\s+(?:enough\s+|any\s+|the\s+|that\s+|sufficient\s+)?"
+    r"(?:information|knowledge|data|context|details)|"
+    r"(?:there\s+is\s+)?(?:not\s+enough|insufficient)\s+(?:information|evidence|context)|"
+    r"(?:the\s+answer\s+is\s+)?unknown|i\s+(?:am|'m)\s+afraid\s+i|(?:it\s+is|it's)\s+(?:unclear|not\s+clear)|"
+    r"i\s+(?:can(?:not|'t)|could(?:\s+not|n't))\s+(?:be\s+)?(?:certain|sure)|unsure|"
+    r"i\s+(?:do\s+not|don't|don’t)\s+(?:remember|recall))\b",
+    re.IGNORECASE)
+
+
+def hedge_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans of hedge cues ("I think", "probably", "might", "about 30"...)."""
+    spans = [(m.start(), m.end()) for m in _HEDGE_RE.finditer(text)]
+    spans += [(m.start(), m.end()) for m in _NUM_HEDGE_RE.finditer(text)]
+    # "may" as a month name ("in May 1990") is not a hedge
+    out = []
+    for s, e in sorted(spans):
+        if text[s:e] == "May":
+            continue
+        out.append((s, e))
+    return out
+
+
+def is_hedged(text: str) -> bool:
+    return bool(hedge_spans(text))
+
+
+def abstention_spans(text: str) -> list[tuple[int, int]]:
+    return [(m.start(), m.end()) for m in _ABSTAIN_RE.finditer(text)]
+
+
+def is_abstention_text(text: str) -> bool:
+    """True when ``text`` declines to answer and carries no checkable content besides the refusal.
+
+    "I don't know." and "I'm not sure about that." are abstentions; "I'm not sure, but I think it is Paris."
+    is a hedged answer (content remains once the refusal phrase is removed).
+    """
+    spans = abstention_spans(text)
+    if not spans:
+        return False
+    rest = text
+    for s, e in reversed(spans):
+        rest = rest[:s] + " " + rest[e:]
+    rest_words = [w for w in words(rest) if w not in STOPWORDS and w not in _ABSTAIN_FILLER]
+    return not rest_words and not entities_outside_caps(rest)
+
+
+_ABSTAIN_FILLER = frozenset("""
+sorry unfortunately really exactly honestly sure certain know answer question information that this
+question's enough specific details detail say tell determine based given provided context knowledge about
+regarding without access currently clue idea able unable help data certainly provide confirm verify which
+however but remember recall afraid unclear clear
+""".split())
+
+
+def entities_outside_caps(text: str) -> bool:
+    return any(e.kind in ("number", "date", "quoted") for e in entities(text))
+
+
+# ----------------------------------------------------------------------------- sentence split
+
+@dataclass
+class Span:
+    start: int
+    end: int
+    text: str
+
+
+_ABBREV = frozenset("""
+mr mrs ms dr prof sr jr st mt ft vs etc inc ltd co corp no gen gov sen rep rev col lt sgt capt cmdr adm
+u.s u.k e.g i.e a.m p.m jan feb mar apr jun jul aug sep sept oct nov dec approx dept univ est fig al ca
+""".split())
+
+_SENT_END_RE = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*(?=\s+|$)|\n+")
+
+
+def split_sentences(text: str) -> list[Span]:
+    """Split ``text`` into sentences with exact spans (whitespace trimmed, abbreviations and initials respected)."""
+    spans: list[Span] = []
+    start = 0
+    n = len(text)
+    for m in _SENT_END_RE.finditer(text):
+        end = m.end()
+        if m.group(0).startswith("\n"):
+            end = m.start()
+        else:
+            # previous word before the period
+            j = m.start()
+            k = j
+            while k > start and not text[k - 1].isspace():
+                k -= 1
+            prev = text[k:j].lower().strip("(\"'")
+            if text[m.start()] == "." and (prev in _ABBREV or re.fullmatch(r"[a-z]", prev)
+                                           or re.fullmatch(r"(?:[a-z]\.)+[a-z]?", prev)):
+                continue
+            # next char must look like a sentence start (upper-case, digit, quote) or end of text
+            nxt = text[m.end():].lstrip()
+            if nxt and not (nxt[0].isupper() or nxt[0].isdigit() or nxt[0] in "\"'\u201c\u2018(["):
+                continue
+        _push(text, start, end, spans)
+        start = m.end()
+    if start < n:
+        _push(text, start, n, spans)
+    return spans
+
+
+def _push(text: str, s: int, e: int, out: list[Span]) -> None:
+    while s < e and text[s].isspace():
+        s += 1
+    while e > s and text[e - 1].isspace():
+        e -= 1
+    if e > s and any(ch.isalnum() for ch in text[s:e]):
+        out.append(Span(s, e, text[s:e]))
+
+
+# ----------------------------------------------------------------------------- statement split
+
+# Clause boundaries inside a sentence. The separator itself is dropped from both statements.
+_CLAUSE_SEP_RE = re.compile(
+    r"\s*;\s*|\s+[\u2013\u2014-]{1,2}\s+|"
+    r",\s+(?=(?:and|but|while|whereas|although|though|yet|so|which|who|whose|where|when|because|as\s+well\s+as|"
+    r"and\s+(?:he|she|it|they|was|is|were|are|has|had|also))\b)|"
+    r"\s+(?=(?:but|whereas|although|because|while)\s)",
+    re.IGNORECASE)
+# Leading connector words removed from the front of a clause's span.
+_LEAD_RE = re.compile(r"^(?:and|but|while|whereas|although|though|yet|so|because|as\s+well\s+as)\s+",
+                      re.IGNORECASE)
+_PRONOUN_VERB_START = re.compile(
+    r"(?:he|she|it|they|we|i|his|her|their|its|this|that|there)\b|"
+    r"(?:is|was|are|were|has|had|have|became|become|won|received|served|played|wrote|directed|founded|"
+    r"formed|released|starred|lived|died|studied|worked|moved|joined|married|born|also|later|then|"
+    r"[a-z]+ed)\b", re.IGNORECASE)
+_AND_RE = re.compile(r"\s+and\s+", re.IGNORECASE)
+_LIST_RE = re.compile(r",\s+")
+
+
+def _trim(text: str, s: int, e: int) -> tuple[int, int]:
+    while s < e and (text[s].isspace() or text[s] in ",;:"):
+        s += 1
+    while e > s and (text[e - 1].isspace() or text[e - 1] in ",;:.!?"):
+        e -= 1
+    return s, e
+
+
+def _cut(text: str, s: int, e: int, cuts: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Split [s, e) at separator spans ``cuts`` (absolute offsets)."""
+    out = []
+    cur = s
+    for cs, ce in cuts:
+        if cs <= cur:
+            continue
+        out.append((cur, cs))
+        cur = ce
+    out.append((cur, e))
+    return out
+
+
+def split_statements(text: str, sent: Span) -> list[Span]:
+    """Split one sentence into atomic statements (clauses, predicate conjunctions, lists).
+
+    Each returned span indexes ``text`` exactly. A sentence with one clause returns itself
+    (minus the final punctuation).
+    """
+    s0, e0 = _trim(text, sent.start, sent.end)
+    if e0 <= s0:
+        return []
+    body = text[s0:e0]
+    # 1) clause separators
+    cuts = [(s0 + m.start(), s0 + m.end()) for m in _CLAUSE_SEP_RE.finditer(body)
+            if m.start() > 0 and m.end() < len(body)]
+    pieces = _cut(text, s0, e0, cuts)
+    out: list[Span] = []
+    for ps, pe in pieces:
+        ps, pe = _trim(text, ps, pe)
+        m = _LEAD_RE.match(text[ps:pe])
+        if m and pe - ps - m.end() > 0:
+            ps += m.end()
+        if pe <= ps:
+            continue
+        out.extend(_split_clause(text, ps, pe))
+    # merge fragments that carry no content into their neighbour
+    merged: list[Span] = []
+    for sp in out:
+        if merged and not content_words(sp.text) and not numbers(sp.text):
+            prev = merged[-1]
+            merged[-1] = Span(prev.start, sp.end, text[prev.start:sp.end])
+        else:
+            merged.append(sp)
+    if len(merged) > 1 and not content_words(merged[0].text) and not numbers(merged[0].text):
+        first = merged.pop(0)
+        merged[0] = Span(first.start, merged[0].end, text[first.start:merged[0].end])
+    return merged
+
+
+def _split_clause(text: str, s: int, e: int) -> list[Span]:
+    """Split a clause on 'and' joining predicates ("was born in X and studied in Y") and on lists."""
+    body = text[s:e]
+    low = body.lower()
+    # "both A and B", "between A and B", "A and B are" (compound subject) stay whole
+    spans: list[tuple[int, int]] = []
+    cur = s
+    for m in _AND_RE.finditer(body):
+        right = body[m.end():]
+        left = body[:m.start()]
+        if re.search(r"\b(?:both|between|either|neither)\b", left[-60:].lower()):
+            continue
+        if _PRONOUN_VERB_START.match(right) and len(content_words(left)) >= 2:
+            spans.append((cur, s + m.start()))
+            cur = s + m.end()
+    spans.append((cur, e))
+    out: list[Span] = []
+    for a, b in spans:
+        a, b = _trim(text, a, b)
+        if b > a:
+            out.extend(_split_list(text, a, b))
+    if not out:
+        a, b = _trim(text, s, e)
+        out = [Span(a, b, text[a:b])] if b > a else []
+    del low
+    return out
+
+
+_LIST_TAIL_RE = re.compile(r",?\s+(?:and|or)\s+", re.IGNORECASE)
+
+
+def _split_list(text: str, s: int, e: int) -> list[Span]:
+    """'X includes A, B, and C' -> ['X includes A', 'B', 'C'] when the items are short (<= 4 words each)."""
+    body = text[s:e]
+    parts = [(m.start(), m.end()) for m in _LIST_RE.finditer(body)]
+    tail = None
+    for m in _LIST_TAIL_RE.finditer(body):
+        tail = (m.start(), m.end())
+    if len(parts) < 1 or tail is None or tail[0] < (parts[-1][0] if parts else 0):
+        return [Span(s, e, body)]
+    seps = [p for p in parts if p[0] < tail[0]] + [tail]
+    seps = sorted(set(seps))
+    # items after the first separator
+    bounds = []
+    cur = 0
+    for a, b in seps:
+        bounds.append((cur, a))
+        cur = b
+    bounds.append((cur, len(body)))
+    items = bounds[1:]
+    if len(items) < 2 or any(len(body[a:b].split()) > 4 or not body[a:b].strip() for a, b in items):
+        return [Span(s, e, body)]
+    out = []
+    for a, b in bounds:
+        a2, b2 = _trim(text, s + a, s + b)
+        if b2 > a2:
+            out.append(Span(a2, b2, text[a2:b2]))
+    return out
+
+
+@dataclass
+class Decomposition:
+    """A response cut into sentences and statement spans, plus hedge and abstention flags."""
+
+    sentences: list[Span] = field(default_factory=list)
+    statements: list[list[Span]] = field(default_factory=list)  # per sentence
+    hedged: list[list[bool]] = field(default_factory=list)       # per statement
+    abstain_sentence: list[bool] = field(default_factory=list)
+    abstained: bool = False
+
+
+_TRAILING_HEDGE_RE = re.compile(r",\s*(?:i think|i believe|i guess|i suppose|probably|perhaps|maybe|if i recall"
+                                r"(?: correctly)?|i'm not sure|i am not sure)\s*[.!?]*$", re.IGNORECASE)
+_NOT_SURE_BUT_RE = re.compile(r"\b(?:not\s+(?:entirely\s+)?(?:sure|certain)|unsure|don't\s+know\s+for\s+sure)\b",
+                              re.IGNORECASE)
+
+
+def decompose(text: str) -> Decomposition:
+    """Sentences, statements, hedge flags and abstention for a response (linear time)."""
+    d = Decomposition()
+    hedge_all_after = False
+    for sent in split_sentences(text):
+        d.sentences.append(sent)
+        if is_abstention_text(sent.text):
+            d.abstain_sentence.append(True)
+            d.statements.append([])
+            d.hedged.append([])
+            # "I'm not sure. It might be X." : a refusal sentence followed by content hedges that content
+            hedge_all_after = True
+            continue
+        d.abstain_sentence.append(False)
+        sts = split_statements(text, sent)
+        # a leading "I'm not sure, but ..." clause is a hedge for the rest, not a statement
+        sts = [st for st in sts if not is_abstention_text(st.text)] or sts
+        cues = hedge_spans(sent.text)
+        cues += [(m.start(), m.end()) for m in _NOT_SURE_BUT_RE.finditer(sent.text)]
+        trailing = bool(_TRAILING_HEDGE_RE.search(sent.text))
+        flags = []
+        for st in sts:
+            rel_end = st.end - sent.start
+            h = hedge_all_after or trailing or any(cs < rel_end for cs, _ in cues)
+            flags.append(h)
+        d.statements.append(sts)
+        d.hedged.append(flags)
+    n_st = sum(len(s) for s in d.statements)
+    d.abstained = n_st == 0 and any(d.abstain_sentence)
+    return d

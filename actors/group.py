@@ -1,0 +1,389 @@
+"""Ray actor groups: N ranks of one role, placement bundles, data-parallel dispatch.
+
+* :func:`plan_placement` turns the ``*_NUM_NODES`` / ``*_NUM_GPUS_PER_NODE`` /
+  ``COLOCATE_*`` settings into placement groups and bundle indices per role. On
+  CPU (``*_NUM_GPUS_PER_NODE == 0``) bundles reserve only the fractional
+  ``NUM_CPUS_PER_ACTOR`` per actor, so a 2-core laptop fits a whole run.
+* :class:`ActorGroup` starts ``world_size`` ranks of an actor class (rank 0 first:
+  it publishes the ``MASTER_ADDR``/``MASTER_PORT`` the others join), then runs a
+  method on every rank (:meth:`~ActorGroup.run`) or splits a batch across ranks
+  (:meth:`~ActorGroup.dispatch`).
+* :func:`create_groups` builds the whole cast of a run: policy, critic (GAE
+  only), reference (KL_COEF > 0 only) and the rollout engines.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import torch
+
+from actors.types import Batch, split_batch
+from cluster.config import RLFHConfig
+
+log = logging.getLogger(__name__)
+
+PG_READY_TIMEOUT_S = float(os.environ.get("RLFH_PG_READY_TIMEOUT_S", "120"))
+
+
+# ================================================================================================ placement
+
+
+@dataclass
+class RolePlacement:
+    """Where one role's ranks go: bundle ``bundle_indices[rank]`` of ``placement_group``."""
+
+    role: str
+    world_size: int
+    num_nodes: int
+    num_gpus_per_node: int
+    num_gpus_per_actor: float
+    num_cpus_per_actor: float
+    placement_group: Any = None
+    bundle_indices: Optional[list[int]] = None
+    shared_with: tuple[str, ...] = ()
+
+
+@dataclass
+class Placement:
+    """The plan for a run: one :class:`RolePlacement` per role present, and the placement groups made."""
+
+    roles: dict[str, RolePlacement]
+    placement_groups: list = field(default_factory=list)
+    gpu: bool = False
+
+    def __getitem__(self, role: str) -> RolePlacement:
+        return self.roles[role]
+
+    def get(self, role: str) -> Optional[RolePlacement]:
+        return self.roles.get(role)
+
+    def describe(self) -> list[dict]:
+        return [{"role": r.role, "ranks": r.world_size, "gpus_per_actor": r.num_gpus_per_actor,
+                 "cpus_per_actor": r.num_cpus_per_actor, "bundles": r.bundle_indices,
+                 "shared_with": list(r.shared_with)} for r in self.roles.values()]
+
+    def remove(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+        for pg in self.placement_groups:
+            try:
+                remove_placement_group(pg)
+            except Exception as e:  # pragma: no cover
+                log.warning("removing a placement group failed: %s", e)
+        self.placement_groups = []
+
+
+def needs_critic(cfg: RLFHConfig) -> bool:
+    return cfg.advantage_estimator == "gae"
+
+
+def needs_reference(cfg: RLFHConfig) -> bool:
+    return cfg.kl_coef > 0
+
+
+def _role_sizes(cfg: RLFHConfig) -> dict[str, tuple[int, int, int]]:
+    """role -> (world_size, num_nodes, num_gpus_per_node); rollout counts GPU slots (engines * TP on GPU)."""
+    sizes = {"policy": (cfg.actor_num_nodes * max(1, cfg.actor_num_gpus_per_node), cfg.actor_num_nodes,
+                        cfg.actor_num_gpus_per_node)}
+    if needs_critic(cfg):
+        sizes["critic"] = (cfg.critic_num_nodes * max(1, cfg.critic_num_gpus_per_node), cfg.critic_num_nodes,
+                           cfg.critic_num_gpus_per_node)
+    if needs_reference(cfg):
+        sizes["reference"] = (cfg.ref_num_nodes * max(1, cfg.ref_num_gpus_per_node), cfg.ref_num_nodes,
+                              cfg.ref_num_gpus_per_node)
+    gpu_rollout = cfg.actor_num_gpus_per_node > 0
+    slots = cfg.vllm_num_engines * (cfg.vllm_tensor_parallel_size if gpu_rollout else 1)
+    sizes["rollout"] = (slots, 1, cfg.actor_num_gpus_per_node)
+    return sizes
+
+
+def _colocation_sets(cfg: RLFHConfig, roles: Sequence[str]) -> list[tuple[str, ...]]:
+    if cfg.colocate_all_models:
+        return [tuple(roles)]
+    sets = []
+    if cfg.colocate_actor_ref and "reference" in roles:
+        sets.append(("policy", "reference"))
+    taken = {r for s in sets for r in s}
+    sets += [(r,) for r in roles if r not in taken]
+    return sets
+
+
+def _env_names(role: str) -> str:
+    return {"policy": "ACTOR_NUM_NODES * ACTOR_NUM_GPUS_PER_NODE",
+            "critic": "CRITIC_NUM_NODES * CRITIC_NUM_GPUS_PER_NODE",
+            "reference": "REF_NUM_NODES * REF_NUM_GPUS_PER_NODE",
+            "rollout": "VLLM_NUM_ENGINES * VLLM_TENSOR_PARALLEL_SIZE"}[role]
+
+
+def plan_placement(cfg: RLFHConfig, create: bool = True, timeout_s: float = PG_READY_TIMEOUT_S) -> Placement:
+    """Placement groups and bundle indices per role, honouring COLOCATE_ACTOR_REF / COLOCATE_ALL_MODELS.
+
+    Colocated roles share one placement group whose bundle ``i`` hosts rank ``i`` of each of them; on GPU
+    each of the ``k`` sharing actors asks for ``1/k`` of the bundle's GPU. Colocated roles must have the
+    same number of ranks on GPU (the error names the variables to fix). On CPU every bundle reserves
+    ``NUM_CPUS_PER_ACTOR`` per actor placed on it (fractional: whole CPUs would not fit a laptop).
+    ``create=False`` plans without touching Ray (for printing / tests).
+    """
+    sizes = _role_sizes(cfg)
+    gpu = any(g > 0 for _, _, g in sizes.values())
+    cpu_each = cfg.num_cpus_per_actor
+    placement = Placement(roles={}, gpu=gpu)
+    for group in _colocation_sets(cfg, list(sizes)):
+        gpu_roles = [r for r in group if sizes[r][2] > 0]
+        if len(group) > 1 and gpu_roles:
+            ws = {r: sizes[r][0] for r in group}
+            if len(set(ws.values())) != 1:
+                flag = "COLOCATE_ALL_MODELS" if cfg.colocate_all_models else "COLOCATE_ACTOR_REF"
+                detail = ", ".join(f"{_env_names(r)} = {n}" for r, n in ws.items())
+                raise ValueError(f"{flag}=true needs the same number of GPUs for every colocated role: {detail}")
+        n_bundles = max(sizes[r][0] for r in group)
+        share = len(group)
+        frac = int(10000 / share) / 10000.0
+        bundles = []
+        for b in range(n_bundles):
+            on_b = [r for r in group if b < sizes[r][0]]
+            res = {"CPU": round(cpu_each * len(on_b), 4)}
+            if any(sizes[r][2] > 0 for r in on_b):
+                res["GPU"] = 1.0
+            bundles.append(res)
+        pg = None
+        if create:
+            pg = _make_pg(bundles, group, timeout_s)
+            placement.placement_groups.append(pg)
+        for r in group:
+            ws, nodes, gpn = sizes[r]
+            gpus = 0.0 if gpn == 0 else (1.0 if share == 1 else frac)
+            placement.roles[r] = RolePlacement(
+                role=r, world_size=ws, num_nodes=nodes, num_gpus_per_node=gpn, num_gpus_per_actor=gpus,
+                num_cpus_per_actor=cpu_each, placement_group=pg, bundle_indices=list(range(ws)),
+                shared_with=tuple(x for x in group if x != r))
+    return placement
+
+
+def _make_pg(bundles: list[dict], roles: Sequence[str], timeout_s: float):
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    pg = placement_group(bundles, strategy="PACK", name=f"rlfh-{'-'.join(roles)}-{os.getpid()}-{time.time_ns()}")
+    try:
+        ray.get(pg.ready(), timeout=timeout_s)
+    except Exception:
+        remove_placement_group(pg)
+        need_cpu = sum(b.get("CPU", 0) for b in bundles)
+        need_gpu = sum(b.get("GPU", 0) for b in bundles)
+        raise RuntimeError(
+            f"placement group for {'+'.join(roles)} ({len(bundles)} bundles: {need_cpu:g} CPU, {need_gpu:g} GPU) "
+            f"was not scheduled within {timeout_s:.0f}s; the cluster has {ray.available_resources()} available. "
+            "Lower NUM_CPUS_PER_ACTOR or *_NUM_GPUS_PER_NODE / VLLM_NUM_ENGINES, or add nodes.") from None
+    return pg
+
+
+def _strategy(pg, bundle_index: Optional[int], capture_children: bool = False):
+    if pg is None:
+        return None
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    return PlacementGroupSchedulingStrategy(placement_group=pg, placement_group_bundle_index=bundle_index,
+                                            placement_group_capture_child_tasks=capture_children)
+
+
+def actor_env(gpu: bool) -> dict[str, str]:
+    """Environment every model actor gets (CPU: DeepSpeed's cpu accelerator and no CUDA probing)."""
+    env = {"TOKENIZERS_PARALLELISM": "false"}
+    if not gpu:
+        env.update({"DS_ACCELERATOR": "cpu", "RLFH_FORCE_CPU": "1"})
+    for k in ("RLFH_CACHE_DIR", "RLFH_TORCH_THREADS", "RLFH_LOG_LEVEL", "HF_HOME", "HF_HUB_OFFLINE"):
+        if os.environ.get(k):
+            env[k] = os.environ[k]
+    return env
+
+
+# ================================================================================================ groups
+
+
+class ActorGroup:
+    """``world_size = num_nodes * max(1, num_gpus_per_node)`` ranks of ``actor_cls`` (a plain class or a
+    ``ray.remote`` class). Rank ``r`` goes to ``bundle_indices[r]`` of ``placement_group`` when given."""
+
+    def __init__(self, actor_cls, *, role: str, cfg: RLFHConfig, num_nodes: int, num_gpus_per_node: int,
+                 placement_group=None, bundle_indices: Optional[list[int]] = None,
+                 num_gpus_per_actor: Optional[float] = None, num_cpus_per_actor: Optional[float] = None,
+                 runtime_env: Optional[dict] = None):
+        import ray
+        if num_nodes < 1 or num_gpus_per_node < 0:
+            raise ValueError(f"{role}: num_nodes must be >= 1 and num_gpus_per_node >= 0 "
+                             f"(got {num_nodes}, {num_gpus_per_node})")
+        self.role, self.cfg = role, cfg
+        self.num_nodes, self.num_gpus_per_node = num_nodes, num_gpus_per_node
+        self._world_size = num_nodes * max(1, num_gpus_per_node)
+        gpu = num_gpus_per_node > 0
+        self.num_gpus_per_actor = (1.0 if gpu else 0.0) if num_gpus_per_actor is None else float(num_gpus_per_actor)
+        self.num_cpus_per_actor = cfg.num_cpus_per_actor if num_cpus_per_actor is None else num_cpus_per_actor
+        self._own_pg = None
+        if placement_group is None and gpu and self._world_size > 1:
+            self._own_pg = _make_pg([{"GPU": 1.0, "CPU": self.num_cpus_per_actor}] * self._world_size, [role],
+                                    PG_READY_TIMEOUT_S)
+            placement_group = self._own_pg
+        if placement_group is not None and bundle_indices is None:
+            bundle_indices = list(range(self._world_size))
+        if bundle_indices is not None and len(bundle_indices) < self._world_size:
+            raise ValueError(f"{role}: {len(bundle_indices)} bundle indices for {self._world_size} ranks")
+        self.placement_group, self.bundle_indices = placement_group, bundle_indices
+        remote_cls = actor_cls if hasattr(actor_cls, "remote") else ray.remote(actor_cls)
+        env = {"env_vars": actor_env(gpu)}
+        if runtime_env:
+            env = {**runtime_env, "env_vars": {**env["env_vars"], **runtime_env.get("env_vars", {})}}
+        self._env = env
+
+        def make(rank: int, addr, port):
+            opts = dict(num_cpus=self.num_cpus_per_actor, num_gpus=self.num_gpus_per_actor, runtime_env=self._env,
+                        name=None)
+            strat = _strategy(placement_group, bundle_indices[rank] if bundle_indices else None)
+            if strat is not None:
+                opts["scheduling_strategy"] = strat
+            opts.pop("name")
+            return remote_cls.options(**opts).remote(cfg, rank, self._world_size, addr, port)
+
+        t0 = time.time()
+        first = make(0, None, None)
+        addr, port = ray.get(first.master_address.remote())
+        self.actors = [first] + [make(r, addr, port) for r in range(1, self._world_size)]
+        ray.get([a.ping.remote() for a in self.actors])
+        log.info("%s group: %d rank(s) up in %.1fs (master %s:%s)", role, self._world_size, time.time() - t0,
+                 addr, port)
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
+
+    def run_async(self, method: str, *args, **kwargs) -> list:
+        """Call ``method`` on every rank; return the ObjectRefs (rank order)."""
+        return [getattr(a, method).remote(*args, **kwargs) for a in self.actors]
+
+    def run(self, method: str, *args, **kwargs) -> list:
+        """Call ``method`` on every rank, wait, return the results in rank order."""
+        import ray
+        return ray.get(self.run_async(method, *args, **kwargs))
+
+    def dispatch_async(self, method: str, batch: Batch, **kwargs) -> list:
+        shards = split_batch(batch, self._world_size)
+        return [getattr(a, method).remote(s, **kwargs) for a, s in zip(self.actors, shards)]
+
+    def dispatch(self, method: str, batch: Batch, **kwargs) -> list:
+        """Split ``batch`` into ``world_size`` contiguous shards (data parallel), call ``method(shard)`` on
+        each rank, wait, return the results in rank order."""
+        import ray
+        return ray.get(self.dispatch_async(method, batch, **kwargs))
+
+    def dispatch_cat(self, method: str, batch: Batch, **kwargs) -> torch.Tensor:
+        """:meth:`dispatch` for per-sample tensor results: concatenated back along dim 0 ([B, ...])."""
+        return torch.cat(self.dispatch(method, batch, **kwargs), 0)
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Destroy process groups, kill the actors, release this group's own placement group."""
+        import ray
+        try:
+            ray.get(self.run_async("shutdown"), timeout=timeout_s)
+        except Exception as e:
+            log.warning("%s group: shutdown call failed (%s); killing the actors", self.role, e)
+        for a in self.actors:
+            try:
+                ray.kill(a)
+            except Exception:
+                pass
+        self.actors = []
+        if self._own_pg is not None:
+            from ray.util.placement_group import remove_placement_group
+            remove_placement_group(self._own_pg)
+            self._own_pg = None
+
+
+def group_for(actor_cls, role: str, cfg: RLFHConfig, rp: RolePlacement) -> ActorGroup:
+    return ActorGroup(actor_cls, role=role, cfg=cfg, num_nodes=rp.num_nodes, num_gpus_per_node=rp.num_gpus_per_node,
+                      placement_group=rp.placement_group, bundle_indices=rp.bundle_indices,
+                      num_gpus_per_actor=rp.num_gpus_per_actor, num_cpus_per_actor=rp.num_cpus_per_actor)
+
+
+def create_rollout_engines(cfg: RLFHConfig, placement: Optional[Placement] = None,
+                           backend: Optional[str] = None) -> list:
+    """``VLLM_NUM_ENGINES`` rollout engine actors (Ray handles) for the resolved backend."""
+    import ray
+
+    from actors.rollout import HFRolloutEngine, VLLMRolloutEngine, resolve_rollout_backend
+    backend = backend or resolve_rollout_backend(cfg)
+    cls = VLLMRolloutEngine if backend == "vllm" else HFRolloutEngine
+    rp = placement.get("rollout") if placement is not None else None
+    gpu = cfg.actor_num_gpus_per_node > 0
+    tp = cfg.vllm_tensor_parallel_size if (gpu and backend == "vllm") else 1
+    engines = []
+    for i in range(cfg.vllm_num_engines):
+        num_gpus = 0.0
+        if gpu:
+            num_gpus = (rp.num_gpus_per_actor if rp is not None else 1.0) if tp == 1 else 0.0
+        opts = dict(num_cpus=cfg.num_cpus_per_actor, num_gpus=num_gpus, runtime_env={"env_vars": actor_env(gpu)})
+        if rp is not None and rp.placement_group is not None:
+            opts["scheduling_strategy"] = _strategy(rp.placement_group, rp.bundle_indices[i * tp],
+                                                    capture_children=tp > 1)
+        engines.append(ray.remote(cls).options(**opts).remote(cfg, i))
+    return engines
+
+
+@dataclass
+class Groups:
+    """Everything a run trains with. ``critic`` is None unless ADVANTAGE_ESTIMATOR=gae; ``reference`` is None
+    when KL_COEF == 0; ``rollout`` is a list of engine actor handles."""
+
+    policy: ActorGroup
+    critic: Optional[ActorGroup]
+    reference: Optional[ActorGroup]
+    rollout: list
+    placement: Placement
+    rollout_backend: str = "hf"
+    init_info: dict = field(default_factory=dict)
+
+    def groups(self) -> list[ActorGroup]:
+        return [g for g in (self.policy, self.critic, self.reference) if g is not None]
+
+    def shutdown(self) -> None:
+        import ray
+        for g in self.groups():
+            g.shutdown()
+        for e in self.rollout:
+            try:
+                ray.kill(e)
+            except Exception:
+                pass
+        self.rollout = []
+        self.placement.remove()
+
+
+def create_groups(cfg: RLFHConfig, init_models: bool = True) -> Groups:
+    """Plan placement, start every role and (by default) load every model in parallel."""
+    import ray
+
+    from actors.critic import CriticActor
+    from actors.policy import PolicyActor
+    from actors.reference import ReferenceActor
+    from actors.rollout import resolve_rollout_backend
+    t0 = time.time()
+    backend = resolve_rollout_backend(cfg)
+    placement = plan_placement(cfg)
+    try:
+        policy = group_for(PolicyActor, "policy", cfg, placement["policy"])
+        critic = group_for(CriticActor, "critic", cfg, placement["critic"]) if placement.get("critic") else None
+        reference = (group_for(ReferenceActor, "reference", cfg, placement["reference"])
+                     if placement.get("reference") else None)
+        engines = create_rollout_engines(cfg, placement, backend)
+        groups = Groups(policy=policy, critic=critic, reference=reference, rollout=engines, placement=placement,
+                        rollout_backend=backend)
+        if init_models:
+            refs = {g.role: g.run_async("init_model") for g in groups.groups()}
+            refs["rollout"] = [e.info.remote() for e in engines]
+            groups.init_info = {role: ray.get(r) for role, r in refs.items()}
+    except Exception:
+        placement.remove()
+        raise
+    log.info("groups ready in %.1fs: %s, rollout=%s x%d", time.time() - t0,
+             ", ".join(f"{g.role} x{g.world_size}" for g in groups.groups()), backend, len(engines))
+    return groups

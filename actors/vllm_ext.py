@@ -1,0 +1,80 @@
+"""vLLM worker extension: the methods the rollout engine calls on every vLLM worker (``collective_rpc``).
+
+vLLM mixes this class into its worker class when the engine is built with
+``worker_extension_cls="actors.vllm_ext.RLFHWorkerExtension"``, so ``self`` is
+the vLLM worker (``self.model_runner``, ``self.device``, ``self.rank``). This
+module imports nothing from vLLM at import time: it is importable anywhere.
+
+Three ways weights arrive:
+
+* ``rlfh_load_weights(named)``: tensors shipped with the RPC (CPU path, via the
+  Ray object store then the engine's own IPC);
+* ``rlfh_receive_nccl(metas)``: NCCL broadcast from policy rank 0 over a
+  stateless process group set up by ``rlfh_init_weight_group`` (separate GPUs);
+* ``rlfh_receive_ipc(handles_by_uuid)``: CUDA IPC handles of the policy's
+  tensors on the same GPU (colocated models), zero copy across processes.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+log = logging.getLogger(__name__)
+
+
+class RLFHWorkerExtension:
+    def _rlfh_model(self):
+        runner = self.model_runner
+        return runner.get_model() if hasattr(runner, "get_model") else runner.model
+
+    def rlfh_load_weights(self, named: list) -> int:
+        """Load ``[(hf_name, tensor), ...]`` (any device / dtype) into the model."""
+        model = self._rlfh_model()
+        model.load_weights(weights=[(n, t) for n, t in named])
+        return len(named)
+
+    def rlfh_device_uuid(self) -> str:
+        if torch.cuda.is_available() and getattr(self, "device", torch.device("cpu")).type == "cuda":
+            return str(torch.cuda.get_device_properties(self.device).uuid)
+        return "cpu"
+
+    def rlfh_init_weight_group(self, master_addr: str, master_port: int, rank_offset: int, world_size: int) -> bool:
+        from actors.weight_sync import stateless_nccl_group
+        rank = rank_offset + int(getattr(self, "rank", 0))
+        self._rlfh_group = stateless_nccl_group(master_addr, master_port, rank, world_size, self.device)
+        return True
+
+    def rlfh_receive_nccl(self, metas: list) -> int:
+        """Receive ``metas = [(name, dtype, shape), ...]`` in order from rank 0 and load each tensor."""
+        model = self._rlfh_model()
+        t0 = time.time()
+        for name, dtype, shape in metas:
+            buf = torch.empty(shape, dtype=getattr(torch, dtype), device=self.device)
+            self._rlfh_group.broadcast(buf, src=0, stream=torch.cuda.current_stream())
+            model.load_weights(weights=[(name, buf)])
+            del buf
+        torch.cuda.synchronize()
+        log.info("rank %s received %d tensors by NCCL in %.2fs", getattr(self, "rank", "?"), len(metas),
+                 time.time() - t0)
+        return len(metas)
+
+    def rlfh_receive_ipc(self, handles_by_uuid: dict) -> int:
+        """Rebuild the policy's tensors from CUDA IPC handles made on THIS worker's GPU and load them."""
+        uuid = self.rlfh_device_uuid()
+        if uuid not in handles_by_uuid:
+            raise RuntimeError(f"no policy rank shares GPU {uuid} with this vLLM worker (have "
+                               f"{sorted(handles_by_uuid)}): colocate every engine worker with a policy rank, "
+                               "or use the NCCL weight sync")
+        model = self._rlfh_model()
+        dev = torch.cuda.current_device()
+        n = 0
+        for name, (rebuild, args) in handles_by_uuid[uuid]:
+            args = list(args)
+            args[6] = dev  # the device ordinal as this process numbers the GPU
+            t = rebuild(*args)
+            model.load_weights(weights=[(name, t)])
+            n += 1
+        torch.cuda.synchronize()
+        return n

@@ -1,0 +1,154 @@
+"""Policy -> rollout engines weight sync.
+
+:func:`sync_weights` picks the transport:
+
+* ``object_store`` (CPU, HF engines, or anything else): policy rank 0 exports its
+  full HF-named state dict once into the Ray object store (the return value of
+  ``state_dict_for_sync``); every engine loads that one object. The driver never
+  holds the tensors.
+* ``nccl`` (vLLM engines on GPUs other than the policy's): a stateless NCCL group
+  of policy rank 0 (rank 0) and every vLLM worker (ranks 1..N, engine by engine,
+  TP rank inside); tensors are broadcast one by one in ``weight_meta`` order and
+  each worker loads each tensor as it arrives (no full second copy on the GPU).
+* ``cuda_ipc`` (vLLM engines colocated on the policy's GPUs): every policy rank
+  shares CUDA IPC handles of its weights in buckets; each vLLM worker maps the
+  handles made on its own GPU (matched by GPU UUID) and loads them, zero copy.
+  NCCL cannot put two ranks on one GPU, hence this path for COLOCATE_ALL_MODELS.
+
+Each call logs and returns the time and bytes moved.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Optional, Sequence
+
+log = logging.getLogger(__name__)
+
+METHODS = ("auto", "object_store", "nccl", "cuda_ipc")
+
+
+def stateless_nccl_group(master_addr: str, master_port: int, rank: int, world_size: int, device):
+    """A NCCL communicator outside torch.distributed's default group (vLLM's StatelessProcessGroup)."""
+    try:
+        from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
+        from vllm.distributed.utils import StatelessProcessGroup
+    except ImportError as e:
+        from actors.optional import VLLM_HINT
+        raise ImportError(f"NCCL weight sync: {VLLM_HINT} ({e})") from e
+    pg = StatelessProcessGroup.create(host=master_addr, port=int(master_port), rank=rank, world_size=world_size)
+    return PyNcclCommunicator(pg, device=device)
+
+
+def _engine_infos(engines: Sequence[Any]) -> list[dict]:
+    import ray
+    return ray.get([e.info.remote() for e in engines])
+
+
+def choose_method(policy_group, engines: Sequence[Any]) -> str:
+    """object_store unless the engines are vLLM on GPU; then cuda_ipc when they share the policy's GPUs."""
+    import ray
+    infos = _engine_infos(engines)
+    if any(i["backend"] != "vllm" for i in infos):
+        return "object_store"
+    pol = policy_group.run("ping")
+    if not all(p["device"].startswith("cuda") for p in pol):
+        return "object_store"
+    policy_uuids = set(policy_group.run("device_uuid"))
+    engine_uuids = set()
+    for u in ray.get([e.device_uuid.remote() for e in engines]):
+        engine_uuids.update(u if isinstance(u, list) else [u])
+    if "cpu" in engine_uuids:
+        return "object_store"
+    return "cuda_ipc" if engine_uuids <= policy_uuids else "nccl"
+
+
+def sync_weights(policy_group, engines: Sequence[Any], method: str = "auto") -> int:
+    """Push the policy's current weights to every rollout engine; returns the engines' new weights version.
+
+    ``policy_group``: the :class:`actors.group.ActorGroup` of :class:`PolicyActor` (every rank takes part:
+    ZeRO-3 gathers are collective). ``engines``: Ray handles of rollout engines.
+    """
+    import ray
+    if method not in METHODS:
+        raise ValueError(f"weight sync method must be one of {METHODS}, got {method!r}")
+    if not engines:
+        raise ValueError("sync_weights: no rollout engines")
+    state = _sync_state(policy_group)
+    if method == "auto":
+        method = state.get("method") or choose_method(policy_group, engines)
+        state["method"] = method
+    t0 = time.time()
+    if method == "object_store":
+        refs = policy_group.run_async("state_dict_for_sync")
+        ray.wait(refs, num_returns=len(refs))          # every rank done (ZeRO-3 gathers are collective)
+        meta = ray.get(policy_group.actors[0].sync_meta.remote())
+        version = int(meta["version"])
+        # refs[0] is rank 0's dict in the object store: each engine resolves the same object.
+        versions = ray.get([e.update_weights.remote(refs[0], version) for e in engines])
+        nbytes = int(meta.get("bytes", 0))
+        del refs
+    elif method == "nccl":
+        version, nbytes, versions = _sync_nccl(policy_group, engines, state)
+    else:
+        version, nbytes, versions = _sync_cuda_ipc(policy_group, engines)
+    dt = time.time() - t0
+    if len(set(versions)) != 1:
+        raise RuntimeError(f"weight sync left engines at different versions: {versions}")
+    record = {"method": method, "seconds": dt, "bytes": nbytes, "engines": len(engines), "version": versions[0],
+              "gb_per_s": (nbytes / dt / 1e9) if dt > 0 else 0.0}
+    state["last"] = record
+    log.info("weight sync (%s): %.1f MB to %d engine(s) in %.2fs (%.2f GB/s), version %d", method, nbytes / 1e6,
+             len(engines), dt, record["gb_per_s"], versions[0])
+    return int(versions[0])
+
+
+def last_sync_stats(policy_group) -> dict:
+    """``{method, seconds, bytes, engines, version, gb_per_s}`` of the last :func:`sync_weights` call."""
+    return dict(_sync_state(policy_group).get("last", {}))
+
+
+def _sync_state(policy_group) -> dict:
+    st = getattr(policy_group, "_weight_sync_state", None)
+    if st is None:
+        st = {}
+        policy_group._weight_sync_state = st
+    return st
+
+
+def _sync_nccl(policy_group, engines, state) -> tuple[int, int, list[int]]:
+    import ray
+    if "nccl_ready" not in state:
+        tp = policy_group.cfg.vllm_tensor_parallel_size
+        world = 1 + len(engines) * tp
+        addr, _ = ray.get(policy_group.actors[0].master_address.remote())
+        port = ray.get(policy_group.actors[0].free_port.remote())
+        refs = [e.init_weight_group.remote(addr, port, 1 + i * tp, world) for i, e in enumerate(engines)]
+        refs += policy_group.run_async("init_weight_sync_group", addr, port, world)
+        ray.get(refs)
+        state["nccl_ready"] = True
+        state["metas"] = ray.get(policy_group.actors[0].weight_meta.remote())
+    metas = state["metas"]
+    version = ray.get(policy_group.actors[0].weights_version.remote())
+    recv = [e.receive_weights_nccl.remote(metas, version) for e in engines]
+    send = policy_group.run_async("broadcast_weights_nccl")
+    versions = ray.get(recv)
+    sent = ray.get(send)[0]
+    return version, int(sent["bytes"]), versions
+
+
+def _sync_cuda_ipc(policy_group, engines, bucket_bytes: int = 1 << 30) -> tuple[int, int, list[int]]:
+    import ray
+    version = ray.get(policy_group.actors[0].weights_version.remote())
+    start, nbytes, versions = 0, 0, []
+    while True:
+        parts = policy_group.run("ipc_handles_for_sync", bucket_bytes, start)
+        by_uuid = {p["uuid"]: p["handles"] for p in parts}
+        more = parts[0]["more"]
+        versions = ray.get([e.update_weights_ipc.remote(by_uuid, version, not more) for e in engines])
+        policy_group.run("release_ipc")
+        nbytes += parts[0]["bytes"]
+        start = parts[0]["next"]
+        if not more:
+            break
+    return version, nbytes, versions

@@ -1,0 +1,152 @@
+"""The Ray Serve config of the verifier + reward services, generated from :class:`RLFHConfig`.
+
+One function, :func:`serve_config`, turns a config into the Serve config that
+``serve deploy`` / ``serve run`` accept and that KubeRay's RayService takes
+as ``spec.serveConfigV2``: one application (import path
+``reward_service.app:app_builder``) whose ``args`` carry the service settings
+as environment-variable strings, plus per-deployment replicas, autoscaling and
+``num_cpus``. The Helm chart (``helm/rlfh``) builds the same document from its
+values; ``tests/test_helm.py`` renders the chart and checks that the two agree.
+
+Contract with ``reward_service.app:app_builder(args)``: ``args`` maps env var
+names (``GRANULARITY``, ``VERIFICATION_MAP``...) to strings, so the builder
+does ``RLFHConfig.load({**os.environ, **args})``. Secrets (``REWARD_API_TOKEN``,
+``MODEL_API_KEY``, ``REDIS_URL``, which may hold a password) are never put in
+``args`` unless asked: a Serve config is stored in plain text (a RayService is
+readable by anyone who can read the namespace), so on Kubernetes they reach
+the replicas as container env vars from a Secret.
+
+Print it::
+
+    python -m cluster.serve_config                      # YAML, from the environment
+    GRANULARITY=sentence python -m cluster.serve_config --format json
+    python -m cluster.serve_config --verifier-replicas 2 --max-replicas 4
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Optional
+
+from cluster.config import ConfigError, RLFHConfig, env_name
+
+APP_NAME = "rlfh"
+IMPORT_PATH = "reward_service.app:app_builder"
+ROUTE_PREFIX = "/"
+# Deployment names inside the app (must match the @serve.deployment names in reward_service/app.py).
+VERIFIER_DEPLOYMENT = "Verifier"
+REWARD_DEPLOYMENT = "Reward"
+# Routes the app serves under ROUTE_PREFIX (documentation, NOTES.txt and the chart test use them).
+ROUTES = ("/v1/verify", "/v1/rewards", "/get_reward", "/healthz")
+
+#: Settings that are secrets: never in a Serve config unless ``include_secrets``.
+SECRET_ENVS = ("REWARD_API_TOKEN", "MODEL_API_KEY", "REDIS_URL")
+#: Settings of the service groups that only the trainer (the reward *client*) reads, or that
+#: the Serve config states elsewhere (``http_options``, ``deployments``).
+NOT_ARGS = ("REWARD_URL", "REWARD_TIMEOUT_S", "REWARD_MAX_RETRIES", "SERVE_HOST", "SERVE_PORT",
+            "VERIFIER_REPLICAS", "REWARD_REPLICAS", "SERVE_MAX_REPLICAS", "VERIFIER_NUM_CPUS",
+            "REWARD_NUM_CPUS")
+#: Config groups whose settings the services read.
+SERVICE_GROUPS = ("reward", "verifier", "service")
+#: Settings outside those groups that the services read (the tokenizer falls back to MODEL_PATH).
+EXTRA_SERVICE_ENVS = ("MODEL_PATH",)
+#: Serve autoscaling target: queued + running requests per replica before scaling up.
+TARGET_ONGOING_REQUESTS = 4
+
+
+def service_arg_envs() -> list[str]:
+    """Env var names that go into the app's ``args`` (secrets excluded), in config order."""
+    out = []
+    for name, info in RLFHConfig.model_fields.items():
+        env = env_name(name)
+        group = (info.json_schema_extra or {}).get("group")
+        if (group in SERVICE_GROUPS or env in EXTRA_SERVICE_ENVS) and env not in NOT_ARGS and env not in SECRET_ENVS:
+            out.append(env)
+    return out
+
+
+def service_args(cfg: RLFHConfig, include_secrets: bool = False) -> dict[str, str]:
+    """The app's ``args``: service settings as env-var strings (the form ``RLFHConfig.load`` reads)."""
+    env = cfg.to_env()
+    args = {k: env[k] for k in service_arg_envs()}
+    if include_secrets:
+        args.update({k: env[k] for k in SECRET_ENVS if env[k]})
+    return args
+
+
+def _deployment(name: str, replicas: int, num_cpus: float, max_replicas: int) -> dict[str, Any]:
+    d: dict[str, Any] = {"name": name}
+    if max_replicas > 0:
+        if max_replicas < replicas:
+            raise ConfigError(
+                f"SERVE_MAX_REPLICAS (--max-replicas) = {max_replicas}: must be >= the deployment's minimum "
+                f"replicas ({replicas}) or 0 to turn autoscaling off")
+        d["autoscaling_config"] = {"min_replicas": replicas, "max_replicas": max_replicas,
+                                   "target_ongoing_requests": TARGET_ONGOING_REQUESTS}
+    else:
+        d["num_replicas"] = replicas
+    d["ray_actor_options"] = {"num_cpus": num_cpus}
+    return d
+
+
+def serve_config(cfg: RLFHConfig, *, include_secrets: bool = False, route_prefix: str = ROUTE_PREFIX,
+                 app_name: str = APP_NAME) -> dict[str, Any]:
+    """The Serve config (``serve deploy`` schema / RayService ``serveConfigV2``) for ``cfg``.
+
+    ``include_secrets`` adds REWARD_API_TOKEN / MODEL_API_KEY / REDIS_URL to ``args`` (only for a
+    local ``serve run``; on Kubernetes they come from a Secret).
+    """
+    if not route_prefix.startswith("/"):
+        raise ConfigError(f"route_prefix = {route_prefix!r}: must start with '/' (e.g. '/' or '/rlfh')")
+    return {
+        "proxy_location": "EveryNode",
+        "http_options": {"host": cfg.serve_host, "port": cfg.serve_port},
+        "applications": [{
+            "name": app_name,
+            "route_prefix": route_prefix,
+            "import_path": IMPORT_PATH,
+            "args": service_args(cfg, include_secrets=include_secrets),
+            "deployments": [
+                _deployment(VERIFIER_DEPLOYMENT, cfg.verifier_replicas, cfg.verifier_num_cpus, cfg.max_replicas),
+                _deployment(REWARD_DEPLOYMENT, cfg.reward_replicas, cfg.reward_num_cpus, cfg.max_replicas),
+            ],
+        }],
+    }
+
+
+def to_yaml(doc: dict[str, Any]) -> str:
+    import yaml
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=120)
+
+
+def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
+    p = parser or argparse.ArgumentParser(
+        prog="python -m cluster.serve_config",
+        description="Print the Ray Serve config (serve deploy / RayService serveConfigV2) of the verifier + "
+                    "reward services, from the environment and the flags below (flag > env var > default).")
+    p.add_argument("--format", choices=["yaml", "json"], default="yaml", help="Output format (default yaml).")
+    p.add_argument("--route-prefix", default=ROUTE_PREFIX,
+                   help=f"HTTP route prefix of the app (default {ROUTE_PREFIX!r}: POST /v1/rewards).")
+    p.add_argument("--include-secrets", action="store_true",
+                   help="Also put REWARD_API_TOKEN / MODEL_API_KEY / REDIS_URL in args (local use only: a Serve "
+                        "config is stored in plain text).")
+    RLFHConfig.add_cli_args(p, groups={"model", *SERVICE_GROUPS})
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = RLFHConfig.from_args(args)
+        doc = serve_config(cfg, include_secrets=args.include_secrets, route_prefix=args.route_prefix)
+    except ConfigError as e:
+        print(f"serve_config: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(doc, indent=2) if args.format == "json" else to_yaml(doc), end="" if args.format == "yaml"
+          else "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,16 +1,112 @@
-"""The ``evidence`` backend (first cut: lexical support; replaced by the full implementation)."""
+"""The ``evidence`` backend: atomic-fact verification without an LLM.
+
+Per request (all CPU, linear in the text):
+
+1. :func:`verifier_service.text.decompose` cuts the response into sentences and atomic statements with
+   exact spans, and flags hedges and abstentions;
+2. a :class:`~verifier_service.retrieval.MaterialIndex` (BM25 via ``bm25s`` over the materials' sentences)
+   is built once;
+3. every statement is checked:
+
+   * **unsupported facts** - a named entity or number that occurs neither in the materials, the question
+     nor the gold answer makes the statement ``Wrong`` (a made-up name/date is the typical hallucination);
+   * **answer check** - a statement that answers the question (``The answer is X``, a short answer, the
+     chosen option of an ``A or B`` question, a yes/no stance, or a new entity of the asked type) is
+     compared with the gold answer when one is given; without a gold answer, the candidate is ranked
+     against every other entity of the evidence by :class:`~verifier_service.question.AnswerRanker`
+     (type fit, proximity to the question's words, head noun, comparisons of years) and yes/no stances
+     against :func:`~verifier_service.question.predict_yesno`;
+   * **lexical support** - the share of the statement's new content words found in the evidence;
+
+4. hedged statements get the hedged labels; statements without checkable content are ``Vague``;
+   informativeness (1-5) follows the statement's role for the question (restating it = 1, background = 2-4,
+   a specific answer of the asked type = 5).
+"""
 from __future__ import annotations
 
+import math
+import re
+import time
+from dataclasses import dataclass
+from typing import Optional
+
 from verifier_service import text as T
+from verifier_service.question import (ALL_HEADS, LOCATION_WORDS, ORG_WORDS, AnswerRanker, QuestionInfo,
+                                       analyze_question, predict_yesno)
+from verifier_service.retrieval import MaterialIndex
 from verifier_service.schema import Sentence, Statement, VerifyRequest, VerifyResult
 
-ALGO_VERSION = "evidence-0"
+ALGO_VERSION = "evidence-1.0"
+
+# Without a gold answer, a candidate answer's label comes from its ranking margin against the other
+# entities of the evidence: P(correct) = sigmoid(SLOPE * (margin + OFFSET)). The offset leans towards
+# "Correct" because the ranker is a heuristic: a candidate is only called Wrong when another entity fits
+# the question clearly better (calibrated on the HaluEval dev split, never on test).
+ANSWER_SLOPE, ANSWER_OFFSET = 0.9, 2.0
+OPTION_SLOPE, OPTION_OFFSET = 1.0, 1.0
+
+_TEMPLATE_RE = re.compile(
+    r"^\W*(?:so\s+|thus\s+|therefore\s+)?(?:i\s+think\s+|i\s+believe\s+|probably\s+|maybe\s+)?"
+    r"(?:the\s+)?(?:correct\s+|right\s+|final\s+|short\s+)?answer\s+(?:is|was|would\s+be|might\s+be|"
+    r"may\s+be|could\s+be|should\s+be|:)\s*:?\s*(?P<x>.+?)\W*$",
+    re.IGNORECASE | re.DOTALL)
+_LEAD_IT_RE = re.compile(r"^(?:it\s+(?:is|was|'s)|that\s+(?:is|was|would\s+be)|this\s+is)\s+", re.IGNORECASE)
+_YESNO_RE = re.compile(r"^\W*(yes|yeah|yep|no|nope|correct|incorrect|true|false)\b", re.IGNORECASE)
+_NEG_RE = re.compile(r"\b(?:not|never|no\s+longer|neither|nor|none|different|differ|differs|unlike|"
+                     r"isn't|aren't|wasn't|weren't|doesn't|don't|didn't|cannot|can't|no)\b|n't\b", re.IGNORECASE)
+_YES = {"yes", "yeah", "yep", "correct", "true"}
+GENERIC_NAME_WORDS = frozenset(LOCATION_WORDS | ORG_WORDS | ALL_HEADS | {"north", "south", "east", "west", "new",
+                                                                      "great", "national", "international"})
+
+
+@dataclass
+class _Ctx:
+    """Everything fixed for one request (built lazily: a response with no statement builds nothing)."""
+
+    req: VerifyRequest
+    idx: MaterialIndex
+    qi: QuestionInfo
+    ranker: AnswerRanker
+    gold: Optional[str]
+    gold_norm: str
+    gold_yn: Optional[str]
+    gold_stems: set
+    gold_nums: set
+    n_statements: int
+    yn_pred: tuple[Optional[str], float]
+
+
+def _make_ctx(req: VerifyRequest, n_statements: int) -> _Ctx:
+    idx = MaterialIndex(req.materials)
+    qi = analyze_question(req.question)
+    gold = (req.gold_answer or "").strip() or None
+    gn = T.normalize(gold) if gold else ""
+    gyn = gn if gn in ("yes", "no") else None
+    if gyn is None and gold:
+        m = _YESNO_RE.match(gold)
+        if m and qi.qtype == "yesno":
+            gyn = "yes" if m.group(1).lower() in _YES else "no"
+    yn_pred = predict_yesno(qi, idx) if (qi.qtype == "yesno" and not gold) else (None, 0.5)
+    return _Ctx(req=req, idx=idx, qi=qi, ranker=AnswerRanker(qi, idx), gold=gold, gold_norm=gn, gold_yn=gyn,
+                gold_stems=set(T.content_words(gold)) if gold else set(),
+                gold_nums=T.numbers(gold) if gold else set(), n_statements=n_statements, yn_pred=yn_pred)
+
+
+@dataclass
+class Verdict:
+    truth: float        # > 0 supports the statement, < 0 contradicts it
+    confidence: float   # 0..1
+    informativeness: int
+    evidence: list[str]
+    vague: bool = False
 
 
 class EvidenceBackend:
+    """No-LLM verifier. Stateless across requests; safe to share between threads."""
+
     name = "evidence"
 
-    def __init__(self, cfg):
+    def __init__(self, cfg=None):
         self.cfg = cfg
 
     def identity(self) -> dict:
@@ -20,18 +116,294 @@ class EvidenceBackend:
         return [self.verify(r) for r in reqs]
 
     def verify(self, req: VerifyRequest) -> VerifyResult:
+        t0 = time.perf_counter()
         d = T.decompose(req.response)
-        vocab = set(T.content_words(" ".join(req.materials) + " " + (req.gold_answer or "")))
-        sents = []
+        n_st = sum(len(s) for s in d.statements)
+        ctx = _make_ctx(req, n_st) if n_st else None
+        sentences = []
+        first = True
         for sent, sts, hedged in zip(d.sentences, d.statements, d.hedged):
             out = []
             for st, h in zip(sts, hedged):
-                cw = set(T.content_words(st.text))
-                if not cw:
-                    label = "Vague"
-                else:
-                    ok = len(cw & vocab) / len(cw) >= 0.7
-                    label = ("Hedged correct" if ok else "Hedged wrong") if h else ("Correct" if ok else "Wrong")
-                out.append(Statement(text=st.text, start=st.start, end=st.end, label=label, informativeness=3))
-            sents.append(Sentence(text=sent.text, start=sent.start, end=sent.end, statements=out))
-        return VerifyResult(sentences=sents, abstained=d.abstained, backend=self.name)
+                v = judge(st.text, sent.text, first, ctx)
+                first = False
+                out.append(Statement(text=st.text, start=st.start, end=st.end, label=label_of(v, h),
+                                     informativeness=v.informativeness, evidence=v.evidence[:3],
+                                     confidence=round(v.confidence, 4)))
+            sentences.append(Sentence(text=sent.text, start=sent.start, end=sent.end, statements=out))
+        res = VerifyResult(sentences=sentences, abstained=d.abstained, backend=self.name)
+        res.latency_ms = (time.perf_counter() - t0) * 1000.0
+        return res
+
+
+def label_of(v: Verdict, hedged: bool) -> str:
+    if v.vague:
+        return "Vague"
+    if v.truth >= 0:
+        return "Hedged correct" if hedged else "Correct"
+    return "Hedged wrong" if hedged else "Wrong"
+
+
+# ----------------------------------------------------------------------------- statement analysis
+
+def _answer_phrase(st_text: str, ctx: _Ctx) -> Optional[str]:
+    """The phrase a statement offers as the answer: 'The answer is X' -> X; a short sole statement -> itself."""
+    m = _TEMPLATE_RE.match(st_text)
+    if m:
+        return m.group("x").strip()
+    if ctx.n_statements == 1 and len(st_text.split()) <= 6:
+        x = _LEAD_IT_RE.sub("", st_text.strip()).strip(" .!?\"'")
+        return x or None
+    return None
+
+
+def _stance(st_text: str, sent_text: str, first: bool, qi: QuestionInfo, answer: Optional[str]) -> Optional[str]:
+    """'yes' / 'no' when the statement takes a side on a yes/no question, else None."""
+    src = answer if answer is not None else st_text
+    m = _YESNO_RE.match(src) or (_YESNO_RE.match(sent_text) if first else None)
+    if m:
+        return "yes" if m.group(1).lower() in _YES else "no"
+    if answer is not None and len(answer.split()) <= 4:
+        return None  # "The answer is Kings of Leon": an entity, not a stance
+    stems = set(T.content_words(st_text))
+    if not stems or not qi.stems:
+        return None
+    overlap = len(stems & qi.stems) / max(1, min(len(qi.stems), len(stems)))
+    if overlap >= 0.4:
+        return "no" if _NEG_RE.search(st_text) else "yes"
+    return None
+
+
+def _lcs(a: list[str], b: list[str]) -> int:
+    """Length of the longest common subsequence (tiny inputs: gold answers are a few words)."""
+    prev = [0] * (len(b) + 1)
+    for x in a:
+        cur = [0]
+        for j, y in enumerate(b):
+            cur.append(prev[j] + 1 if x == y else max(prev[j + 1], cur[j]))
+        prev = cur
+    return prev[-1]
+
+
+def _gold_match(text: str, ctx: _Ctx) -> float:
+    """How well the statement states the gold answer, 0..1.
+
+    1.0 for the whole gold phrase; otherwise the best in-order overlap of the gold's words with a window
+    of the statement a little longer than the gold (so "Genesee ... cold river" does not match "the
+    Genesee River", nor "Every Poisonous Thorn Has a Rose" "Every Rose Has Its Thorn"). Numeric golds
+    (dates, counts) match on their numbers.
+    """
+    if not ctx.gold_norm:
+        return 0.0
+    n = " " + T.normalize(text) + " "
+    if f" {ctx.gold_norm} " in n:
+        return 1.0
+    g = [T.stem(w) for w in ctx.gold_norm.split()]
+    numeric_gold = bool(ctx.gold_nums) and len([w for w in g if not w.isdigit() and w not in T.STOPWORDS
+                                                and w not in T.MONTHS]) <= 1
+    if numeric_gold:
+        nums = T.numbers(text)
+        if ctx.gold_nums <= nums:
+            return 1.0
+        if ctx.gold_nums & nums:
+            return 0.5
+        return 0.0
+    s = [T.stem(w) for w in n.split()]
+    if len(g) > 8:
+        st = set(T.content_words(text))
+        return len(ctx.gold_stems & st) / max(1, len(ctx.gold_stems))
+    width = len(g) + 2
+    best = 0
+    for i in range(max(1, len(s) - width + 1)):
+        best = max(best, _lcs(g, s[i:i + width]))
+    score = best / len(g)
+    gold_names = [e.norm for e in T.entities(ctx.gold) if e.kind in ("name", "quoted")]
+    if len(gold_names) >= 2 and any(f" {gn} " not in n for gn in gold_names):
+        score = min(score, 0.5)  # "Bobby Jones and Clifford Roberts": every name must be there
+    return score
+
+
+def _option_matches_gold(option: str, ctx: _Ctx) -> bool:
+    """The chosen option is the gold answer ("Frank Iero" ~ "Frank Anthony Iero, Jr.")."""
+    on = T.normalize(option)
+    if on in ctx.gold_norm or ctx.gold_norm in on:
+        return True
+    gset = set(ctx.gold_norm.split())
+    scores = []
+    for opt in ctx.qi.options:
+        ow = [w for w in T.normalize(opt).split() if w not in T.STOPWORDS]
+        scores.append((sum(1 for w in ow if w in gset) / max(1, len(ow)), opt))
+    best = max(scores)
+    return best[0] >= 0.5 and best[1] == option and sum(1 for sc, _ in scores if sc == best[0]) == 1
+
+
+def _mentions_all_options(text: str, qi: QuestionInfo) -> bool:
+    """"Both A and B are ..." answers an "A or B" question without choosing."""
+    if len(qi.options) < 2 or not re.search(r"\b(?:both|neither|either|all)\b", text, re.IGNORECASE):
+        return False
+    n = " " + T.normalize(text) + " "
+    return all(f" {T.normalize(o)} " in n for o in qi.options)
+
+
+def _chosen_option(text: str, qi: QuestionInfo) -> Optional[str]:
+    """The option of an 'A or B' question the statement picks (the first one it mentions)."""
+    n = " " + T.normalize(text) + " "
+    best, pos = None, 10 ** 9
+    for opt in qi.options:
+        on = T.normalize(opt)
+        cands = [on] + [w for w in on.split() if w not in T.STOPWORDS and len(w) > 3][-1:]
+        for c in cands:
+            p = n.find(f" {c} ")
+            if p >= 0 and p < pos:
+                best, pos = opt, p
+                break
+    return best
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
+    """Verdict for one statement (see the module docstring for the rules)."""
+    qi, idx = ctx.qi, ctx.idx
+    answer = _answer_phrase(st_text, ctx)
+    stems = T.content_words(st_text)
+    ents = [e for e in T.entities(st_text) if e.norm and e.norm not in ("answer",)]
+    new_ents = [e for e in ents if not qi.mentions(e.text)]
+    nums = T.numbers(st_text)
+    q_nums = T.numbers(qi.text)
+    new_nums = nums - q_nums
+    ent_words = {T.stem(w) for e in ents for w in T.words(e.text)}
+    new_stems = [s for s in stems if s not in qi.stems and s not in ent_words and not s.isdigit()]
+    stance = _stance(st_text, sent_text, first, qi, answer) if qi.qtype == "yesno" else None
+    option = _chosen_option(st_text, qi) if qi.options else None
+
+    # evidence sentences for the statement
+    hits = idx.search(stems + new_stems, k=2)
+    evidence = [idx.sents[i].text for i, _ in hits]
+
+    denial = bool(_NEG_RE.search(st_text)) and bool(set(stems) & qi.stems) and qi.qtype != "yesno"
+    has_content = bool(new_ents or new_nums or new_stems or stance or option or answer or denial)
+    slot_ent = None
+    if not has_content and qi.qtype in ("person", "location", "date", "number", "work", "org") and ents:
+        # "Jason Lester won the 2003 World Series of Poker" for "Who won ..., leaving Jason Lester 4th?":
+        # restates the question and fills its slot with an entity taken from the question itself
+        fits = [(ctx.ranker.score(e.text)[1], e.text) for e in ents]
+        fit, txt = max(fits)
+        if fit >= 0.7 and len(set(stems) & qi.stems) >= 2:
+            slot_ent, has_content = txt, True
+    if not has_content:
+        restates = bool(set(stems) & qi.stems)
+        return Verdict(truth=0.0, confidence=0.7, informativeness=1 if restates or not stems else 2,
+                       evidence=evidence, vague=True)
+
+    # ---- unsupported facts
+    def supported_phrase(t: str) -> float:
+        if ctx.gold_norm and (T.normalize(t) in ctx.gold_norm or ctx.gold_norm in T.normalize(t)):
+            return 1.0
+        return idx.phrase_support(t, GENERIC_NAME_WORDS)
+
+    unsup_ents = [e for e in new_ents if supported_phrase(e.text) < 0.7]
+    unsup_nums = new_nums - idx.numbers - ctx.gold_nums
+    vocab = idx.vocab | ctx.gold_stems
+    word_support = (sum(1 for s in new_stems if s in vocab) / len(new_stems)) if new_stems else 1.0
+
+    # ---- answer role & check
+    truth_ans: Optional[float] = None   # signed, in [-1, 1]
+    conf_ans = 0.5
+    is_answer = answer is not None or stance is not None or option is not None or denial or slot_ent is not None
+    ans_fit = 0.0
+    cand = answer or slot_ent
+    if not is_answer and qi.qtype not in ("yesno", "choice"):
+        # a new entity of the asked type in a statement about the question's topic answers it
+        topical = len(set(stems) & qi.stems) >= max(1, min(3, len(qi.stems) // 3))
+        best_fit, best_e = -9.0, None
+        for e in new_ents:
+            _, fit, _ = ctx.ranker.score(e.text)
+            if fit > best_fit:
+                best_fit, best_e = fit, e
+        if best_e is not None and best_fit >= 0.5 and (topical or ctx.n_statements == 1):
+            is_answer, cand, ans_fit = True, best_e.text, best_fit
+    if ctx.gold:
+        if ctx.gold_yn and qi.qtype == "yesno":
+            if stance is not None:
+                truth_ans, conf_ans = (1.0, 0.95) if stance == ctx.gold_yn else (-1.0, 0.92)
+            elif is_answer:
+                truth_ans, conf_ans = -1.0, 0.9  # an entity given as the answer to a yes/no question
+        else:
+            gm = _gold_match(st_text, ctx)
+            negated = gm >= 0.6 and bool(_NEG_RE.search(st_text))
+            if option is not None and ctx.qi.options:
+                opt_ok = _option_matches_gold(option, ctx) and not _mentions_all_options(st_text, qi)
+                truth_ans, conf_ans = (1.0, 0.93) if opt_ok and not negated else (-1.0, 0.92)
+            elif gm >= 0.6 and not negated:
+                truth_ans, conf_ans = 1.0, 0.75 + 0.2 * gm
+            elif negated:
+                truth_ans, conf_ans = -1.0, 0.8
+            elif is_answer or ctx.n_statements == 1:
+                truth_ans, conf_ans = -1.0, 0.85 - 0.3 * gm
+    else:
+        if qi.qtype == "yesno" and stance is not None and ctx.yn_pred[0] is not None:
+            agree = stance == ctx.yn_pred[0]
+            truth_ans, conf_ans = (1.0 if agree else -1.0), ctx.yn_pred[1]
+        elif qi.qtype == "yesno" and is_answer and stance is None:
+            truth_ans, conf_ans = -1.0, 0.9
+        elif option is not None:
+            r = ctx.ranker.rank(option)
+            p = _sigmoid(OPTION_SLOPE * (r.margin + OPTION_OFFSET)) if r.found else 0.3
+            truth_ans, conf_ans = (1.0 if p >= 0.5 else -1.0), max(p, 1 - p)
+            evidence = [idx.sents[i].text for i in r.evidence] + evidence
+        elif denial and not new_ents and not new_nums and idx.sents:
+            # "X was not replaced by a smart card": denies the question's premise, which the evidence states
+            truth_ans, conf_ans = -1.0, 0.55
+        elif is_answer and cand:
+            r = ctx.ranker.rank(cand)
+            if r.found:
+                p = _sigmoid(ANSWER_SLOPE * (r.margin + ANSWER_OFFSET))
+                truth_ans, conf_ans = (1.0 if p >= 0.5 else -1.0), max(p, 1 - p)
+                evidence = [idx.sents[i].text for i in r.evidence] + evidence
+            ans_fit = max(ans_fit, r.type_fit)
+
+    # ---- a negated claim whose positive form the evidence states is wrong ("X is not Y" vs "X is Y")
+    negated_claim = bool(_NEG_RE.search(st_text)) and not _YESNO_RE.match(st_text)
+    if negated_claim and truth_ans is None and not unsup_ents and not unsup_nums and new_stems \
+            and word_support >= 0.6 and (new_ents or new_nums) and hits:
+        if not any(_NEG_RE.search(idx.sents[i].text) for i, _ in hits):
+            truth_ans, conf_ans = -1.0, 0.6
+
+    # ---- combine
+    if unsup_ents or unsup_nums:
+        k = len(unsup_ents) + len(unsup_nums)
+        if truth_ans is not None and truth_ans > 0:
+            truth, conf = -1.0, 0.6  # the right answer wrapped in an unsupported name/number
+        else:
+            truth, conf = -1.0, min(0.97, 0.8 + 0.05 * k)
+    elif truth_ans is not None:
+        truth, conf = truth_ans, conf_ans
+        if truth > 0 and new_stems and word_support < 0.5:
+            # right answer wrapped in unsupported claims
+            truth, conf = -1.0, 0.6 + 0.3 * (0.5 - word_support)
+    else:
+        if not idx.sents and not ctx.gold:
+            truth, conf = 0.0, 0.3  # nothing to check against
+        else:
+            truth = 1.0 if word_support >= 0.6 else -1.0
+            conf = 0.5 + 0.45 * abs(word_support - 0.6) / 0.6
+            if new_ents and not unsup_ents:
+                conf = min(0.95, conf + 0.1)
+
+    # ---- informativeness
+    if is_answer and (ans_fit >= 0.5 or stance is not None or option is not None
+                      or (ctx.gold and truth_ans is not None and truth_ans > 0)):
+        info = 5
+    elif is_answer:
+        info = 4
+    elif new_ents or new_nums:
+        info = 4 if set(stems) & qi.stems else 3
+    elif new_stems:
+        info = 3 if (set(stems) & qi.stems or word_support >= 0.5) else 2
+    else:
+        info = 2
+    return Verdict(truth=truth, confidence=max(0.0, min(1.0, conf)), informativeness=info,
+                   evidence=list(dict.fromkeys(evidence)))

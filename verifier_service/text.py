@@ -26,7 +26,7 @@ weren won't wouldn answer answers correct true known named called name called la
 """.split())
 
 _WORD_RE = re.compile(r"[A-Za-z0-9\u00C0-\u024F]+(?:['\u2019][A-Za-z]+)?")
-_NUM_RE = re.compile(r"(?<![\w.])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w])")
+_NUM_RE = re.compile(r"(?<![\w.])((?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?)(?:st|nd|rd|th|s)?(?![\w])")
 _YEAR_RE = re.compile(r"\b(1[0-9]{3}|20[0-9]{2})s?\b")
 
 NUMBER_WORDS = {
@@ -69,7 +69,7 @@ def content_words(text: str) -> list[str]:
 
 def normalize(text: str) -> str:
     """Lower-case, drop articles and punctuation, squeeze spaces (SQuAD-style answer normalisation)."""
-    ws = [w for w in words(text) if w not in ("a", "an", "the")]
+    ws = [w[:-2] if w.endswith("'s") else w for w in words(text) if w not in ("a", "an", "the")]
     return " ".join(ws)
 
 
@@ -77,7 +77,7 @@ def numbers(text: str) -> set[str]:
     """Numbers as canonical strings ('1,200' -> '1200'; number words -> digits; years kept)."""
     out = set()
     for m in _NUM_RE.finditer(text):
-        s = m.group(0).replace(",", "")
+        s = m.group(1).replace(",", "")
         try:
             v = float(s)
             out.add(str(int(v)) if v == int(v) else str(v))
@@ -91,8 +91,8 @@ def numbers(text: str) -> set[str]:
 
 # ----------------------------------------------------------------------------- entities
 
-_CAP = r"(?:[A-Z\u00C0-\u00DE][\w\u00C0-\u024F'\u2019\-.&]*|[0-9]+(?:st|nd|rd|th)?)"
-_LINK = r"(?:of|the|de|da|del|der|van|von|la|le|du|and|for|on|in|y|al|bin|el|&)"
+_CAP = r"(?:[A-Z\u00C0-\u00DE][\w\u00C0-\u024F'\u2019\-.&]*|[0-9]+(?:st|nd|rd|th))"
+_LINK = r"(?:of(?:\s+the)?|de|da|del|der|van|von|la|le|du|for|y|al|bin|el|&)"
 # A run of capitalised words, allowing short lower-case linkers inside ("Kings of Leon", "University of Texas").
 _ENTITY_RE = re.compile(rf"{_CAP}(?:\s+(?:{_LINK}\s+)*{_CAP})*")
 _QUOTED_RE = re.compile(r"[\"\u201c\u2018']([^\"\u201d\u2019']{2,80})[\"\u201d\u2019']")
@@ -105,7 +105,12 @@ _NOT_NAMES = frozenset(w.capitalize() for w in STOPWORDS) | {
     "I", "It", "The", "A", "An", "Yes", "No", "In", "On", "At", "He", "She", "They", "This", "That", "These",
     "Those", "His", "Her", "Their", "Its", "There", "Here", "Both", "However", "Also", "Although", "While",
     "Maybe", "Perhaps", "Probably", "Possibly", "Likely", "Unlikely", "Answer", "Sure", "Well", "So", "Then",
-    "Because", "Since", "As", "After", "Before", "During", "According",
+    "Because", "Since", "As", "After", "Before", "During", "According", "Despite", "Following", "Classified",
+    "Born", "Located", "Based", "Known", "Founded", "Formed", "Originally", "Currently", "Today", "Later",
+    "Initially", "Upon", "Unlike", "Like", "Along", "Together", "Many", "Most", "Some", "Several", "Other", "Each",
+    "Every", "Our", "Its", "Following", "Including", "Although", "Though", "Instead", "Meanwhile", "Thus",
+    "Therefore", "Furthermore", "Moreover", "Nevertheless", "Yet", "Still", "Even", "Only", "Just", "Once",
+    "Previously", "Subsequently", "Eventually", "Finally", "First", "Second", "Third", "Sir", "Dr", "Mr", "Mrs",
 }
 
 
@@ -131,28 +136,38 @@ def entities(text: str) -> list[Entity]:
     for m in _DATE_RE.finditer(text):
         found.append(Entity(m.group(0), m.start(), m.end(), "date"))
     for m in _ENTITY_RE.finditer(text):
-        s, e = m.start(), m.end()
-        tok = m.group(0)
-        # strip leading non-name words ("The", "In") and trailing periods
-        parts = tok.split()
-        while parts and (parts[0] in _NOT_NAMES or parts[0].lower() in ("of", "and", "the", "for")):
-            s += len(parts[0])
-            rest = text[s:e]
-            s += len(rest) - len(rest.lstrip())
-            parts = parts[1:]
-        while parts and parts[-1].lower() in ("of", "the", "and", "de", "for", "&", "in", "on"):
-            e = s + len(" ".join(parts[:-1])) if len(parts) > 1 else s
-            e = text.rfind(parts[-2], s, e + 1) + len(parts[-2]) if len(parts) > 1 else s
-            parts = parts[:-1]
-        while e > s and text[e - 1] in ".-'\u2019&":
-            e -= 1
-        if e <= s:
-            continue
-        t = text[s:e]
-        if t in _NOT_NAMES or not t.strip():
-            continue
-        kind = "number" if t[0].isdigit() else "name"
-        found.append(Entity(t, s, e, kind))
+        toks = [(t.start() + m.start(), t.end() + m.start()) for t in re.finditer(r"\S+", m.group(0))]
+        # cut at a sentence end inside the run ("...of England. He"): a word of 4+ letters ending in '.'
+        groups, cur = [], []
+        for a, b in toks:
+            cur.append((a, b))
+            w = text[a:b]
+            if w.endswith(".") and len(w) > 4 and w.lower().rstrip(".") not in _ABBREV and "." not in w[:-1]:
+                groups.append(cur)
+                cur = []
+        if cur:
+            groups.append(cur)
+        for g in groups:
+            while g and (text[g[0][0]:g[0][1]] in _NOT_NAMES
+                         or text[g[0][0]:g[0][1]].lower() in ("of", "and", "the", "for")):
+                g = g[1:]
+            while g and text[g[-1][0]:g[-1][1]].lower().rstrip(".") in ("of", "the", "and", "de", "for", "&"):
+                g = g[:-1]
+            if not g:
+                continue
+            s, e = g[0][0], g[-1][1]
+            while e > s and text[e - 1] in ".-'\u2019&,":
+                if text[e - 1] == "." and e - s >= 2 and text[e - 3:e - 1].isupper() is False \
+                        and re.search(r"(?:^|[\s.])[A-Z]\.$", text[s:e]):
+                    break  # keep the period of an initial ("U.S.", "J.")
+                e -= 1
+            if e <= s:
+                continue
+            t = text[s:e]
+            if t in _NOT_NAMES or not t.strip():
+                continue
+            kind = "number" if t[0].isdigit() else "name"
+            found.append(Entity(t, s, e, kind))
     for m in _NUM_RE.finditer(text):
         found.append(Entity(m.group(0), m.start(), m.end(), "number"))
     # de-overlap: prefer longer spans, then quoted/date over names
@@ -310,15 +325,14 @@ def _push(text: str, s: int, e: int, out: list[Span]) -> None:
 # Clause boundaries inside a sentence. The separator itself is dropped from both statements.
 _CLAUSE_SEP_RE = re.compile(
     r"\s*;\s*|\s+[\u2013\u2014-]{1,2}\s+|"
-    r",\s+(?=(?:and|but|while|whereas|although|though|yet|so|which|who|whose|where|when|because|as\s+well\s+as|"
-    r"and\s+(?:he|she|it|they|was|is|were|are|has|had|also))\b)|"
+    r",\s+(?=(?:but|while|whereas|although|though|yet|so|which|who|whose|where|when|because|as\s+well\s+as)\b)|"
     r"\s+(?=(?:but|whereas|although|because|while)\s)",
     re.IGNORECASE)
 # Leading connector words removed from the front of a clause's span.
 _LEAD_RE = re.compile(r"^(?:and|but|while|whereas|although|though|yet|so|because|as\s+well\s+as)\s+",
                       re.IGNORECASE)
 _PRONOUN_VERB_START = re.compile(
-    r"(?:he|she|it|they|we|i|his|her|their|its|this|that|there)\b|"
+    r"(?:he|she|it|they|we|i|there)\b|"
     r"(?:is|was|are|were|has|had|have|became|become|won|received|served|played|wrote|directed|founded|"
     r"formed|released|starred|lived|died|studied|worked|moved|joined|married|born|also|later|then|"
     r"[a-z]+ed)\b", re.IGNORECASE)

@@ -1,0 +1,342 @@
+"""`rlfh bench verifier`: how well does the verifier tell right answers from hallucinated ones?
+
+Data: the HaluEval-QA split (``cluster.data.load_halueval(split)``; test = 1,504 items).
+
+Columns
+  (a) original pairs - every item gives two responses, ``right_answer`` and ``hallucinated_answer``,
+      verified against the item's ``knowledge``. A response is *predicted hallucinated* when any of its
+      statements is labelled ``Wrong`` or ``Hedged wrong``. Reported: accuracy over all 2N responses, and
+      precision / recall of the "hallucinated" class. Caveat: right answers are short (2 words on average)
+      and hallucinated ones are sentences (11 words), so length alone scores ~92% here.
+  (b) entity-swap pairs - both responses use the same template ``The answer is X.``: X is the right answer,
+      or another entity taken from the same knowledge (deterministic choice, see :func:`swap_entity`).
+      Pairwise accuracy: is the right response scored higher? Ties count as half.
+      Verifier score of a response = mean over its statements of the signed confidence
+      (+confidence for Correct / Hedged correct, -confidence for Wrong / Hedged wrong, 0 for Vague;
+      0 when there are no statements).
+
+Rows: length-only rule, lexical-support rule, question-word proximity rule ((b) baseline), the
+``evidence`` backend without and with the gold answer, and the ``llm`` backend when ``MODEL_URL`` is set.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from typing import Callable, Optional
+
+ROW_LENGTH = "(1) length-only rule"
+ROW_LEXICAL = "(2) lexical-support rule"
+ROW_PROX = "(b-baseline) q-word proximity"
+ROW_EV_NOGOLD = "(3) evidence, no gold"
+ROW_EV_GOLD = "(4) evidence, with gold"
+ROW_LLM = "(5) llm (MODEL_URL), with gold"
+
+
+# ----------------------------------------------------------------------------- pair construction
+
+def swap_entity(item) -> Optional[str]:
+    """A deterministic distractor for ``item``: another entity from its knowledge, not the right answer.
+
+    Candidates are the entities (capitalised names, quoted titles, dates, numbers) of the passage that
+    contains the right answer (all passages when none does) whose normalised text neither contains nor is
+    contained in the right answer. Candidates of the right answer's kind (number/date vs name) are preferred.
+    The pick is ``candidates[sha1(question) % len(candidates)]`` in reading order. None when there is none.
+    """
+    from verifier_service import text as T
+    right = item.right_answer or ""
+    rn = T.normalize(right)
+    if not rn:
+        return None
+    rset = set(rn.split())
+    passages = [p for p in item.knowledge if f" {rn} " in " " + T.normalize(p) + " "] or list(item.knowledge)
+    right_is_num = bool(T.numbers(right))
+    seen, cands = set(), []
+    for p in passages:
+        for e in T.entities(p):
+            n = e.norm
+            if not n or n in seen or n in rn or rn in n or (set(n.split()) <= rset):
+                continue
+            if n in ("yes", "no"):
+                continue
+            seen.add(n)
+            cands.append((e.kind in ("number", "date"), e.text))
+    if not cands:
+        return None
+    same = [t for is_num, t in cands if is_num == right_is_num]
+    pool = same or [t for _, t in cands]
+    h = int(hashlib.sha1(item.question.encode("utf-8")).hexdigest()[:8], 16)
+    return pool[h % len(pool)]
+
+
+def template(x: str) -> str:
+    x = x.strip().rstrip(".")
+    return f"The answer is {x}."
+
+
+# ----------------------------------------------------------------------------- scoring rules
+
+def rule_length(question: str, response: str, knowledge: list[str]) -> float:
+    """Score = -1 when the response has more than 5 words (predicted hallucinated), else +1."""
+    return -1.0 if len(response.split()) > 5 else 1.0
+
+
+def rule_lexical(question: str, response: str, knowledge: list[str]) -> float:
+    """Score = share of the response's content words (not in the question) found in the knowledge, minus 0.8.
+
+    Predicted hallucinated when fewer than 80% of those words are in the knowledge (score < 0).
+    """
+    from verifier_service import text as T
+    kv = set(T.content_words(" ".join(knowledge)))
+    qv = set(T.content_words(question))
+    ws = [w for w in T.content_words(response) if w not in qv and w not in ("answer",)]
+    if not ws:
+        return 0.2
+    return sum(1 for w in ws if w in kv) / len(ws) - 0.8
+
+
+def rule_proximity(question: str, response: str, knowledge: list[str]) -> float:
+    """(b) baseline: X scores higher the closer it occurs to a question word in the knowledge.
+
+    Score = 1 / (1 + the smallest word distance between an occurrence of X and a question content word).
+    """
+    from verifier_service import text as T
+    from verifier_service.evidence import _TEMPLATE_RE
+    m = _TEMPLATE_RE.match(response)
+    x = m.group("x") if m else response
+    xs = T.normalize(x).split()
+    qw = {w for w in T.normalize(question).split() if w not in T.STOPWORDS}
+    best = 0.0
+    if not xs:
+        return 0.0
+    for p in knowledge:
+        ws = T.normalize(p).split()
+        qpos = [i for i, w in enumerate(ws) if w in qw and w not in xs]
+        for i in range(len(ws) - len(xs) + 1):
+            if ws[i:i + len(xs)] == xs and qpos:
+                d = min(abs(j - i) for j in qpos)
+                best = max(best, 1.0 / (1.0 + d))
+    return best
+
+
+def verifier_score(res) -> float:
+    """Mean signed confidence of the statements (see the module docstring)."""
+    from verifier_service.schema import BAD_LABELS, GOOD_LABELS
+    sts = res.statements()
+    if not sts:
+        return 0.0
+    tot = 0.0
+    for s in sts:
+        if s.label in GOOD_LABELS:
+            tot += s.confidence
+        elif s.label in BAD_LABELS:
+            tot -= s.confidence
+    return tot / len(sts)
+
+
+def verifier_flags(res) -> bool:
+    from verifier_service.schema import BAD_LABELS
+    return any(s.label in BAD_LABELS for s in res.statements())
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+class Row:
+    def __init__(self, name: str):
+        self.name = name
+        self.tp = self.fp = self.tn = self.fn = 0
+        self.pairs = 0.0
+        self.n_pairs = 0
+        self.ties = 0
+        self.note = ""
+        self.seconds = 0.0
+        self.n_verified = 0
+        self.labels: dict[str, int] = {}
+        self.a_done = False
+        self.b_done = False
+
+    def add_a(self, pred_halluc: bool, is_halluc: bool):
+        self.a_done = True
+        if pred_halluc and is_halluc:
+            self.tp += 1
+        elif pred_halluc:
+            self.fp += 1
+        elif is_halluc:
+            self.fn += 1
+        else:
+            self.tn += 1
+
+    def add_b(self, s_right: float, s_wrong: float):
+        self.b_done = True
+        self.n_pairs += 1
+        if s_right > s_wrong:
+            self.pairs += 1
+        elif s_right == s_wrong:
+            self.pairs += 0.5
+            self.ties += 1
+
+    def metrics(self) -> dict:
+        n = self.tp + self.fp + self.tn + self.fn
+        out = {"row": self.name, "note": self.note}
+        if self.a_done and n:
+            out["a_accuracy"] = (self.tp + self.tn) / n
+            out["a_precision"] = self.tp / (self.tp + self.fp) if self.tp + self.fp else 0.0
+            out["a_recall"] = self.tp / (self.tp + self.fn) if self.tp + self.fn else 0.0
+            out["a_n"] = n
+        if self.b_done and self.n_pairs:
+            out["b_pairwise"] = self.pairs / self.n_pairs
+            out["b_ties"] = self.ties
+            out["b_n"] = self.n_pairs
+        if self.n_verified:
+            out["ms_per_response"] = 1000.0 * self.seconds / self.n_verified
+            out["labels"] = self.labels
+        return out
+
+
+def _rule_row(name: str, fn: Callable, items, pairs, do_a: bool = True) -> Row:
+    row = Row(name)
+    for it in items if do_a else []:
+        row.add_a(fn(it.question, it.right_answer, it.knowledge) < 0, False)
+        row.add_a(fn(it.question, it.hallucinated_answer, it.knowledge) < 0, True)
+    for it, distractor in pairs:
+        row.add_b(fn(it.question, template(it.right_answer), it.knowledge),
+                  fn(it.question, template(distractor), it.knowledge))
+    return row
+
+
+def _verifier_row(name: str, verifier, items, pairs, use_gold: bool, progress, batch: int = 16) -> Row:
+    from verifier_service.schema import VerifyRequest
+    row = Row(name)
+    reqs, kinds = [], []
+    for it in items:
+        gold = it.right_answer if use_gold else None
+        reqs.append(VerifyRequest(question=it.question, response=it.right_answer, materials=it.knowledge,
+                                  gold_answer=gold))
+        kinds.append(("a", False))
+        reqs.append(VerifyRequest(question=it.question, response=it.hallucinated_answer, materials=it.knowledge,
+                                  gold_answer=gold))
+        kinds.append(("a", True))
+    for it, distractor in pairs:
+        gold = it.right_answer if use_gold else None
+        for resp in (template(it.right_answer), template(distractor)):
+            reqs.append(VerifyRequest(question=it.question, response=resp, materials=it.knowledge,
+                                      gold_answer=gold))
+            kinds.append(("b", None))
+    task = progress.add_task(name, total=len(reqs))
+    results = []
+    for i in range(0, len(reqs), batch):
+        t0 = time.perf_counter()
+        results.extend(verifier.verify_many(reqs[i:i + batch]))
+        row.seconds += time.perf_counter() - t0
+        progress.advance(task, len(reqs[i:i + batch]))
+    row.n_verified = len(results)
+    b_scores = []
+    for (kind, halluc), res in zip(kinds, results):
+        for lab, c in res.label_counts().items():
+            row.labels[lab] = row.labels.get(lab, 0) + c
+        if kind == "a":
+            row.add_a(verifier_flags(res), halluc)
+        else:
+            b_scores.append(verifier_score(res))
+    for j in range(0, len(b_scores), 2):
+        row.add_b(b_scores[j], b_scores[j + 1])
+    return row
+
+
+def run_bench(split: str = "test", limit: Optional[int] = None, with_llm: bool = True, cfg=None,
+              quiet: bool = False) -> list[dict]:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from cluster.config import RLFHConfig
+    from cluster.data import load_halueval
+    from verifier_service.core import Verifier
+
+    cfg = cfg or RLFHConfig.load()
+    items = load_halueval(split)
+    if limit:
+        items = items[:limit]
+    items = [it for it in items if it.right_answer and it.hallucinated_answer]
+    pairs = [(it, d) for it in items if (d := swap_entity(it)) is not None]
+    console = Console(stderr=True, quiet=quiet)
+    console.print(f"[bold]HaluEval-QA {split}[/]: {len(items)} items -> {2 * len(items)} responses for (a); "
+                  f"{len(pairs)} entity-swap pairs for (b) ({len(items) - len(pairs)} items had no distractor)")
+    rows = [
+        _rule_row(ROW_LENGTH, rule_length, items, pairs),
+        _rule_row(ROW_LEXICAL, rule_lexical, items, pairs),
+        _rule_row(ROW_PROX, rule_proximity, items, pairs, do_a=False),
+    ]
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=False) as progress:
+        ev = Verifier(cfg, backend="evidence")
+        rows.append(_verifier_row(ROW_EV_NOGOLD, ev, items, pairs, use_gold=False, progress=progress))
+        rows.append(_verifier_row(ROW_EV_GOLD, ev, items, pairs, use_gold=True, progress=progress))
+        if with_llm and cfg.model_url:
+            llm = Verifier(cfg, backend="llm")
+            rows.append(_verifier_row(ROW_LLM, llm, items, pairs, use_gold=True, progress=progress, batch=4))
+        else:
+            r = Row(ROW_LLM)
+            r.note = "not configured (set MODEL_URL / --model-url)" if not cfg.model_url else "skipped (--no-llm)"
+            rows.append(r)
+    return [r.metrics() for r in rows]
+
+
+def print_table(metrics: list[dict], split: str, file=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"Verifier on HaluEval-QA {split}: (a) original pairs, (b) entity-swap pairs",
+              caption="(a): predicted hallucinated = any Wrong/Hedged wrong statement. (b): pairwise accuracy of "
+                      "score(right) > score(distractor), ties = 1/2; score = mean signed statement confidence.")
+    t.add_column("row")
+    for c in ("(a) acc", "(a) prec", "(a) rec", "(b) pairwise", "(b) ties", "ms/resp"):
+        t.add_column(c, justify="right")
+    for m in metrics:
+        def f(k, pct=True):
+            v = m.get(k)
+            if v is None:
+                return "-"
+            return f"{100 * v:.1f}%" if pct else (f"{v:.2f}" if isinstance(v, float) else str(v))
+        if m.get("note") and "a_accuracy" not in m and "b_pairwise" not in m:
+            t.add_row(m["row"], m["note"], "", "", "", "", "")
+            continue
+        t.add_row(m["row"], f("a_accuracy"), f("a_precision"), f("a_recall"), f("b_pairwise"),
+                  f("b_ties", False), f("ms_per_response", False))
+    con = Console(file=file, width=max(130, Console(file=file).width))
+    con.print(t)
+    con.print("(1) hallucinated if the answer has more than 5 words; (2) hallucinated if under 80% of the answer's "
+              "content words (outside the question) occur in the knowledge; (b-baseline) X scores higher the closer "
+              "it occurs to a question word in the knowledge; (3)/(4) the evidence backend without/with the gold "
+              "answer; (5) the llm backend on MODEL_URL with the gold answer.")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from cluster.config import RLFHConfig
+    cfg = RLFHConfig.from_args(args)
+    metrics = run_bench(split=args.split, limit=args.limit, with_llm=not args.no_llm, cfg=cfg)
+    print_table(metrics, args.split)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"split": args.split, "limit": args.limit, "rows": metrics}, fh, indent=2)
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+def add_parser(bench_sub: argparse._SubParsersAction) -> None:
+    from cluster.config import RLFHConfig
+    p = bench_sub.add_parser(
+        "verifier", help="Verifier accuracy on HaluEval-QA (original and entity-swap pairs).",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--split", default="test", choices=["train", "dev", "test"],
+                   help="HaluEval-QA split to evaluate (default: test, 1,504 items; tune on dev).")
+    p.add_argument("--limit", type=int, default=None, metavar="N",
+                   help="Use only the first N items of the split (default: all).")
+    p.add_argument("--json", default=None, metavar="OUT",
+                   help="Also write the metrics (per row: accuracy, precision, recall, pairwise, ties, label "
+                        "counts, ms/response) to this JSON file.")
+    p.add_argument("--no-llm", action="store_true",
+                   help="Skip the llm-backend row even when MODEL_URL is configured.")
+    RLFHConfig.add_cli_args(p, groups={"verifier"})
+    p.set_defaults(func=_run)

@@ -1,0 +1,596 @@
+"""Question analysis and answer-candidate ranking for the ``evidence`` backend (no gold answer needed).
+
+``analyze_question`` finds the expected answer type (yes/no, choice between named options, person,
+location, date, number, work, organisation, other), the head noun of "which/what X" questions, the
+options of "A or B" questions and a comparison direction ("first", "more"...).
+
+``AnswerRanker`` scores how well a candidate string answers the question *from the materials alone*:
+it must occur in the evidence, near the question's words, with a type that fits the question, not be
+part of the question itself (unless it is one of the offered options), and for comparisons it must
+win the comparison of years/numbers found next to each option. This is a small extractive-QA
+heuristic; it never looks at a gold answer.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Optional
+
+from verifier_service import text as T
+from verifier_service.retrieval import MaterialIndex
+
+# ----------------------------------------------------------------------------- lexicons
+
+PERSON_HEADS = frozenset("""
+person people man woman men women actor actress singer musician artist author writer director producer player
+politician president coach poet composer rapper songwriter comedian footballer athlete king queen leader founder
+scientist physicist screenwriter novelist journalist guitarist drummer frontman frontwoman member host designer
+architect painter engineer businessman businesswoman entrepreneur chef model wrestler boxer manager governor
+senator judge general officer lawyer philosopher mathematician economist historian inventor presenter dancer
+vocalist bassist pianist quarterback pitcher jockey candidate brother sister son daughter father mother wife
+husband child who whom whose emperor prince princess duke pope bishop monarch ruler chancellor minister
+personality star celebrity broadcaster cartoonist illustrator photographer sculptor keyboardist conductor
+tennis golfer cyclist swimmer skater driver racer astronaut explorer activist soldier commander admiral
+""".split())
+LOCATION_HEADS = frozenset("""
+city town village country state county region province island river lake mountain place location area district
+capital continent nation borough municipality suburb neighborhood neighbourhood street park territory peninsula
+sea ocean valley site venue stadium arena airport where hometown birthplace headquarters metropolitan community
+""".split())
+DATE_HEADS = frozenset("year date day month century decade season era when birthday".split())
+NUMBER_HEADS = frozenset("""
+number population amount percentage count age capacity height length size many much distance total seats
+episodes long old tall far high big
+""".split())
+WORK_HEADS = frozenset("""
+film movie album song single book novel series show play game opera musical poem documentary sitcom episode
+track record comic manga anime video program programme franchise painting artwork work title soundtrack
+""".split())
+ORG_HEADS = frozenset("""
+band group company team university college school club label organization organisation party network channel
+station brand corporation firm agency airline league church museum publisher store restaurant hotel studio
+manufacturer magazine newspaper retailer chain conglomerate institution institute foundation
+""".split())
+
+LOCATION_WORDS = frozenset("""
+city town village county state province island islands river lake mountain mountains mount park street road
+valley bay sea ocean district region borough kingdom republic empire peninsula beach falls canyon desert forest
+square avenue heights hills gulf coast harbor harbour
+""".split())
+ORG_WORDS = frozenset("""
+company inc corporation corp university college school records club fc party council association group band
+institute foundation society airlines airways network channel studios entertainment press magazine league
+orchestra academy bank hospital museum church team
+""".split())
+COUNTRIES = frozenset("""
+afghanistan albania algeria argentina armenia australia austria bangladesh belgium bolivia brazil bulgaria
+cambodia cameroon canada chile china colombia croatia cuba cyprus czech denmark ecuador egypt england estonia
+ethiopia finland france georgia germany ghana greece guatemala haiti honduras hungary iceland india indonesia
+iran iraq ireland israel italy jamaica japan jordan kenya korea latvia lebanon libya lithuania luxembourg
+malaysia mexico monaco mongolia morocco nepal netherlands holland nigeria norway pakistan panama paraguay peru
+philippines poland portugal romania russia scotland serbia singapore slovakia slovenia somalia spain sudan
+sweden switzerland syria taiwan thailand tunisia turkey uganda ukraine uruguay venezuela vietnam wales yemen
+zimbabwe america usa uk britain europe asia africa antarctica oceania
+alabama alaska arizona arkansas california colorado connecticut delaware florida hawaii idaho illinois indiana
+iowa kansas kentucky louisiana maine maryland massachusetts michigan minnesota mississippi missouri montana
+nebraska nevada ohio oklahoma oregon pennsylvania tennessee texas utah vermont virginia washington wisconsin
+wyoming london paris berlin tokyo moscow rome madrid chicago boston york angeles toronto sydney melbourne
+""".split())
+NATIONALITIES = frozenset("""
+american british english scottish welsh irish canadian australian german french italian spanish portuguese
+dutch belgian swiss austrian swedish norwegian danish finnish icelandic russian polish czech hungarian romanian
+greek turkish israeli egyptian indian pakistani chinese japanese korean vietnamese thai filipino indonesian
+mexican brazilian argentine argentinian chilean colombian peruvian cuban jamaican nigerian kenyan
+south african new zealand ukrainian serbian croatian bulgarian soviet
+""".split())
+_MONTHS = frozenset(T.MONTHS)
+_AUX = frozenset("is are was were do does did can could has have had will would should shall may might".split())
+_WH = ("who", "whom", "whose", "what", "which", "when", "where", "why", "how")
+
+_MIN_WORDS = frozenset("first earlier earliest older oldest before elder eldest fewer less least smaller smallest "
+                       "shorter shortest lower lowest".split())
+_MAX_WORDS = frozenset("later latest last younger youngest newer newest recent more most larger largest bigger "
+                       "biggest longer longest taller tallest higher highest greater greatest heavier many".split())
+_YEAR_ATTR = frozenset("first earlier earliest older oldest before elder eldest later latest last younger youngest "
+                       "newer newest recent recently born founded formed established released created opened "
+                       "started built published".split())
+
+
+@dataclass
+class QuestionInfo:
+    text: str
+    qtype: str                    # yesno | choice | person | location | date | number | work | org | other
+    head: str = ""                # head noun of which/what questions (stemmed)
+    options: list[str] = field(default_factory=list)
+    stems: set[str] = field(default_factory=set)
+    stem_list: list[str] = field(default_factory=list)
+    norm: str = ""                # " normalised question "
+    direction: str = ""           # "min" | "max" | ""
+    year_compare: bool = False
+    entities: list[str] = field(default_factory=list)
+
+    def mentions(self, phrase: str) -> bool:
+        n = T.normalize(phrase)
+        return bool(n) and f" {n} " in self.norm
+
+
+def _head_type(head: str) -> str:
+    if head in PERSON_HEADS:
+        return "person"
+    if head in LOCATION_HEADS:
+        return "location"
+    if head in DATE_HEADS:
+        return "date"
+    if head in NUMBER_HEADS:
+        return "number"
+    if head in WORK_HEADS:
+        return "work"
+    if head in ORG_HEADS:
+        return "org"
+    return "other"
+
+
+_OPTION_SPLIT_RE = re.compile(r"\s*,?\s+or\s+", re.IGNORECASE)
+
+
+def _options(q: str) -> list[str]:
+    """The two named options of an 'A or B' question ("Who is older, Ann Lee or Bob Ray?")."""
+    body = q.strip().rstrip("?").strip()
+    ms = list(_OPTION_SPLIT_RE.finditer(body))
+    if not ms:
+        return []
+    m = ms[-1]
+    left, right = body[:m.start()], body[m.end():]
+    right = right.strip().strip(",")
+    if not right or len(right.split()) > 10:
+        return []
+    # left option: after the last comma, or the trailing entity of the left part
+    if "," in left:
+        a = left[left.rfind(",") + 1:].strip()
+    else:
+        ents = [e for e in T.entities(left) if e.end >= len(left.rstrip()) - 1]
+        a = ents[-1].text if ents else ""
+    if not a or len(a.split()) > 12:
+        return []
+    if a.lower().startswith(("the ", "a ")) and len(a.split()) > 6:
+        return []
+    return [a, right]
+
+
+@lru_cache(maxsize=4096)
+def analyze_question(q: str) -> QuestionInfo:
+    ws = T.words(q)
+    stem_list = [s for s in T.content_words(q)]
+    info = QuestionInfo(text=q, qtype="other", stems=set(stem_list), stem_list=stem_list,
+                        norm=" " + T.normalize(q) + " ", entities=[e.text for e in T.entities(q)])
+    if not ws:
+        return info
+    wset = set(ws)
+    if wset & _MIN_WORDS:
+        info.direction = "min"
+    elif wset & _MAX_WORDS:
+        info.direction = "max"
+    info.year_compare = bool(wset & _YEAR_ATTR) and bool(info.direction)
+    opts = _options(q)
+    wh_pos = next((i for i, w in enumerate(ws) if w in _WH), None)
+    if ws[0] in _AUX and (wh_pos is None or wh_pos > 3):
+        info.qtype = "choice" if opts and not {"both", "same"} & wset else "yesno"
+        info.options = opts if info.qtype == "choice" else []
+        return info
+    if opts and info.direction:
+        info.qtype = "choice"
+        info.options = opts
+        return info
+    if wh_pos is None:
+        # declarative question ("... is a film about a player for the NBA team?"): last noun is the head
+        tail = [w for w in ws[-4:] if w not in T.STOPWORDS]
+        info.head = T.stem(tail[-1]) if tail else ""
+        info.qtype = _head_type(info.head) if info.head else "other"
+        if info.qtype == "other":
+            info.qtype = "entity"
+        return info
+    wh = ws[wh_pos]
+    nxt = ws[wh_pos + 1] if wh_pos + 1 < len(ws) else ""
+    if wh in ("who", "whom", "whose"):
+        info.qtype = "person"
+        if opts:
+            info.qtype, info.options = "choice", opts
+        return info
+    if wh == "when":
+        info.qtype = "date"
+        return info
+    if wh == "where":
+        info.qtype = "location"
+        return info
+    if wh == "how":
+        info.qtype = "number" if nxt in ("many", "much", "old", "long", "tall", "far", "high", "big", "large") \
+            else "other"
+        return info
+    # what / which + head noun: first lexicon noun within the next 6 words, else first plain word
+    window = ws[wh_pos + 1: wh_pos + 7]
+    head = ""
+    if window and window[0] in ("type", "types", "kind", "kinds", "sort", "form", "category") and \
+            len(window) > 2 and window[1] == "of":
+        window = window[2:]  # "what type of performances" -> head "performances"
+    for w in window:
+        st = T.stem(w)
+        if _head_type(w) != "other" or _head_type(st) != "other":
+            head = w if _head_type(w) != "other" else st
+            break
+    if not head:
+        for w in window:
+            if w not in T.STOPWORDS and not w.isdigit() and w not in NATIONALITIES:
+                head = T.stem(w)
+                break
+    info.head = head
+    info.qtype = _head_type(head)
+    if opts and (info.direction or info.qtype in ("person", "org", "work", "location", "other")):
+        if len(opts) == 2 and all(len(o.split()) <= 8 for o in opts):
+            info.qtype, info.options = "choice", opts
+            return info
+    if info.qtype == "other":
+        info.qtype = "entity"
+    return info
+
+
+# ----------------------------------------------------------------------------- candidate types
+
+_YEAR_RE = re.compile(r"(?<![0-9])(1[0-9]{3}|20[0-9]{2})")
+_AGENT_VERBS = frozenset("directed written produced founded created composed performed sung played starred hosted "
+                         "designed invented discovered painted authored illustrated coached led owned "
+                         "narrated voiced developed".split())
+ALL_HEADS = PERSON_HEADS | LOCATION_HEADS | WORK_HEADS | ORG_HEADS
+
+
+def candidate_types(x: str, idx: MaterialIndex, occ: list[tuple[int, int, int]]) -> set[str]:
+    """Coarse types of a candidate string from its shape and its evidence contexts."""
+    types: set[str] = set()
+    low = x.lower().strip()
+    ws = T.words(x)
+    if low in ("yes", "no"):
+        return {"yesno"}
+    wl = set(ws)
+    if _YEAR_RE.search(x) or (wl & _MONTHS and any(w.isdigit() for w in ws)):
+        types.add("date")
+    if T.numbers(x) and not types:
+        types.add("number")
+    if len(ws) <= 2 and wl <= NATIONALITIES | {"south", "north", "new", "zealand", "korean"} and wl & NATIONALITIES:
+        return {"nationality"}
+    if x[:1] in "\"\u201c'":
+        types.add("work")
+    if wl & LOCATION_WORDS or wl & COUNTRIES:
+        types.add("location")
+    if wl & ORG_WORDS:
+        types.add("org")
+    caps = [w for w in x.split() if w[:1].isupper()]
+    for si, pos, n in occ[:6]:
+        es = idx.sents[si]
+        nw = es.nwords
+        before = nw[max(0, pos - 3):pos]
+        after = nw[pos + n: pos + n + 4]
+        raw = es.text
+        if re.search(r"[\"\u201c]" + re.escape(x.strip("\"\u201c\u201d ")) + r"[,.]?[\"\u201d]", raw):
+            types.add("work")
+        if before and before[-1] in ("in", "at", "from", "near") and caps and "date" not in types:
+            types.add("location")
+        if after[:1] == ["born"] or (len(after) > 1 and after[0] in ("is", "was")
+                                     and (after[1] in PERSON_HEADS or after[1] in NATIONALITIES)):
+            types.add("person")
+        if len(before) >= 2 and before[-1] == "by" and before[-2] in _AGENT_VERBS and caps:
+            types.add("person")
+        if (before[-1:] and before[-1] in WORK_HEADS) or (after[:1] and after[0] in WORK_HEADS):
+            types.add("work")
+        if (before[-1:] and before[-1] in ORG_HEADS) or (after[:1] and T.stem(after[0]) in ORG_HEADS):
+            types.add("org")
+        if before[-1:] and before[-1] in PERSON_HEADS and caps:
+            types.add("person")
+        if after[:1] and after[0] in LOCATION_HEADS and after[0] not in ("where",):
+            types.add("location")
+    if not types and 2 <= len(caps) <= 4 and len(caps) == len(x.split()) and not (wl & ORG_WORDS):
+        types.add("person?")
+    if not types and caps:
+        types.add("name")
+    if not types:
+        types.add("phrase")
+    return types
+
+
+_COMPAT = {
+    # qtype -> {candidate type: score}
+    "person": {"person": 1.0, "person?": 0.7, "name": 0.3, "org": 0.0, "location": -0.6, "date": -1.0,
+               "number": -1.0, "work": -0.5, "phrase": -0.3, "nationality": -1.0},
+    "location": {"location": 1.0, "name": 0.3, "person?": -0.2, "org": 0.0, "person": -0.8, "date": -1.0,
+                 "number": -1.0, "work": -0.5, "phrase": -0.3, "nationality": 0.2},
+    "date": {"date": 1.0, "number": 0.2, "name": -1.0, "person": -1.0, "person?": -1.0, "location": -1.0,
+             "org": -1.0, "work": -1.0, "phrase": -0.5, "nationality": -1.0},
+    "number": {"number": 1.0, "date": 0.2, "name": -1.0, "person": -1.0, "person?": -1.0, "location": -1.0,
+               "org": -1.0, "work": -1.0, "phrase": -0.3, "nationality": -1.0},
+    "work": {"work": 1.0, "name": 0.3, "person?": 0.0, "org": 0.0, "person": -0.6, "location": -0.5,
+             "date": -1.0, "number": -0.8, "phrase": 0.0, "nationality": -1.0},
+    "org": {"org": 1.0, "name": 0.4, "person?": 0.0, "work": 0.0, "person": -0.5, "location": -0.3,
+            "date": -1.0, "number": -0.8, "phrase": 0.0, "nationality": -1.0},
+    "entity": {"name": 0.2, "person": 0.1, "person?": 0.1, "location": 0.1, "org": 0.1, "work": 0.1,
+               "date": -0.3, "number": -0.3, "phrase": 0.0, "nationality": -0.3},
+}
+_NATIONALITY_HEADS = frozenset("nationality citizenship ethnicity origin descent heritage language".split())
+
+
+def type_fit(qtype: str, ctypes: set[str], head: str = "") -> float:
+    if qtype == "yesno":
+        return 1.0 if "yesno" in ctypes else -2.0
+    if "yesno" in ctypes:
+        return -2.0
+    if head in _NATIONALITY_HEADS:
+        return 1.0 if "nationality" in ctypes else (0.3 if "location" in ctypes else -0.5)
+    table = _COMPAT.get(qtype)
+    if not table:
+        return 0.0
+    return max(table.get(t, 0.0) for t in ctypes)
+
+
+def _similar(a: str, b: str) -> bool:
+    """Two words are the same up to one typo (for misspelt names in questions: 'Mindon' ~ 'Minden')."""
+    if a == b:
+        return True
+    if len(a) < 4 or len(b) < 4 or abs(len(a) - len(b)) > 1 or a[0] != b[0]:
+        return False
+    if len(a) == len(b):
+        return sum(1 for x, y in zip(a, b) if x != y) <= 1
+    s, l = (a, b) if len(a) < len(b) else (b, a)
+    return any(l[:i] + l[i + 1:] == s for i in range(len(l)))
+
+
+# ----------------------------------------------------------------------------- ranker
+
+@dataclass
+class Ranking:
+    score: float           # candidate's own score
+    best_other: float      # best score among other candidates in the evidence
+    best_other_text: str
+    found: bool            # the candidate occurs in the evidence
+    type_fit: float
+    evidence: list[int]    # sentence indices used
+
+    @property
+    def margin(self) -> float:
+        return self.score - self.best_other
+
+
+class AnswerRanker:
+    """Ranks candidate answers to one question against one material index (both fixed per request).
+
+    Score of a candidate = relevance of its best evidence sentence to the question (BM25, normalised)
+    + proximity to the question's words in that sentence + head-noun agreement + type fit
+    + subject-of-the-most-relevant-passage bonus, minus a penalty when the candidate is part of the
+    question (for "A or B" questions: a bonus for the options and the comparison winner instead).
+    """
+
+    W_REL, W_PROX, W_HEAD, W_TYPE, W_SUBJ, W_INQ = 1.0, 1.5, 0.8, 1.5, 0.8, 2.0
+
+    def __init__(self, qi: QuestionInfo, idx: MaterialIndex):
+        self.qi = qi
+        self.idx = idx
+        self.qscores = idx.scores(qi.stem_list)
+        top = max(self.qscores) if self.qscores else 0.0
+        self.qrel = [s / top if top > 0 else 0.0 for s in self.qscores]
+        self.qstems = {s for s in qi.stem_list}
+        self.qwords = [w for w in T.normalize(qi.text).split() if w not in T.STOPWORDS]
+        self._cands: Optional[list[str]] = None
+        self._cache: dict[str, tuple[float, float, list[int]]] = {}
+        self._cmp: Optional[dict[str, float]] = None
+        self._subj: Optional[dict[str, float]] = None
+
+    # -- candidates present in the evidence
+    def candidates(self) -> list[str]:
+        if self._cands is None:
+            seen, out = set(), []
+            for ents in self.idx.sentence_entities:
+                for e in ents:
+                    n = e.norm
+                    if n and n not in seen and len(n) > 1:
+                        seen.add(n)
+                        out.append(e.text)
+            self._cands = out
+        return self._cands
+
+    def in_question(self, x: str) -> float:
+        """1.0 when ``x`` is part of the question (typos tolerated), 0.5 when all its words are, else 0."""
+        if self.qi.mentions(x):
+            return 1.0
+        xs = [w for w in T.normalize(x).split() if w not in T.STOPWORDS]
+        if not xs:
+            return 0.0
+        hits = sum(1 for w in xs if any(_similar(w, q) for q in self.qwords))
+        if hits == len(xs):
+            return 1.0 if len(xs) >= 2 else 0.5
+        return 0.0
+
+    def _passage_subjects(self) -> dict[str, float]:
+        """Normalised subject (first entity) of each passage -> relevance of that passage to the question."""
+        if self._subj is None:
+            self._subj = {}
+            rel: dict[int, float] = {}
+            first: dict[int, str] = {}
+            for si, es in enumerate(self.idx.sents):
+                rel[es.passage] = rel.get(es.passage, 0.0) + self.qscores[si]
+                if es.passage not in first:
+                    ents = [e for e in self.idx.sentence_entities[si] if e.kind in ("name", "quoted") and e.start < 8]
+                    if ents:
+                        first[es.passage] = ents[0].norm
+            top = max(rel.values()) if rel else 0.0
+            for p, n in first.items():
+                if top > 0 and not self.qi.mentions(n):
+                    self._subj[n] = rel[p] / top
+        return self._subj
+
+    def _proximity(self, si: int, pos: int, n: int) -> float:
+        st = self.idx.sents[si].nstems
+        tot = 0.0
+        seen = set()
+        for j, w in enumerate(st):
+            if pos <= j < pos + n or w in seen or w not in self.qstems:
+                continue
+            d = pos - j if j < pos else j - (pos + n - 1)
+            tot += 1.0 / (1.0 + d / 4.0)
+            seen.add(w)
+        return tot / max(1, len(self.qstems)) ** 0.5
+
+    def _comparison(self) -> dict[str, float]:
+        """+1/-1 per option when the question compares years/numbers ("born first", "founded earlier")."""
+        if self._cmp is not None:
+            return self._cmp
+        self._cmp = {}
+        qi = self.qi
+        if len(qi.options) != 2 or not qi.direction:
+            return self._cmp
+        vals = {}
+        for opt in qi.options:
+            v = self._option_value(opt, years=qi.year_compare)
+            if v is not None:
+                vals[T.normalize(opt)] = v
+        if len(vals) == 2:
+            (a, va), (b, vb) = vals.items()
+            if va != vb:
+                best = a if (va < vb) == (qi.direction == "min") else b
+                self._cmp = {k: (1.0 if k == best else -1.0) for k in vals}
+        return self._cmp
+
+    def _option_value(self, opt: str, years: bool) -> Optional[float]:
+        occ = self.idx.occurrences(opt, fuzzy=True)
+        if not occ:
+            last = T.normalize(opt).split()[-1:] or [""]
+            occ = self.idx.occurrences(last[0]) if last[0] and last[0] not in T.STOPWORDS else []
+        for si, pos, n in occ:
+            text = self.idx.sents[si].text
+            if years:
+                ys = _YEAR_RE.findall(text)
+                if ys:
+                    return float(ys[0])
+            else:
+                nums = [x for x in T.numbers(text) if not _YEAR_RE.fullmatch(x)]
+                nums.sort(key=lambda s: text.find(s))
+                if nums:
+                    try:
+                        return float(nums[0])
+                    except ValueError:
+                        continue
+        return None
+
+    def _head_bonus(self, x: str, occ) -> float:
+        head = self.qi.head
+        if not head:
+            return 0.0
+        xw = {T.stem(w) for w in T.words(x)}
+        if head in xw:
+            return 1.0
+        if head in ("country", "nation") and (set(T.words(x)) & COUNTRIES):
+            return 1.0
+        ctx_heads = set()
+        for si, pos, n in occ[:4]:
+            st = self.idx.sents[si].nstems
+            window = st[max(0, pos - 4):pos] + st[pos + n:pos + n + 5]
+            if head in window:
+                return 0.7
+            ctx_heads |= {w for w in st[pos + n:pos + n + 2] if w in ALL_HEADS}
+        own = (xw | ctx_heads) & ALL_HEADS
+        if own and head in ALL_HEADS and _head_type(head) == _head_type(next(iter(own))):
+            return -0.5  # same category, different head ("stadium" for "what town")
+        return 0.0
+
+    def score(self, x: str) -> tuple[float, float, list[int]]:
+        """(score, type fit, evidence sentence indices) of candidate ``x``; score is -inf if absent."""
+        key = T.normalize(x)
+        if key in self._cache:
+            return self._cache[key]
+        qi = self.qi
+        occ = self.idx.occurrences(x, fuzzy=True)
+        ctypes = candidate_types(x, self.idx, occ)
+        fit = type_fit(qi.qtype, ctypes, qi.head)
+        if not occ:
+            res = (-math.inf, fit, [])
+            self._cache[key] = res
+            return res
+        best, best_si = -math.inf, occ[0][0]
+        for si, pos, n in occ:
+            s = self.W_REL * self.qrel[si] + self.W_PROX * self._proximity(si, pos, n)
+            if s > best:
+                best, best_si = s, si
+        s = best + self.W_TYPE * fit + self.W_HEAD * self._head_bonus(x, occ)
+        s += self.W_SUBJ * self._passage_subjects().get(key, 0.0)
+        if qi.options:
+            is_option = any(T.normalize(o) == key or key in T.normalize(o) or T.normalize(o) in key
+                            for o in qi.options)
+            s += 1.5 if is_option else -1.5
+            s += 2.0 * self._comparison().get(key, 0.0)
+        else:
+            s -= self.W_INQ * self.in_question(x)
+        res = (s, fit, [best_si])
+        self._cache[key] = res
+        return res
+
+    def rank(self, x: str) -> Ranking:
+        s, fit, ev = self.score(x)
+        key = T.normalize(x)
+        kset = set(key.split())
+        best_o, best_t = -math.inf, ""
+        for c in self.candidates():
+            ck = T.normalize(c)
+            if not ck or ck == key or ck in key or key in ck or (kset and set(ck.split()) & kset):
+                continue
+            cs, _, _ = self.score(c)
+            if cs > best_o:
+                best_o, best_t = cs, c
+        if best_o == -math.inf:
+            best_o = 0.0
+        return Ranking(score=s, best_other=best_o, best_other_text=best_t, found=s > -math.inf, type_fit=fit,
+                       evidence=ev)
+
+
+# ----------------------------------------------------------------------------- yes/no
+
+def predict_yesno(qi: QuestionInfo, idx: MaterialIndex) -> tuple[Optional[str], float]:
+    """Guess the yes/no answer from the materials: ('yes'|'no'|None, confidence 0.5-0.75).
+
+    'Are both A and B American rock bands?': each subject's passage must carry the property words.
+    'Are A and B of the same nationality?': the subjects' nationality/profession words must intersect.
+    """
+    subjects = [e for e in qi.entities if T.normalize(e) and e.lower() not in ("both",)]
+    if not subjects or not idx.sents:
+        return None, 0.5
+    subj_words = {w for e in subjects for w in T.normalize(e).split()}
+    props = [s for s in qi.stem_list if s not in {T.stem(w) for w in subj_words}
+             and s not in ("both", "same", "also")]
+    passages = []
+    for e in subjects[:3]:
+        occ = idx.occurrences(e)
+        if not occ:
+            last = T.normalize(e).split()[-1]
+            occ = idx.occurrences(last) if last not in T.STOPWORDS else []
+        if not occ:
+            continue
+        pi = idx.sents[occ[0][0]].passage
+        sents = [es for es in idx.sents if es.passage == pi][:2]
+        passages.append(sents)
+    if len(passages) < 2:
+        return None, 0.5
+    if "same" in qi.stems or "same" in qi.norm.split():
+        cats = []
+        for sents in passages:
+            ws = {w for es in sents for w in es.words}
+            cats.append((ws & NATIONALITIES) | (ws & COUNTRIES) | {T.stem(w) for w in ws if T.stem(w) in PERSON_HEADS}
+                        | {T.stem(w) for w in ws if T.stem(w) in ORG_HEADS | WORK_HEADS})
+        if all(cats):
+            inter = set.intersection(*cats)
+            return ("yes", 0.65) if inter else ("no", 0.65)
+        return None, 0.5
+    if not props:
+        return None, 0.5
+    covs = []
+    for sents in passages:
+        st = {s for es in sents for s in es.stems}
+        covs.append(sum(1 for p in props if p in st) / len(props))
+    if min(covs) >= 0.5:
+        return "yes", 0.55 + 0.2 * min(covs)
+    return "no", 0.55 + 0.2 * (1 - min(covs))

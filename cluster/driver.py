@@ -1,0 +1,591 @@
+"""The single-controller PPO driver: one Python process orchestrates every Ray actor group.
+
+Read it top to bottom; one PPO step is, as data::
+
+    prompts (question, evidence, gold answer)        cluster.data + cluster.prompts.render_prompt
+      -> rollout engines: n samples per prompt        token ids, text, per-token character offsets
+      -> reward function (default: the reward service over HTTP, verifier behind it)
+                                                      token rewards aligned by the engines' offsets
+      -> reference / policy / critic forwards         ref log-probs, old log-probs, values   [B, R]
+      -> KL_t = kl(old, ref);  r_t = clip(token reward) - kl_coef * KL_t       (core_algos)
+      -> [caution reward] [outcome-variance filter]  advantages (GAE / group) [FSPO flip]
+      -> PPO epochs: critic (always), policy (after FREEZING_ACTOR_STEPS)
+      -> weight sync policy -> rollout engines
+      -> metrics (Ray / Prometheus, TensorBoard, metrics.jsonl), checkpoint every SAVE_STEP
+
+The math lives in :mod:`cluster.core_algos`, experience assembly in
+:mod:`cluster.experience`, checkpoints in :mod:`cluster.checkpoint`. The
+reward function is pluggable (``Trainer(cfg, reward_fn=...)``): the reward
+service is the default; :class:`cluster.experience.KeywordReward` is an
+in-process one for tests and demos.
+
+A batch whose rewards cannot be had (the reward service is down after the
+client's bounded retries) is skipped and counted (``rlfh_skipped_batches_total``,
+progress bar, summary); it is never trained on as zero reward. After
+:data:`MAX_CONSECUTIVE_SKIPS` skipped batches in a row the run stops with a
+clear error (a checkpoint is written first).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+import torch
+
+from cluster import metrics
+from cluster.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
+from cluster.config import ConfigError, RLFHConfig
+from cluster.data import QAItem, load_items
+from cluster.experience import (KeywordReward, ServiceReward, SkipCounter, fetch_rewards, label_mix,
+                                last_token_rewards, reward_items, rewards_to_tensors)
+from cluster.train_report import PHASES, format_mix, plot_curves, print_summary, read_metrics
+
+log = logging.getLogger(__name__)
+
+MAX_CONSECUTIVE_SKIPS = 5
+__all__ = ["Trainer", "TrainResult", "train", "load_prompts", "epoch_order", "KeywordReward", "PHASES"]
+
+
+# --------------------------------------------------------------------------------------
+# prompts and data order
+# --------------------------------------------------------------------------------------
+
+def load_prompts(cfg: RLFHConfig) -> list[QAItem]:
+    """Training prompts from PROMPT_DATA (at most MAX_SAMPLES). Refuses HaluEval's held-out test split."""
+    spec = cfg.prompt_data.strip()
+    if spec.startswith("halueval"):
+        split = spec.partition(":")[2] or "all"
+        if split in ("test", "all"):
+            raise ConfigError(
+                f"PROMPT_DATA (--prompt-data) = {spec!r}: "
+                + ("the test split" if split == "test" else "'all' includes the test split, which")
+                + " is held out for evaluation and is never trained on; use halueval:train (or halueval:dev)")
+    items = load_items(spec, limit=cfg.max_samples)
+    if len(items) < cfg.rollout_batch_size:
+        raise ConfigError(f"PROMPT_DATA (--prompt-data) = {spec!r} has {len(items)} prompts (MAX_SAMPLES="
+                          f"{cfg.max_samples}), fewer than ROLLOUT_BATCH_SIZE={cfg.rollout_batch_size}; "
+                          "lower ROLLOUT_BATCH_SIZE or give more prompts")
+    return items
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> np.ndarray:
+    """The shuffled prompt order of one epoch (a pure function of seed and epoch: resumable)."""
+    return np.random.default_rng([int(seed), int(epoch)]).permutation(n)
+
+
+def plan_steps(cfg: RLFHConfig, n_prompts: int) -> tuple[int, int]:
+    """``(steps_per_epoch, total_steps)``: full batches only; MAX_STEPS caps the total when > 0."""
+    per_epoch = n_prompts // cfg.rollout_batch_size
+    total = per_epoch * cfg.num_episodes
+    if cfg.max_steps:
+        total = min(total, cfg.max_steps)
+    return per_epoch, total
+
+
+def next_prompt_indices(state: TrainerState, n_prompts: int, batch: int, seed: int) -> list[int]:
+    """Dataset indices of the next batch; advances ``state.epoch`` / ``state.index`` in place."""
+    if state.index + batch > n_prompts:  # the tail that does not fill a batch is dropped
+        state.epoch += 1
+        state.index = 0
+    idx = epoch_order(n_prompts, seed, state.epoch)[state.index:state.index + batch]
+    state.index += batch
+    return [int(i) for i in idx]
+
+
+# --------------------------------------------------------------------------------------
+# small helpers
+# --------------------------------------------------------------------------------------
+
+class PhaseTimer:
+    """Wall time per phase of one step: ``with timer("generate"): ...``."""
+
+    def __init__(self):
+        self.times: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.times[phase] = self.times.get(phase, 0.0) + time.perf_counter() - t0
+
+
+def _mean_dicts(dicts: Sequence[dict]) -> dict[str, float]:
+    """Mean of the numeric values of per-rank metric dicts."""
+    out: dict[str, list[float]] = {}
+    for d in dicts:
+        for k, v in (d or {}).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out.setdefault(k, []).append(float(v))
+    return {k: sum(v) / len(v) for k, v in out.items()}
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
+    from cluster.core_algos import masked_mean
+    return float(masked_mean(x, mask))
+
+
+@dataclass
+class TrainResult:
+    """What a run did (the summary table is printed from this and metrics.jsonl)."""
+
+    completed: bool
+    state: TrainerState
+    history: list[dict] = field(default_factory=list)
+    model_dir: Optional[str] = None
+    checkpoint: Optional[str] = None
+    wall_time_s: float = 0.0
+    curves_png: Optional[str] = None
+    dashboard_url: Optional[str] = None
+    resumed_from: Optional[str] = None
+    steps_this_run: int = 0
+
+
+class _StopRequest:
+    """First Ctrl-C: finish the current step, save, stop. Second Ctrl-C: abort at once."""
+
+    def __init__(self):
+        self.requested = False
+        self._old = None
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self._old = signal.getsignal(signal.SIGINT)
+
+        def handler(signum, frame):
+            if self.requested:
+                raise KeyboardInterrupt
+            self.requested = True
+            log.warning("Ctrl-C: finishing this step, then saving a checkpoint (Ctrl-C again to abort now)")
+        signal.signal(signal.SIGINT, handler)
+
+    def uninstall(self) -> None:
+        if self._old is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, self._old)
+            self._old = None
+
+
+# --------------------------------------------------------------------------------------
+# the trainer
+# --------------------------------------------------------------------------------------
+
+class Trainer:
+    """PPO over Ray actor groups, driven from this process.
+
+    Args:
+        cfg: the run's settings.
+        reward_fn: ``items -> results`` (see :class:`cluster.experience.RewardFn`); None: the reward service
+            (REWARD_URL, or deployed here on the current Ray).
+        groups: already created :class:`actors.group.Groups` (tests reuse them; they are not shut down here).
+        ray_num_cpus / include_dashboard: for the embedded Ray (ignored when Ray is up or RAY_ADDRESS is set).
+        show_progress: tqdm bar and the summary table.
+    """
+
+    def __init__(self, cfg: RLFHConfig, reward_fn: Optional[Callable] = None, groups=None, *,
+                 ray_num_cpus: Optional[float] = None, include_dashboard: Optional[bool] = None,
+                 show_progress: bool = True):
+        self.cfg = cfg
+        self.reward_fn = reward_fn
+        self.groups = groups
+        self._own_groups = groups is None
+        self._ray_num_cpus = ray_num_cpus
+        self._include_dashboard = include_dashboard
+        self.show_progress = show_progress
+        self.save_path = Path(cfg.save_path)
+        self.metrics_path = self.save_path / "metrics.jsonl"
+        self.skips = SkipCounter()
+        self.state = TrainerState()
+        self.history: list[dict] = []
+        self.ray = None
+        self._deployed_service = False
+        self._service_reward: Optional[ServiceReward] = None
+        self._tb = None
+        self.resumed_from: Optional[str] = None
+        self.last_checkpoint: Optional[str] = None
+
+    # ------------------------------------------------------------------ setup
+    def setup(self) -> "Trainer":
+        cfg = self.cfg
+        from actors.model_loader import load_tokenizer
+        from cluster.ray_bootstrap import start_ray
+
+        self.prompts = load_prompts(cfg)
+        self.steps_per_epoch, self.total_steps = plan_steps(cfg, len(self.prompts))
+        log.info("%d training prompts from %s: %d steps per epoch, %d steps planned", len(self.prompts),
+                 cfg.prompt_data, self.steps_per_epoch, self.total_steps)
+        self.tokenizer = load_tokenizer(cfg.model_path)
+        self.pad_id = int(self.tokenizer.pad_token_id)
+        self.save_path.mkdir(parents=True, exist_ok=True)
+
+        self.ray = start_ray(cfg, num_cpus=self._ray_num_cpus, include_dashboard=self._include_dashboard)
+        if self.reward_fn is None:
+            url = cfg.reward_url or self._deploy_reward_service()
+            self._service_reward = ServiceReward(url, cfg)
+            self._service_reward.client.wait_ready(timeout_s=120.0)
+            self.reward_fn = self._service_reward
+            log.info("rewards from the reward service at %s", url)
+        if self.groups is None:
+            from actors.group import create_groups
+            t0 = time.time()
+            self.groups = create_groups(cfg)
+            log.info("actor groups up in %.0fs", time.time() - t0)
+        self._resume()
+        if cfg.use_tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+            self._tb = SummaryWriter(str(self.save_path / "tensorboard"))
+        return self
+
+    def _deploy_reward_service(self) -> str:
+        from cluster.ray_bootstrap import free_port, port_is_free
+        from reward_service.app import deploy
+        port = self.cfg.serve_port
+        if not port_is_free(port, self.cfg.serve_host if self.cfg.serve_host not in ("0.0.0.0", "::") else "127.0.0.1"):
+            new = free_port()
+            log.warning("SERVE_PORT %d is taken on this machine; the reward service uses %d instead", port, new)
+            port = new
+        url = deploy(self.cfg, host=self.cfg.serve_host, port=port)
+        self._deployed_service = True
+        return url
+
+    def _resume(self) -> None:
+        """Continue from the latest checkpoint in CKPT_PATH (same step, same data position), if any."""
+        ckpt = latest_checkpoint(self.cfg.effective_ckpt_path)
+        if ckpt is None:
+            if self.metrics_path.exists():  # a fresh run in an old SAVE_PATH: start a new log
+                self.metrics_path.rename(self.metrics_path.with_suffix(f".jsonl.{int(time.time())}.old"))
+            return
+        self.state = load_checkpoint(ckpt, self.groups)
+        self.skips.total = self.state.skipped_batches
+        self.resumed_from = str(ckpt)
+        self.last_checkpoint = str(ckpt)
+        # the engines generate with the restored policy
+        from actors.weight_sync import sync_weights
+        sync_weights(self.groups.policy, self.groups.rollout)
+        # drop log lines of steps after the checkpoint (they will be redone)
+        self.history = [r for r in read_metrics(self.metrics_path) if r.get("step", 0) <= self.state.step]
+        with open(self.metrics_path, "w", encoding="utf-8") as fh:
+            for r in self.history:
+                fh.write(json.dumps(r) + "\n")
+        log.info("resuming at step %d (epoch %d, prompt %d of the shuffled order) from %s",
+                 self.state.step, self.state.epoch, self.state.index, ckpt)
+
+    # ------------------------------------------------------------------ the loop
+    def fit(self) -> TrainResult:
+        cfg = self.cfg
+        t_start = time.time()
+        wall_before = self.state.wall_time_s
+        start_step = self.state.step
+        stop = _StopRequest()
+        stop.install()
+        bar = None
+        completed = False
+        try:
+            if self.show_progress:
+                from tqdm.auto import tqdm
+                bar = tqdm(total=self.total_steps, initial=min(start_step, self.total_steps), desc="rlfh train",
+                           unit="step", dynamic_ncols=True)
+            while self.state.step < self.total_steps and not stop.requested:
+                row = self.step()
+                self.state.wall_time_s = wall_before + time.time() - t_start
+                self._log(row)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix_str(self._postfix(row), refresh=True)
+                if cfg.save_step and self.state.step % cfg.save_step == 0:
+                    self.save()
+                if self.skips.consecutive >= MAX_CONSECUTIVE_SKIPS:
+                    self.save()
+                    raise RuntimeError(
+                        f"{self.skips.consecutive} batches in a row skipped: the reward service is unavailable "
+                        f"({self.skips.last_error}). Checkpoint saved at step {self.state.step}; fix the service "
+                        "(REWARD_URL / `rlfh serve`) and rerun to resume.")
+            completed = self.state.step >= self.total_steps
+        except KeyboardInterrupt:
+            log.warning("aborted by a second Ctrl-C: no checkpoint written for the current step")
+            raise
+        finally:
+            stop.uninstall()
+            if bar is not None:
+                bar.close()
+        self.state.wall_time_s = wall_before + time.time() - t_start
+        ran = self.state.step - start_step
+        if ran > 0 or self.last_checkpoint is None:
+            self.save()
+        model_dir = self._save_final() if (completed and (ran > 0 or not (self.save_path / "final").exists())) \
+            else (str(self.save_path / "final") if (self.save_path / "final").exists() else None)
+        return self._report(completed, model_dir, ran, time.time() - t_start)
+
+    def step(self) -> dict[str, Any]:
+        """One PPO step on the next batch of prompts. Returns its metrics record."""
+        cfg = self.cfg
+        state = self.state
+        prompt_idx = next_prompt_indices(state, len(self.prompts), cfg.rollout_batch_size, cfg.seed)
+        state.step += 1
+        step = state.step
+        timer = PhaseTimer()
+        t0 = time.perf_counter()
+        row: dict[str, Any] = {"step": step, "epoch": state.epoch, "data_index": state.index,
+                               "prompts": prompt_idx}
+
+        exp = self.make_experience([self.prompts[i] for i in prompt_idx], step, timer, row)
+        if exp is not None:
+            row.update(self.train_on(exp, step, timer))
+        state.samples_seen += cfg.rollout_batch_size * cfg.n_samples_per_prompt
+        state.skipped_batches = self.skips.total
+        row["skipped"] = exp is None
+        row["skipped_batches"] = self.skips.total
+        for p in PHASES:
+            row[f"time/{p}"] = round(timer.times.get(p, 0.0), 4)
+        row["time/total"] = round(time.perf_counter() - t0, 4)
+        return row
+
+    # ------------------------------------------------------------------ experience
+    def make_experience(self, prompts: list[QAItem], step: int, timer: PhaseTimer,
+                        row: dict[str, Any]) -> Optional[dict[str, torch.Tensor]]:
+        """Rollout -> rewards -> forwards -> shaped rewards -> advantages. None when the batch is skipped."""
+        from actors.rollout import generate_on_engines
+        from actors.types import make_batch
+        from cluster import core_algos as algo
+        from cluster.prompts import render_prompt
+        cfg, g = self.cfg, self.groups
+        n = cfg.n_samples_per_prompt
+
+        # 1. rollout: n samples per prompt, prompt-major
+        with timer("generate"):
+            texts = [render_prompt(self.tokenizer, p.question, p.knowledge_text, cfg.prompt_mode) for p in prompts]
+            samples = generate_on_engines(g.rollout, texts, n, cfg.generate_max_len, cfg.temperature, cfg.top_p,
+                                          seed=cfg.seed * 100_003 + step)
+            batch = make_batch(samples, self.pad_id)
+        mask = batch["action_mask"]
+        n_tokens = int(mask.sum())
+        row["rollout_tokens"] = n_tokens
+        row["rollout_tokens_per_s"] = n_tokens / max(timer.times["generate"], 1e-9)
+        row["response_length"] = n_tokens / len(samples)
+        row["truncated_rate"] = sum(s.finish_reason == "length" for s in samples) / len(samples)
+
+        # 2. rewards: token rewards aligned by the engines' own character offsets
+        with timer("reward"):
+            results = fetch_rewards(self.reward_fn, reward_items(samples, prompts), self.skips)
+        if results is None:
+            return None
+        token_rewards, label_signs = rewards_to_tensors(results, mask)
+        scores = torch.tensor([float(r.score) for r in results])
+        is_correct = torch.tensor([bool(r.is_correct) for r in results])
+        abstained = torch.tensor([bool(r.abstained) for r in results])
+        mix, n_statements = label_mix(results)
+        row.update({"score_mean": float(scores.mean()), "correct_rate": float(is_correct.float().mean()),
+                    "abstain_rate": float(abstained.float().mean()),
+                    "statements_per_response": n_statements / len(results),
+                    "cached_rate": sum(bool(getattr(r, "cached", False)) for r in results) / len(results),
+                    **{f"label_share/{k}": v for k, v in mix.items()}})
+        if cfg.caution_reward:  # correct = 1; "I don't know" = 1 when no sample of the prompt is correct
+            token_rewards = last_token_rewards(algo.caution_rewards(is_correct, abstained, n), mask)
+
+        # 3. forwards: reference log-probs, old log-probs, values
+        if g.reference is not None:
+            with timer("reference"):
+                ref_logprobs = g.reference.dispatch_cat("logprobs", batch)
+        values = None
+        if g.critic is not None:
+            with timer("critic"):
+                values = g.critic.dispatch_cat("values", batch)
+        with timer("policy_forward"):
+            old_logprobs = g.policy.dispatch_cat("logprobs", batch)
+
+        # 4. KL and shaped per-token rewards: r_t = clip(token reward) - kl_coef * KL_t
+        if g.reference is not None:
+            kl = algo.kl_penalty(old_logprobs, ref_logprobs, cfg.kl_estimator)
+            kl = torch.where(mask, kl, torch.zeros(()))
+        else:
+            kl = torch.zeros_like(old_logprobs)
+        rewards = algo.shape_token_rewards(token_rewards, kl, mask, cfg.kl_coef, cfg.reward_clip)
+        reward_totals = token_rewards.clamp(-cfg.reward_clip, cfg.reward_clip).sum(dim=1)   # [B], before KL
+        row["reward_mean"] = float(reward_totals.mean())
+        row["kl"] = _masked_mean(kl, mask)
+        row["return_mean"] = float(rewards.sum(dim=1).mean())
+
+        # 5. optional: drop prompts whose samples all scored alike (no learning signal)
+        keep = algo.filter_by_outcome_variance(reward_totals, n, cfg.filter_variance)
+        row["kept_fraction"] = float(keep.float().mean())
+        if not bool(keep.any()):
+            log.info("step %d: every prompt filtered out by FILTER_VARIANCE=%g; nothing to train on",
+                     step, cfg.filter_variance)
+            metrics.inc("rlfh_skipped_batches_total", 1, {"reason": "filtered"})
+            return {}
+        if not bool(keep.all()):
+            batch = {k: v[keep] for k, v in batch.items()}
+            rewards, mask, label_signs, old_logprobs = rewards[keep], mask[keep], label_signs[keep], old_logprobs[keep]
+            values = values[keep] if values is not None else None
+
+        # 6. advantages (GAE with the critic, or a group estimator), optional FSPO sign flip
+        advantages, returns = algo.compute_advantages(
+            cfg.advantage_estimator, rewards, mask, values=values, n_samples_per_prompt=n, gamma=cfg.gamma,
+            lambd=cfg.lambd)
+        if cfg.fspo:
+            advantages = algo.fspo_flip(advantages, label_signs)
+        row["advantage_mean"] = _masked_mean(advantages, mask)
+        row["advantage_abs_mean"] = _masked_mean(advantages.abs(), mask)
+
+        exp = dict(batch, old_logprobs=old_logprobs, advantages=advantages, returns=returns)
+        if values is not None:
+            exp["old_values"] = values
+        return exp
+
+    # ------------------------------------------------------------------ training
+    def train_on(self, exp: dict[str, torch.Tensor], step: int, timer: PhaseTimer) -> dict[str, Any]:
+        """PPO epochs on the critic (always) and the policy (after FREEZING_ACTOR_STEPS), then weight sync."""
+        from actors.weight_sync import sync_weights
+        cfg, g = self.cfg, self.groups
+        out: dict[str, Any] = {}
+        if not exp:  # every prompt filtered out
+            return out
+        base = ("sequences", "attention_mask", "action_mask")
+        policy_keys = base + ("old_logprobs", "advantages")
+        critic_keys = base + ("old_values", "returns")
+        train_policy = step > cfg.freezing_actor_steps
+        gen = torch.Generator().manual_seed(cfg.seed * 7_919 + step)
+        policy_stats, critic_stats = [], []
+        with timer("train"):
+            for epoch in range(cfg.max_epochs):
+                B = exp["sequences"].shape[0]
+                perm = torch.randperm(B, generator=gen) if epoch > 0 else torch.arange(B)
+                # the critic and the policy are different actors: train them concurrently
+                crefs = (g.critic.dispatch_async("train_step", {k: exp[k][perm] for k in critic_keys})
+                         if g.critic is not None else [])
+                prefs = (g.policy.dispatch_async("train_step", {k: exp[k][perm] for k in policy_keys})
+                         if train_policy else [])
+                import ray
+                critic_stats += ray.get(crefs)
+                policy_stats += ray.get(prefs)
+        out.update({f"policy/{k}": v for k, v in _mean_dicts(policy_stats).items()})
+        out.update({f"critic/{k}": v for k, v in _mean_dicts(critic_stats).items()})
+        out["policy_trained"] = train_policy
+        if train_policy:
+            with timer("sync"):
+                out["weights_version"] = int(sync_weights(g.policy, g.rollout))
+        return out
+
+    # ------------------------------------------------------------------ logging
+    def _log(self, row: dict[str, Any]) -> None:
+        self.history.append(row)
+        with open(self.metrics_path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row) + "\n")
+        step = row["step"]
+        metrics.set_gauge("rlfh_train_step", step)
+        for p in PHASES + ("total",):
+            metrics.set_gauge("rlfh_step_time_seconds", row.get(f"time/{p}", 0.0), {"phase": p})
+        if not row.get("skipped"):
+            metrics.set_gauge("rlfh_train_kl", row.get("kl", 0.0))
+            metrics.set_gauge("rlfh_train_response_length", row.get("response_length", 0.0))
+            metrics.set_gauge("rlfh_rollout_tokens_per_second", row.get("rollout_tokens_per_s", 0.0))
+            metrics.set_gauge("rlfh_reward_mean", row.get("reward_mean", 0.0), {"source": "train"})
+            for k, v in row.items():
+                if k.startswith("label_share/"):
+                    metrics.set_gauge("rlfh_label_share", v, {"label": k.split("/", 1)[1], "source": "train"})
+            if "policy/policy_loss" in row:
+                metrics.set_gauge("rlfh_train_policy_loss", row["policy/policy_loss"])
+            if "critic/value_loss" in row:
+                metrics.set_gauge("rlfh_train_value_loss", row["critic/value_loss"])
+        if self._tb is not None and step % self.cfg.logging_steps == 0:
+            for k, v in row.items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and k != "step":
+                    self._tb.add_scalar(k, v, step)
+            self._tb.flush()
+        if step % self.cfg.logging_steps == 0:
+            log.debug("step %d: %s", step, {k: v for k, v in row.items() if k != "prompts"})
+
+    def _postfix(self, row: dict[str, Any]) -> str:
+        if row.get("skipped"):
+            return f"SKIPPED (reward service down) skipped={self.skips.total}"
+        parts = [f"reward={row.get('reward_mean', 0.0):+.3f}", f"kl={row.get('kl', 0.0):.4f}",
+                 f"len={row.get('response_length', 0.0):.0f}"]
+        mix = {k.split('/', 1)[1]: v for k, v in row.items() if k.startswith("label_share/")}
+        if mix:
+            parts.append(format_mix(mix))
+        parts.append(f"{row.get('time/total', 0.0):.0f}s/step")
+        if self.skips.total:
+            parts.append(f"skipped={self.skips.total}")
+        return " ".join(parts)
+
+    # ------------------------------------------------------------------ saving
+    def save(self) -> str:
+        """Checkpoint now (policy + critic HF folders, optimizer state, data position, RNG, config)."""
+        self.state.skipped_batches = self.skips.total
+        path = save_checkpoint(self.cfg.effective_ckpt_path, self.state, self.groups, self.cfg, self.cfg.max_ckpt_num)
+        self.last_checkpoint = str(path)
+        return self.last_checkpoint
+
+    def _save_final(self) -> str:
+        out = self.save_path / "final"
+        tmp = self.save_path / ".final.tmp"
+        import shutil
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        self.groups.policy.run("save_hf", str(tmp))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+        log.info("final policy (HF format) saved to %s", out)
+        return str(out)
+
+    def _report(self, completed: bool, model_dir: Optional[str], ran: int, wall: float) -> TrainResult:
+        rows = read_metrics(self.metrics_path) or self.history
+        png = plot_curves(rows, self.save_path / "training_curves.png")
+        result = TrainResult(completed=completed, state=self.state, history=rows, model_dir=model_dir,
+                             checkpoint=self.last_checkpoint, wall_time_s=self.state.wall_time_s,
+                             curves_png=str(png) if png else None,
+                             dashboard_url=self.ray.dashboard_url if self.ray else None,
+                             resumed_from=self.resumed_from, steps_this_run=ran)
+        if self.show_progress:
+            print_summary(rows, {
+                "steps": self.state.step, "wall_time_s": self.state.wall_time_s,
+                "skipped_batches": self.skips.total, "model_dir": model_dir, "checkpoint": self.last_checkpoint,
+                "metrics_path": str(self.metrics_path),
+                "tensorboard_dir": str(self.save_path / "tensorboard") if self.cfg.use_tensorboard else None,
+                "curves_png": result.curves_png, "dashboard_url": result.dashboard_url})
+        return result
+
+    # ------------------------------------------------------------------ teardown
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        if self._service_reward is not None:
+            self._service_reward.close()
+        if self._own_groups and self.groups is not None:
+            try:
+                self.groups.shutdown()
+            except Exception as e:  # pragma: no cover - best effort at exit
+                log.warning("shutting the actor groups down failed: %s", e)
+            self.groups = None
+        if self._deployed_service:
+            from reward_service.app import shutdown
+            shutdown()
+            self._deployed_service = False
+        if self.ray is not None:
+            self.ray.shutdown()
+            self.ray = None
+
+    def __enter__(self) -> "Trainer":
+        return self.setup()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def train(cfg: RLFHConfig, reward_fn: Optional[Callable] = None, groups=None, **kwargs) -> TrainResult:
+    """Set up, train to the end (or Ctrl-C), save, print the summary, tear down."""
+    with Trainer(cfg, reward_fn=reward_fn, groups=groups, **kwargs) as trainer:
+        return trainer.fit()

@@ -1,0 +1,43 @@
+"""`rlfh train`: every setting as a flag, environment variables as defaults (flag > env > default).
+
+Only argparse and the config are imported here; torch / ray load inside :func:`_cmd_train`.
+"""
+from __future__ import annotations
+
+import argparse
+
+from cluster.config import RLFHConfig
+
+DESCRIPTION = """\
+Train a policy with on-policy RL from fine-grained knowledge feedback (RLFH).
+
+One step: the rollout engines sample N answers per prompt; the reward service (Ray Serve, over HTTP)
+verifies every atomic statement against the prompt's evidence and returns token-level rewards aligned
+to the engines' token offsets; the driver adds the per-token KL penalty to the frozen reference,
+computes advantages (GAE with a critic, or a group estimator), runs the PPO epochs on the policy (and
+critic) groups, and syncs the new weights into the rollout engines.
+
+With no flags and no environment it trains the embedded default: SmolLM2-135M-Instruct on the
+HaluEval-QA train split, the evidence verifier, one replica per group on CPU (an embedded local Ray).
+Checkpoints go to SAVE_PATH/checkpoints every SAVE_STEP steps, at the end and on Ctrl-C; a run resumes
+from the latest checkpoint in CKPT_PATH automatically (same step, same data position).
+Outputs: SAVE_PATH/final (HF model), metrics.jsonl, tensorboard/, training_curves.png.
+"""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train", help="Train the policy with PPO / GRPO on token-level factuality rewards (the embedded default "
+                      "without arguments).",
+        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Every flag is also an environment variable (shown in brackets); `rlfh config` lists the values "
+               "the current environment gives them.")
+    RLFHConfig.add_cli_args(p)
+    p.set_defaults(func=_cmd_train)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    cfg = RLFHConfig.from_args(args)
+    from cluster.driver import train
+    result = train(cfg)
+    return 0 if result.completed else 130

@@ -1,0 +1,272 @@
+"""Experience assembly: rollouts + rewards -> the tensors one PPO step trains on.
+
+The driver (:mod:`cluster.driver`) calls these in order; none of them talk to
+Ray, so every piece is unit-testable with plain tensors:
+
+* :func:`reward_items` builds the reward service's request items from the
+  rollout samples (question, response, materials, gold answer and the engines'
+  own token character offsets: alignment by offsets, never by re-decoding);
+* a **reward function** turns items into per-token rewards. :class:`ServiceReward`
+  (the default) calls the reward service over HTTP; :class:`KeywordReward` is a
+  tiny in-process one (rewards the tokens of a chosen word: tests, demos). Any
+  callable ``items -> list[result]`` works, where a result has the fields of
+  :class:`TokenRewards` (the reward service's ``ItemReward`` does);
+* :func:`fetch_rewards` calls it and turns "the service is down after its bounded
+  retries" into a skipped, counted batch (never a zero reward);
+* :func:`rewards_to_tensors` places per-token rewards into ``[B, R]`` tensors
+  aligned with the batch's ``action_mask``;
+* :func:`last_token_rewards` puts one scalar per response on its last token
+  (the caution reward);
+* :func:`label_mix` summarises the statement labels of a batch.
+
+Shapes: ``B`` responses (prompt-major: ``n`` samples per prompt in a row),
+``R`` padded response length.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Protocol, Sequence
+
+import torch
+
+from verifier_service.schema import LABELS
+
+log = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------------------
+# reward results and reward functions
+# --------------------------------------------------------------------------------------
+
+@dataclass
+class TokenRewards:
+    """Rewards of one response; the fields the driver reads (the service's ``ItemReward`` has them too).
+
+    ``token_rewards`` and ``token_label_signs`` have one entry per response token (``len(response_token_ids)``).
+    """
+
+    token_rewards: list[float]
+    token_label_signs: list[int]
+    score: float
+    is_correct: bool = False
+    abstained: bool = False
+    label_counts: dict[str, int] = field(default_factory=dict)
+    num_statements: int = 0
+    num_unaligned: int = 0
+    cached: bool = False
+
+
+class RewardFn(Protocol):
+    """``items -> one result per item`` (same order). Raise :class:`RewardUnavailable` (or the service
+    client's ``RewardServiceUnavailable``) when no rewards can be had: the driver then skips the batch."""
+
+    def __call__(self, items: list[dict[str, Any]]) -> Sequence[Any]: ...
+
+
+class RewardUnavailable(RuntimeError):
+    """Rewards could not be obtained for a batch (after the reward function's own bounded retries)."""
+
+
+def unavailable_errors() -> tuple[type[BaseException], ...]:
+    """Exception types that mean "skip this batch": ours and the service client's."""
+    errs: list[type[BaseException]] = [RewardUnavailable]
+    try:
+        from reward_service.client import RewardServiceUnavailable
+        errs.append(RewardServiceUnavailable)
+    except ImportError:  # pragma: no cover - client not installed
+        pass
+    return tuple(errs)
+
+
+class ServiceReward:
+    """The reward service over HTTP (``POST /v1/rewards``) through :class:`reward_service.client.RewardClient`.
+
+    The client has the timeout and the bounded retries (``REWARD_TIMEOUT_S``, ``REWARD_MAX_RETRIES``) and
+    raises ``RewardServiceUnavailable`` when they are spent. The run's reward settings
+    (``VERIFICATION_MAP``, ``GRANULARITY``...) are sent as per-request overrides, so an external service
+    (``REWARD_URL``) rewards exactly as this run is configured.
+    """
+
+    def __init__(self, url: str, cfg, send_overrides: bool = True):
+        from reward_service.client import RewardClient
+        self.url = url
+        self.client = RewardClient.from_config(cfg, url=url)
+        self.overrides = cfg.reward_settings() if send_overrides else None
+
+    def __call__(self, items: list[dict[str, Any]]) -> Sequence[Any]:
+        return self.client.rewards(items, overrides=self.overrides)
+
+    def close(self) -> None:
+        close = getattr(self.client, "close", None)
+        if close:
+            close()
+
+
+class KeywordReward:
+    """In-process reward: ``value`` on every token that overlaps an occurrence of ``word``.
+
+    Matching is case-insensitive on whole words of the response text; token positions come from the
+    items' ``token_offsets`` (the same alignment contract as the service). Tokens of a matched word get
+    label sign +1 (as a "Correct" statement), so FSPO runs work with it too. A response containing the
+    word counts as correct. Deterministic and instant: used by the learning test and for demos.
+    """
+
+    def __init__(self, word: str, value: float = 1.0):
+        if not word.strip():
+            raise ValueError("KeywordReward: word must be a non-empty string")
+        self.word = word.strip()
+        self.value = float(value)
+        self._re = re.compile(r"(?<!\w)" + re.escape(self.word) + r"(?!\w)", re.IGNORECASE)
+
+    def __call__(self, items: list[dict[str, Any]]) -> list[TokenRewards]:
+        out = []
+        for it in items:
+            spans = [m.span() for m in self._re.finditer(it["response"])]
+            offsets = it["token_offsets"]
+            rewards = [0.0] * len(offsets)
+            signs = [0] * len(offsets)
+            for s, e in spans:
+                for t, (a, b) in enumerate(offsets):
+                    if a < e and b > s:  # token overlaps the word
+                        rewards[t] = self.value
+                        signs[t] = 1
+            out.append(TokenRewards(token_rewards=rewards, token_label_signs=signs, score=float(sum(rewards)),
+                                    is_correct=bool(spans), label_counts={"Correct": len(spans)},
+                                    num_statements=len(spans)))
+        return out
+
+
+# --------------------------------------------------------------------------------------
+# items, skipping, tensors
+# --------------------------------------------------------------------------------------
+
+def reward_items(samples: Sequence[Any], prompts: Sequence[Any]) -> list[dict[str, Any]]:
+    """Reward-service items for rollout samples.
+
+    Args:
+        samples: ``RolloutSample``s; ``sample.prompt_index`` indexes ``prompts``.
+        prompts: the step's ``QAItem``s (question, knowledge, right_answer).
+    Returns:
+        one dict ``{question, response, materials, gold_answer, token_offsets}`` per sample; ``token_offsets``
+        are the engine's ``[start, end)`` character spans, one per response token.
+    """
+    items = []
+    for s in samples:
+        p = prompts[s.prompt_index]
+        items.append({"question": p.question, "response": s.response_text, "materials": list(p.knowledge),
+                      "gold_answer": p.right_answer,
+                      "token_offsets": [[int(a), int(b)] for a, b in s.token_offsets]})
+    return items
+
+
+@dataclass
+class SkipCounter:
+    """Batches skipped because rewards were unavailable (the run's total, and the last reason)."""
+
+    total: int = 0
+    consecutive: int = 0
+    last_error: str = ""
+    reasons: Counter = field(default_factory=Counter)
+
+    def record(self, reason: str, error: str) -> None:
+        self.total += 1
+        self.consecutive += 1
+        self.reasons[reason] += 1
+        self.last_error = error
+
+    def ok(self) -> None:
+        self.consecutive = 0
+
+
+def fetch_rewards(reward_fn: Callable[[list[dict]], Sequence[Any]], items: list[dict[str, Any]],
+                  skips: SkipCounter) -> Optional[list[Any]]:
+    """Rewards for ``items``, or ``None`` when the reward function reports it is unavailable.
+
+    A ``None`` means: skip this batch (it is counted in ``skips`` and in the metric
+    ``rlfh_skipped_batches_total{reason="reward_unavailable"}``); it is never trained on as zero reward.
+    Any other exception (a bug, a 422 for bad input) propagates.
+    """
+    from cluster import metrics
+    try:
+        results = list(reward_fn(items))
+    except unavailable_errors() as e:
+        msg = f"{type(e).__name__}: {e}"
+        skips.record("reward_unavailable", msg)
+        metrics.inc("rlfh_skipped_batches_total", 1, {"reason": "reward_unavailable"})
+        log.warning("reward service unavailable, skipping this batch (%d skipped so far): %s", skips.total, msg)
+        return None
+    if len(results) != len(items):
+        raise RuntimeError(f"reward function returned {len(results)} results for {len(items)} items")
+    skips.ok()
+    return results
+
+
+def rewards_to_tensors(results: Sequence[Any], action_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Place per-token rewards into the batch's response grid.
+
+    Response token ``j`` of row ``i`` is column ``j`` (responses are right-padded), so row ``i``'s
+    ``len(token_rewards)`` must equal its number of response tokens (``action_mask[i].sum()``): the rewards
+    were computed on the engine's own token offsets. A mismatch is a contract violation and raises.
+
+    Args:
+        results: ``B`` results with ``token_rewards`` and ``token_label_signs`` (one entry per token).
+        action_mask: ``[B, R]`` bool.
+    Returns:
+        ``(token_rewards [B, R] float32, token_label_signs [B, R] int64)``, 0 on padding.
+    """
+    B, R = action_mask.shape
+    if len(results) != B:
+        raise ValueError(f"{len(results)} reward results for a batch of {B} responses")
+    lengths = action_mask.sum(dim=1).tolist()
+    rewards = torch.zeros((B, R), dtype=torch.float32)
+    signs = torch.zeros((B, R), dtype=torch.int64)
+    for i, (res, n) in enumerate(zip(results, lengths)):
+        tr = res.token_rewards
+        ts = res.token_label_signs if res.token_label_signs is not None else [0] * len(tr)
+        if len(tr) != n or len(ts) != n:
+            raise ValueError(
+                f"response {i}: {len(tr)} token rewards / {len(ts)} label signs for {int(n)} response tokens; "
+                "the reward service must answer one entry per token offset it was sent")
+        if n:
+            rewards[i, :n] = torch.tensor(tr, dtype=torch.float32)
+            signs[i, :n] = torch.tensor(ts, dtype=torch.int64)
+    if not torch.isfinite(rewards).all():
+        raise ValueError("reward service returned non-finite token rewards")
+    return rewards, signs
+
+
+def last_token_rewards(values: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
+    """One scalar per response placed on its last valid token.
+
+    Args:
+        values: ``[B]``; action_mask: ``[B, R]`` bool.
+    Returns:
+        ``[B, R]`` float32 (rows without a valid token stay 0).
+    """
+    B, R = action_mask.shape
+    out = torch.zeros((B, R), dtype=torch.float32)
+    lengths = action_mask.long().sum(dim=1)
+    has = lengths > 0
+    # last valid column: the highest index where the mask is True
+    idx = torch.arange(R).expand(B, R)
+    last = torch.where(action_mask, idx, torch.full_like(idx, -1)).max(dim=1).values
+    rows = torch.nonzero(has).squeeze(1)
+    out[rows, last[rows]] = values[rows].to(torch.float32)
+    return out
+
+
+def label_mix(results: Sequence[Any]) -> tuple[dict[str, float], int]:
+    """``({label: share of all statements}, number of statements)`` over a batch's results."""
+    counts: Counter = Counter()
+    for r in results:
+        counts.update({k: int(v) for k, v in (r.label_counts or {}).items() if k in LABELS})
+    total = sum(counts.values())
+    return {lab: (counts[lab] / total if total else 0.0) for lab in LABELS}, total
+
+
+def select_rows(tensors: dict[str, torch.Tensor], keep: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Keep the rows of every tensor where ``keep`` ([B] bool) is True."""
+    return {k: v[keep] for k, v in tensors.items()}

@@ -1,0 +1,167 @@
+"""Start an embedded local Ray, or join an existing cluster, and shut it down cleanly.
+
+``RAY_ADDRESS`` empty (the default) starts a private local Ray for this process:
+dashboard on ``127.0.0.1:DASHBOARD_PORT`` (a free port when that one is taken),
+dashboard token auth off (``RAY_AUTH_MODE=disabled``: it is a loopback-only
+cluster), usage stats off, and a runtime env that tells every worker to run on
+CPU when the machine has no GPU (``DS_ACCELERATOR=cpu``...).
+
+``RAY_ADDRESS=auto`` or ``ray://host:10001`` / ``host:6379`` joins a running
+cluster (KubeRay, ``ray start``); it is never shut down from here.
+
+When Ray is already initialised in this process (tests do that), it is reused
+and left running on :meth:`RayHandle.shutdown`.
+
+Never calls ``ray stop``: that would kill every Ray on the machine.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Optional
+
+log = logging.getLogger(__name__)
+
+# Env vars every worker of an embedded CPU cluster gets (and this process too).
+CPU_WORKER_ENV = {
+    "DS_ACCELERATOR": "cpu",
+    "TOKENIZERS_PARALLELISM": "false",
+    "CUDA_VISIBLE_DEVICES": "",
+}
+LOCAL_RAY_ENV = {
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_USAGE_STATS_ENABLED": "0",
+}
+
+
+@dataclass
+class RayHandle:
+    """What :func:`start_ray` did; :meth:`shutdown` undoes only that."""
+
+    address: str
+    dashboard_url: Optional[str]
+    started_here: bool
+    num_cpus: float = 0.0
+    num_gpus: float = 0.0
+    env_vars: dict = field(default_factory=dict)
+
+    def shutdown(self) -> None:
+        import ray
+        if self.started_here and ray.is_initialized():
+            log.info("shutting down the embedded Ray")
+            ray.shutdown()
+
+
+def has_gpu() -> bool:
+    """True when this process can see a CUDA device (never imports CUDA eagerly when torch is missing)."""
+    try:
+        import torch
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False
+
+
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def worker_env(cfg) -> dict[str, str]:
+    """Env vars for every Ray worker: CPU settings when no GPU is requested or visible."""
+    wants_gpu = any(getattr(cfg, k) > 0 for k in (
+        "actor_num_gpus_per_node", "critic_num_gpus_per_node", "ref_num_gpus_per_node"))
+    env: dict[str, str] = {}
+    if not wants_gpu and not has_gpu():
+        env.update(CPU_WORKER_ENV)
+        if not cfg.ray_address:
+            # Ray gives a fractional-CPU actor OMP_NUM_THREADS=1; the driver runs one phase at a time, so
+            # let each model actor use every core of this machine (OMP_NUM_THREADS in the env wins).
+            env["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS") or str(os.cpu_count() or 1)
+    if os.environ.get("RLFH_CACHE_DIR"):
+        env["RLFH_CACHE_DIR"] = os.environ["RLFH_CACHE_DIR"]
+    return env
+
+
+def start_ray(cfg, num_cpus: Optional[float] = None, include_dashboard: Optional[bool] = None) -> RayHandle:
+    """Join ``cfg.ray_address`` or start an embedded Ray; returns a handle to shut it down.
+
+    ``num_cpus``: logical CPUs of the embedded cluster (default: enough for every actor and Serve replica
+    the config asks for, at least the machine's core count; Ray only uses them for placement).
+    ``include_dashboard``: default True for a run, tests pass False.
+    """
+    import ray
+
+    if ray.is_initialized():
+        ctx = ray.get_runtime_context()
+        log.info("reusing the Ray already initialised in this process (%s)", ctx.gcs_address)
+        return RayHandle(address=ctx.gcs_address, dashboard_url=None, started_here=False)
+
+    env_vars = worker_env(cfg)
+    for k, v in env_vars.items():
+        os.environ.setdefault(k, v)
+
+    if cfg.ray_address:
+        log.info("joining the Ray cluster at %s", cfg.ray_address)
+        ctx = ray.init(address=cfg.ray_address, runtime_env={"env_vars": env_vars}, log_to_driver=True)
+        url = _dashboard_url(ctx)
+        if url:
+            log.info("Ray dashboard: %s", url)
+        res = ray.cluster_resources()
+        return RayHandle(address=cfg.ray_address, dashboard_url=url, started_here=True,
+                         num_cpus=res.get("CPU", 0), num_gpus=res.get("GPU", 0), env_vars=env_vars)
+
+    # Embedded local cluster: loopback only, no token auth, no usage stats.
+    for k, v in LOCAL_RAY_ENV.items():
+        os.environ.setdefault(k, v)
+    if num_cpus is None:
+        num_cpus = max(os.cpu_count() or 1, math.ceil(_cpus_needed(cfg)))
+    if include_dashboard is None:
+        include_dashboard = True
+    kwargs = dict(num_cpus=num_cpus, include_dashboard=include_dashboard,
+                  runtime_env={"env_vars": env_vars}, log_to_driver=True)
+    if include_dashboard:
+        port = cfg.dashboard_port
+        if not port_is_free(port):
+            new = free_port()
+            log.warning("DASHBOARD_PORT %d is taken on this machine; the dashboard uses %d instead", port, new)
+            port = new
+        kwargs.update(dashboard_host="127.0.0.1", dashboard_port=port)
+    ctx = ray.init(**kwargs)
+    url = _dashboard_url(ctx)
+    if url:
+        log.info("Ray dashboard: %s", url)
+    return RayHandle(address=ctx.address_info.get("gcs_address", ""), dashboard_url=url, started_here=True,
+                     num_cpus=num_cpus, env_vars=env_vars)
+
+
+def _dashboard_url(ctx) -> Optional[str]:
+    url = getattr(ctx, "dashboard_url", None)
+    if not url:
+        return None
+    return url if url.startswith("http") else f"http://{url}"
+
+
+def _cpus_needed(cfg) -> float:
+    """Logical CPUs every actor and Serve replica of ``cfg`` reserves, plus headroom for Serve's proxy."""
+    n_actors = cfg.actor_num_nodes + cfg.vllm_num_engines
+    if cfg.advantage_estimator == "gae":
+        n_actors += cfg.critic_num_nodes
+    if cfg.kl_coef > 0:
+        n_actors += cfg.ref_num_nodes
+    services = cfg.verifier_num_cpus * max(cfg.verifier_replicas, cfg.max_replicas) \
+        + cfg.reward_num_cpus * max(cfg.reward_replicas, cfg.max_replicas)
+    return n_actors * cfg.num_cpus_per_actor + services + 1.0

@@ -1,0 +1,176 @@
+"""End-of-run report: a rich summary table and ``training_curves.png``.
+
+Both read the per-step records the driver appends to ``SAVE_PATH/metrics.jsonl``
+(one JSON object per step, see :mod:`cluster.driver`), so a report can be
+rebuilt from any finished or interrupted run::
+
+    python -m cluster.train_report runs/rlfh
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from verifier_service.schema import LABELS
+
+PHASES = ("generate", "reward", "reference", "critic", "policy_forward", "train", "sync")
+LABEL_ABBREV = {"Correct": "C", "Hedged correct": "HC", "Vague": "V", "Hedged wrong": "HW", "Wrong": "W"}
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Per-step records of a run (``metrics.jsonl``), in step order; missing file -> []."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "metrics.jsonl"
+    if not path.exists():
+        return []
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if line:
+                rows.append(json.loads(line))
+    rows.sort(key=lambda r: r.get("step", 0))
+    return rows
+
+
+def label_mix(row: dict[str, Any]) -> dict[str, float]:
+    """``{label: share}`` of one record (shares of all statements of the step)."""
+    return {lab: float(row.get(f"label_share/{lab}", 0.0)) for lab in LABELS}
+
+
+def format_mix(mix: dict[str, float]) -> str:
+    """Compact label mix, e.g. ``C.42 HC.05 V.20 HW.03 W.30``."""
+    return " ".join(f"{LABEL_ABBREV[lab]}{mix.get(lab, 0.0):.2f}".replace("0.", ".") for lab in LABELS)
+
+
+def _first_last(rows: list[dict], key: str) -> tuple[Optional[float], Optional[float]]:
+    vals = [r[key] for r in rows if key in r and r[key] is not None and not r.get("skipped")]
+    vals = [v for v in vals if isinstance(v, (int, float)) and math.isfinite(v)]
+    return (vals[0], vals[-1]) if vals else (None, None)
+
+
+def _fmt(v: Optional[float], nd: int = 3) -> str:
+    return "-" if v is None else f"{v:.{nd}f}"
+
+
+def summary_rows(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[tuple[str, str]]:
+    """(name, value) pairs of the summary table; ``info`` holds run facts (wall_time_s, model_dir...)."""
+    trained = [r for r in rows if not r.get("skipped")]
+    out: list[tuple[str, str]] = []
+    out.append(("steps", f"{info.get('steps', len(rows))} ({len(trained)} trained, "
+                         f"{info.get('skipped_batches', sum(1 for r in rows if r.get('skipped')))} skipped)"))
+    if "wall_time_s" in info:
+        w = info["wall_time_s"]
+        out.append(("wall time", f"{w:.0f} s ({w / 60:.1f} min)"))
+    r0, r1 = _first_last(rows, "reward_mean")
+    out.append(("reward / response (first -> last)", f"{_fmt(r0)} -> {_fmt(r1)}"))
+    s0, s1 = _first_last(rows, "score_mean")
+    if s0 is not None:
+        out.append(("verifier score (first -> last)", f"{_fmt(s0)} -> {_fmt(s1)}"))
+    k0, k1 = _first_last(rows, "kl")
+    out.append(("KL to reference (first -> last)", f"{_fmt(k0, 4)} -> {_fmt(k1, 4)}"))
+    l0, l1 = _first_last(rows, "response_length")
+    out.append(("response length (first -> last)", f"{_fmt(l0, 1)} -> {_fmt(l1, 1)}"))
+    if trained:
+        out.append(("label mix (first)", format_mix(label_mix(trained[0]))))
+        out.append(("label mix (last)", format_mix(label_mix(trained[-1]))))
+    times = [r.get("time/total") for r in trained if r.get("time/total")]
+    if times:
+        out.append(("mean step time", f"{sum(times) / len(times):.1f} s"))
+    tps = [r.get("rollout_tokens_per_s") for r in trained if r.get("rollout_tokens_per_s")]
+    if tps:
+        out.append(("rollout tokens/s (mean)", f"{sum(tps) / len(tps):.1f}"))
+    out.append(("skipped batches (reward service down)", str(info.get("skipped_batches", 0))))
+    for key, name in (("model_dir", "final model (HF format)"), ("checkpoint", "last checkpoint"),
+                      ("metrics_path", "metrics (JSONL)"), ("tensorboard_dir", "TensorBoard"),
+                      ("curves_png", "curves (PNG)"), ("dashboard_url", "Ray dashboard")):
+        if info.get(key):
+            out.append((name, str(info[key])))
+    return out
+
+
+def print_summary(rows: list[dict[str, Any]], info: dict[str, Any], file=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title="RLFH training summary", show_header=True, header_style="bold")
+    t.add_column("", style="bold")
+    t.add_column("value", overflow="fold")
+    for k, v in summary_rows(rows, info):
+        t.add_row(k, v)
+    Console(file=file or sys.stdout, width=120).print(t)
+
+
+def plot_curves(rows: list[dict[str, Any]], out_png: str | Path) -> Optional[Path]:
+    """Reward, KL and label-mix curves over steps into ``out_png`` (matplotlib Agg). None when no step trained."""
+    trained = [r for r in rows if not r.get("skipped")]
+    if not trained:
+        return None
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [r["step"] for r in trained]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    ax = axes[0]
+    ax.plot(steps, [r.get("reward_mean", float("nan")) for r in trained], marker="o", ms=3, label="total reward")
+    if any("score_mean" in r for r in trained):
+        ax.plot(steps, [r.get("score_mean", float("nan")) for r in trained], marker=".", ms=3, alpha=0.7,
+                label="verifier score")
+    ax.set_title("reward per response")
+    ax.set_xlabel("step")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+
+    ax = axes[1]
+    ax.plot(steps, [r.get("kl", float("nan")) for r in trained], color="tab:red", marker="o", ms=3)
+    ax.set_title("KL to reference (per token)")
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+
+    ax = axes[2]
+    colors = {"Correct": "tab:green", "Hedged correct": "yellowgreen", "Vague": "tab:gray",
+              "Hedged wrong": "tab:orange", "Wrong": "tab:red"}
+    for lab in LABELS:
+        ax.plot(steps, [label_mix(r)[lab] for r in trained], label=lab, color=colors[lab], marker=".", ms=3)
+    ax.set_title("label mix (share of statements)")
+    ax.set_xlabel("step")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+
+    skipped = [r["step"] for r in rows if r.get("skipped")]
+    for a in axes:
+        for s in skipped:
+            a.axvline(s, color="black", alpha=0.15, lw=4)
+    fig.suptitle("RLFH training curves" + (f" (grey bars: {len(skipped)} skipped batches)" if skipped else ""))
+    fig.tight_layout()
+    out_png = Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    return out_png
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        print("usage: python -m cluster.train_report SAVE_PATH", file=sys.stderr)
+        return 2
+    save = Path(argv[0])
+    rows = read_metrics(save)
+    if not rows:
+        print(f"{save}: no metrics.jsonl records", file=sys.stderr)
+        return 1
+    png = plot_curves(rows, save / "training_curves.png")
+    print_summary(rows, {"steps": rows[-1]["step"], "metrics_path": str(save / "metrics.jsonl"),
+                         "curves_png": str(png) if png else None,
+                         "skipped_batches": sum(1 for r in rows if r.get("skipped"))})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional
 
@@ -55,6 +57,10 @@ _YESNO_RE = re.compile(r"^\W*(yes|yeah|yep|no|nope|correct|incorrect|true|false)
 _NEG_RE = re.compile(r"\b(?:not|never|no\s+longer|neither|nor|none|different|differ|differs|unlike|"
                      r"isn't|aren't|wasn't|weren't|doesn't|don't|didn't|cannot|can't|no)\b|n't\b", re.IGNORECASE)
 _YES = {"yes", "yeah", "yep", "correct", "true"}
+FILLER_STEMS = frozenset(T.stem(w) for w in """
+good great nice interesting important question thing things something anything lot really well sure know think
+guess hope help happy glad course indeed actually basically simply kind sort way stuff point fact matter
+""".split())
 GENERIC_NAME_WORDS = frozenset(LOCATION_WORDS | ORG_WORDS | ALL_HEADS | {"north", "south", "east", "west", "new",
                                                                       "great", "national", "international"})
 
@@ -76,9 +82,38 @@ class _Ctx:
     yn_pred: tuple[Optional[str], float]
 
 
+class _PromptCache:
+    """LRU of (MaterialIndex, AnswerRanker) per (question, materials): the N samples of one prompt, and a
+    response verified with and without its gold answer, share retrieval and candidate ranking. Both objects
+    depend only on the question and the materials, never on the response."""
+
+    def __init__(self, size: int = 256):
+        self.size = size
+        self._d: "OrderedDict[tuple, tuple[MaterialIndex, AnswerRanker]]" = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, question: str, materials: list[str]) -> tuple[MaterialIndex, AnswerRanker]:
+        key = (question, tuple(materials))
+        with self._lock:
+            hit = self._d.get(key)
+            if hit is not None:
+                self._d.move_to_end(key)
+                return hit
+        idx = MaterialIndex(materials)
+        val = (idx, AnswerRanker(analyze_question(question), idx))
+        with self._lock:
+            self._d[key] = val
+            while len(self._d) > self.size:
+                self._d.popitem(last=False)
+        return val
+
+
+_CACHE = _PromptCache()
+
+
 def _make_ctx(req: VerifyRequest, n_statements: int) -> _Ctx:
-    idx = MaterialIndex(req.materials)
-    qi = analyze_question(req.question)
+    idx, ranker = _CACHE.get(req.question, req.materials)
+    qi = ranker.qi
     gold = (req.gold_answer or "").strip() or None
     gn = T.normalize(gold) if gold else ""
     gyn = gn if gn in ("yes", "no") else None
@@ -87,7 +122,7 @@ def _make_ctx(req: VerifyRequest, n_statements: int) -> _Ctx:
         if m and qi.qtype == "yesno":
             gyn = "yes" if m.group(1).lower() in _YES else "no"
     yn_pred = predict_yesno(qi, idx) if (qi.qtype == "yesno" and not gold) else (None, 0.5)
-    return _Ctx(req=req, idx=idx, qi=qi, ranker=AnswerRanker(qi, idx), gold=gold, gold_norm=gn, gold_yn=gyn,
+    return _Ctx(req=req, idx=idx, qi=qi, ranker=ranker, gold=gold, gold_norm=gn, gold_yn=gyn,
                 gold_stems=set(T.content_words(gold)) if gold else set(),
                 gold_nums=T.numbers(gold) if gold else set(), n_statements=n_statements, yn_pred=yn_pred)
 
@@ -153,7 +188,12 @@ def _answer_phrase(st_text: str, ctx: _Ctx) -> Optional[str]:
         return m.group("x").strip()
     if ctx.n_statements == 1 and len(st_text.split()) <= 6:
         x = _LEAD_IT_RE.sub("", st_text.strip()).strip(" .!?\"'")
-        return x or None
+        if not x:
+            return None
+        checkable = (T.entities(x) or T.numbers(x) or _YESNO_RE.match(x)
+                     or any(w not in FILLER_STEMS and (w in ctx.idx.vocab or w in ctx.gold_stems)
+                            for w in T.content_words(x)))
+        return x if checkable else None
     return None
 
 
@@ -284,7 +324,11 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
     evidence = [idx.sents[i].text for i, _ in hits]
 
     denial = bool(_NEG_RE.search(st_text)) and bool(set(stems) & qi.stems) and qi.qtype != "yesno"
-    has_content = bool(new_ents or new_nums or new_stems or stance or option or answer or denial)
+    # content words count only when checkable: found in the question, the evidence or the gold answer
+    # ("That is a good question." has content words but nothing to check)
+    relevant = [w for w in new_stems if w not in FILLER_STEMS and (w in idx.vocab or w in ctx.gold_stems)]
+    has_content = bool(new_ents or new_nums or stance or option or answer or denial or relevant
+                       or (new_stems and not set(new_stems) <= FILLER_STEMS and (set(stems) & qi.stems)))
     slot_ent = None
     if not has_content and qi.qtype in ("person", "location", "date", "number", "work", "org") and ents:
         # "Jason Lester won the 2003 World Series of Poker" for "Who won ..., leaving Jason Lester 4th?":
@@ -325,6 +369,8 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
                 best_fit, best_e = fit, e
         if best_e is not None and best_fit >= 0.5 and (topical or ctx.n_statements == 1):
             is_answer, cand, ans_fit = True, best_e.text, best_fit
+        elif qi.qtype in ("number", "date") and new_nums and (topical or ctx.n_statements == 1):
+            is_answer, ans_fit = True, 1.0  # "won two titles" answers "how many titles"
     if ctx.gold:
         if ctx.gold_yn and qi.qtype == "yesno":
             if stance is not None:

@@ -271,7 +271,10 @@ def candidate_types(x: str, idx: MaterialIndex, occ: list[tuple[int, int, int]])
         before = nw[max(0, pos - 3):pos]
         after = nw[pos + n: pos + n + 4]
         raw = es.text
-        if re.search(r"[\"\u201c]" + re.escape(x.strip("\"\u201c\u201d ")) + r"[,.]?[\"\u201d]", raw):
+        core = x.strip("\"\u201c\u201d ")
+        k = raw.find(core)
+        if k > 0 and raw[k - 1] in "\"\u201c" and raw[k + len(core): k + len(core) + 2][-1:] in ("\"", "\u201d") \
+                or k > 0 and raw[k - 1] in "\"\u201c" and raw[k + len(core): k + len(core) + 1] in ("\"", "\u201d"):
             types.add("work")
         if before and before[-1] in ("in", "at", "from", "near") and caps and "date" not in types:
             types.add("location")

@@ -11,7 +11,12 @@ from functools import cached_property
 
 from verifier_service import text as T
 
-logging.getLogger("bm25s").setLevel(logging.WARNING)
+
+def _bm25():
+    """Import bm25s once; it sets its own logger to DEBUG on import, which we turn back down."""
+    import bm25s
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    return bm25s
 
 
 @dataclass
@@ -42,8 +47,7 @@ class MaterialIndex:
         self.numbers: set[str] = T.numbers(joined)
         self._bm25 = None
         if any(es.stems for es in self.sents):
-            import bm25s
-            self._bm25 = bm25s.BM25()
+            self._bm25 = _bm25().BM25()
             self._bm25.index([es.stems or ["\x00"] for es in self.sents], show_progress=False)
 
     def __len__(self) -> int:

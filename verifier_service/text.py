@@ -67,6 +67,7 @@ def content_words(text: str) -> list[str]:
     return [stem(w) for w in words(text) if w not in STOPWORDS and len(w) > 1 or w.isdigit()]
 
 
+@lru_cache(maxsize=65536)
 def normalize(text: str) -> str:
     """Lower-case, drop articles and punctuation, squeeze spaces (SQuAD-style answer normalisation)."""
     ws = [w[:-2] if w.endswith("'s") else w for w in words(text) if w not in ("a", "an", "the")]

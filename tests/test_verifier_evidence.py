@@ -1,0 +1,173 @@
+"""The `evidence` backend through the public API (Verifier): labels, informativeness, spans, bad input."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from cluster.config import ConfigError, RLFHConfig
+from verifier_service.core import Verifier
+from verifier_service.schema import LABELS, MAX_MATERIAL_CHARS, MAX_RESPONSE_CHARS, VerifyRequest
+
+STARK = ["Jonathan Stark (born April 3, 1971) is a former professional tennis player from the United States. "
+         "During his career he won two Grand Slam doubles titles.",
+         "Henri Leconte (born 4 July 1963) is a former tennis player from France."]
+Q_TITLES = "How many Grand Slam doubles titles did Jonathan Stark win?"
+
+
+@pytest.fixture(scope="module")
+def verifier() -> Verifier:
+    return Verifier(RLFHConfig.load(environ={}), backend="evidence")
+
+
+def _one(verifier, response, gold=None, question=Q_TITLES, materials=STARK):
+    res = verifier.verify(VerifyRequest(question=question, response=response, materials=materials,
+                                        gold_answer=gold))
+    return res, res.statements()
+
+
+@pytest.mark.parametrize("gold", [None, "two"])
+@pytest.mark.parametrize("response, label", [
+    ("Jonathan Stark won two Grand Slam doubles titles.", "Correct"),
+    ("I think Jonathan Stark won two Grand Slam doubles titles.", "Hedged correct"),
+    ("Jonathan Stark won five Grand Slam doubles titles.", "Wrong"),
+    ("Jonathan Stark probably won five Grand Slam doubles titles.", "Hedged wrong"),
+    ("That is a good question.", "Vague"),
+])
+def test_each_label_is_produced(verifier, response, label, gold):
+    res, sts = _one(verifier, response, gold)
+    assert [s.label for s in sts] == [label], [(s.text, s.label) for s in sts]
+    assert res.num_statements == 1 and not res.abstained
+
+
+def test_abstention_has_no_statements(verifier):
+    for resp in ("I don't know.", "I'm not sure.", "I cannot answer that."):
+        res, sts = _one(verifier, resp, gold="two")
+        assert res.abstained and sts == [] and res.num_statements == 0
+
+
+def test_unsupported_name_is_wrong_and_supported_facts_correct(verifier):
+    res, sts = _one(verifier, "Jonathan Stark is from the United States. He was coached by Boris Becker.",
+                    question="Where is Jonathan Stark from?")
+    assert [s.label for s in sts] == ["Correct", "Wrong"]
+    assert sts[0].evidence and "United States" in sts[0].evidence[0]
+
+
+def test_gold_answer_decides_between_entities(verifier):
+    q = "Which tennis player is from France, Henri Leconte or Jonathan Stark?"
+    right, _ = _one(verifier, "Henri Leconte is from France.", gold="Henri Leconte", question=q)
+    wrong, _ = _one(verifier, "Jonathan Stark is from France.", gold="Henri Leconte", question=q)
+    assert right.statements()[0].label == "Correct"
+    assert wrong.statements()[0].label == "Wrong"
+
+
+def test_yes_no_with_gold(verifier):
+    q = "Are Jonathan Stark and Henri Leconte both from the United States?"
+    _, sts = _one(verifier, "No, they are not.", gold="no", question=q)
+    assert sts[0].label == "Correct"
+    _, sts = _one(verifier, "Yes, both are from the United States.", gold="no", question=q)
+    assert sts[0].label == "Wrong"
+
+
+def test_without_gold_the_year_comparison_picks_the_option(verifier):
+    q = "Who was born first, Jonathan Stark or Henri Leconte?"
+    a, _ = _one(verifier, "Henri Leconte.", question=q)
+    b, _ = _one(verifier, "Jonathan Stark.", question=q)
+    sa, sb = a.statements()[0], b.statements()[0]
+    assert sa.label == "Correct"
+    signed = lambda s: s.confidence if s.label in ("Correct", "Hedged correct") else -s.confidence  # noqa: E731
+    assert signed(sa) > signed(sb)
+
+
+def test_informativeness_range_and_order(verifier, halueval_test_items):
+    for it in halueval_test_items[:60]:
+        for resp in (it.right_answer, it.hallucinated_answer):
+            res = verifier.verify(VerifyRequest(question=it.question, response=resp, materials=it.knowledge))
+            for st in res.statements():
+                assert 1 <= st.informativeness <= 5
+                assert st.label in LABELS
+                assert 0.0 <= st.confidence <= 1.0
+    # restating the question is less informative than giving the specific answer
+    _, restate = _one(verifier, "Jonathan Stark won Grand Slam doubles titles.", gold="two")
+    _, answer = _one(verifier, "Jonathan Stark won two Grand Slam doubles titles.", gold="two")
+    assert restate[0].informativeness < answer[0].informativeness == 5
+
+
+def test_spans_and_counters(verifier, halueval_test_items):
+    for it in halueval_test_items[:80]:
+        resp = it.hallucinated_answer + " I think it was in 1990. " + it.right_answer
+        res = verifier.verify(VerifyRequest(question=it.question, response=resp, materials=it.knowledge,
+                                            gold_answer=it.right_answer))
+        assert res.backend == "evidence"
+        assert res.num_statements == len(res.statements())
+        assert res.num_unaligned == 0 and res.num_fallback == 0
+        assert res.latency_ms > 0
+        for sent in res.sentences:
+            assert resp[sent.start:sent.end] == sent.text
+            for st in sent.statements:
+                assert resp[st.start:st.end] == st.text and st.aligned
+
+
+def test_empty_response_and_no_materials(verifier):
+    for resp in ("", "   ", "\n\n"):
+        res = verifier.verify(VerifyRequest(question="Who?", response=resp))
+        assert res.sentences == [] and res.num_statements == 0 and not res.abstained
+    res = verifier.verify(VerifyRequest(question="Who?", response="Paris is big.", materials=[]))
+    assert res.num_statements == 1 and res.statements()[0].label in LABELS
+
+
+def test_bad_requests_name_the_field():
+    with pytest.raises(ValidationError) as e:
+        VerifyRequest(response="x")
+    assert "question" in str(e.value)
+    with pytest.raises(ValidationError) as e:
+        VerifyRequest(question="q", response="x" * (MAX_RESPONSE_CHARS + 1))
+    assert "response" in str(e.value)
+    with pytest.raises(ValidationError) as e:
+        VerifyRequest(question="q", response="x", materials=["y" * (MAX_MATERIAL_CHARS + 1)])
+    assert "materials" in str(e.value)
+    with pytest.raises(ValidationError) as e:
+        VerifyRequest(question="q", response="x", materials=[3])
+    assert "materials" in str(e.value)
+    with pytest.raises(ValidationError) as e:
+        VerifyRequest(question="q", response="x", answer="typo field")
+    assert "answer" in str(e.value)
+    # a single string is accepted as one passage
+    assert VerifyRequest(question="q", response="x", materials="one passage").materials == ["one passage"]
+
+
+def test_verify_many_accepts_dicts_and_keeps_order(verifier):
+    reqs = [{"question": Q_TITLES, "response": r, "materials": STARK}
+            for r in ("Two.", "I don't know.", "Five titles.")]
+    out = verifier.verify_many(reqs)
+    assert [o.abstained for o in out] == [False, True, False]
+    assert out[0].statements()[0].label == "Correct" and out[2].statements()[0].label == "Wrong"
+    assert verifier.verify_many([]) == []
+    with pytest.raises(ValidationError):
+        verifier.verify_many([{"question": "q"}])
+
+
+def test_backend_selection_and_identity():
+    cfg = RLFHConfig.load(environ={})
+    v = Verifier(cfg)
+    assert v.backend_name == "evidence"
+    ident = v.cache_identity()
+    assert json.loads(json.dumps(ident)) == ident and ident["backend"] == "evidence" and "version" in ident
+    with pytest.raises(ConfigError, match="MODEL_URL"):
+        Verifier(cfg, backend="llm")
+    with pytest.raises(ConfigError, match="chat_fn"):
+        Verifier(cfg, backend="self")
+    with pytest.raises(ConfigError, match="one of"):
+        Verifier(cfg, backend="oracle")
+    v2 = Verifier(cfg, backend="self", chat_fn=lambda convs: ["{}"] * len(convs))
+    assert v2.backend_name == "self" and v2.cache_identity() != ident
+    assert "prompt_version" in v2.cache_identity()
+
+
+def test_env_selects_backend(monkeypatch):
+    monkeypatch.setenv("VERIFIER_BACKEND", "llm")
+    monkeypatch.setenv("MODEL_URL", "http://127.0.0.1:9/v1")
+    v = Verifier()
+    assert v.backend_name == "llm" and v.cache_identity()["endpoint"] == "http://127.0.0.1:9/v1"
+    assert "key" not in json.dumps(v.cache_identity()).lower()

@@ -1,0 +1,292 @@
+"""The ``llm`` and ``self`` backends: an LLM judge behind a batched :data:`~verifier_service.core.ChatFn`.
+
+``llm`` sends the judge prompts to an OpenAI-compatible endpoint (:func:`http_chat_fn`: httpx, timeout
+``JUDGE_TIMEOUT_S``); ``self`` sends the same prompts through a ChatFn injected by the caller (the
+training cluster passes the policy's rollout engines; tests pass SmolLM2 with transformers).
+
+Per batch of requests:
+
+1. sentences come from :func:`verifier_service.text.decompose` (exact spans; abstentions are detected
+   there and never sent to the judge);
+2. **extract** (one conversation per response): the judge lists atomic statements per sentence; each is
+   located in the response by :func:`verifier_service.align.align_statement` (``aligned=False`` and the
+   sentence span when it cannot be found). If extraction fails after the retries, the rule-based statement
+   split is used instead (exact spans; logged);
+3. **verify** (one conversation per response): statements + BM25-retrieved evidence lines + gold answer;
+   the reply gives label / informativeness / confidence / evidence per statement;
+4. a statement the judge did not label after ``1 + JUDGE_MAX_RETRIES`` attempts gets
+   ``JUDGE_FALLBACK_LABEL`` with ``fallback=True``, counted in ``num_fallback`` and in the metric
+   ``rlfh_judge_fallbacks_total``.
+
+A failed attempt is a transport error, a timeout, an HTTP error status, an exception from the ChatFn or a
+reply that :mod:`verifier_service.prompts` cannot parse strictly. Attempts are retried with exponential
+backoff; only the failed conversations of a batch are re-sent.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from verifier_service import text as T
+from verifier_service.align import align_statement, tokenize
+from verifier_service.prompts import (PROMPT_VERSION, JudgeFormatError, extract_messages, parse_extract,
+                                      parse_verify, verify_messages)
+from verifier_service.retrieval import MaterialIndex
+from verifier_service.schema import Sentence, Statement, VerifyRequest, VerifyResult
+
+log = logging.getLogger(__name__)
+
+MAX_EVIDENCE_LINES = 8
+EXTRACT_MAX_TOKENS = 384
+VERIFY_MAX_TOKENS = 640
+
+
+# ----------------------------------------------------------------------------- HTTP ChatFn
+
+def chat_completions_url(base: str) -> str:
+    """``http://host:8000/v1`` -> ``http://host:8000/v1/chat/completions`` (``/v1`` added when missing)."""
+    base = base.rstrip("/")
+    if base.endswith("/chat/completions"):
+        return base
+    if not base.endswith("/v1"):
+        base += "/v1"
+    return base + "/chat/completions"
+
+
+def http_chat_fn(cfg, *, max_tokens: int = VERIFY_MAX_TOKENS, concurrency: int = 8,
+                 temperature: float = 0.0) -> Callable[[list[list[dict]]], list[Optional[str]]]:
+    """A batched ChatFn over an OpenAI-compatible ``/v1/chat/completions`` endpoint.
+
+    One POST per conversation (``concurrency`` in flight), each with ``timeout=JUDGE_TIMEOUT_S``. A failed
+    conversation (timeout, connection error, non-200 status, malformed body) yields ``None`` in its slot and
+    a warning in the log; the backend decides about retries. The API key (``MODEL_API_KEY``) is sent as a
+    bearer token and never logged.
+    """
+    import httpx
+
+    url = chat_completions_url(cfg.model_url)
+    headers = {"Authorization": f"Bearer {cfg.model_api_key}"} if cfg.model_api_key else {}
+    client = httpx.Client(timeout=httpx.Timeout(cfg.judge_timeout_s), headers=headers)
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="judge-http")
+    model = cfg.annotate_model or "default"
+
+    def one(messages: list[dict]) -> Optional[str]:
+        body = {"model": model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens}
+        try:
+            r = client.post(url, json=body)
+        except httpx.HTTPError as e:
+            log.warning("judge call to %s failed: %s: %s", url, type(e).__name__, e)
+            return None
+        if r.status_code != 200:
+            log.warning("judge call to %s returned HTTP %d: %s", url, r.status_code, r.text[:200])
+            return None
+        try:
+            content = r.json()["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError) as e:
+            log.warning("judge reply from %s is not a chat completion (%s): %s", url, e, r.text[:200])
+            return None
+        return content if isinstance(content, str) else None
+
+    def chat(convs: list[list[dict]]) -> list[Optional[str]]:
+        if len(convs) == 1:
+            return [one(convs[0])]
+        return list(pool.map(one, convs))
+
+    def close():
+        pool.shutdown(wait=False)
+        client.close()
+
+    chat.model_name = model  # type: ignore[attr-defined]
+    chat.close = close  # type: ignore[attr-defined]
+    return chat
+
+
+# ----------------------------------------------------------------------------- backend
+
+@dataclass
+class _Item:
+    """Working state of one request."""
+
+    req: VerifyRequest
+    decomp: T.Decomposition
+    sent_spans: list[tuple[int, int]] = field(default_factory=list)
+    live: list[int] = field(default_factory=list)          # sentence indices that are not abstentions
+    # statements: (sentence index, text, start, end, aligned, hedged)
+    statements: list[tuple[int, str, int, int, bool, bool]] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)
+    verdicts: dict[int, dict] = field(default_factory=dict)
+
+
+class LLMBackend:
+    """LLM-judged verification over a batched ChatFn (``llm``: HTTP endpoint; ``self``: injected engine)."""
+
+    def __init__(self, cfg, chat_fn, *, name: str = "llm", model: str = "default", endpoint: str = "",
+                 backoff_s: float = 0.5):
+        self.cfg = cfg
+        self.chat_fn = chat_fn
+        self.name = name
+        self.model = model
+        self.endpoint = endpoint
+        self.backoff_s = backoff_s
+        self.max_attempts = 1 + int(cfg.judge_max_retries)
+        self.fallback_label = cfg.judge_fallback_label
+
+    def identity(self) -> dict:
+        ident = {"backend": self.name, "model": self.model, "prompt_version": PROMPT_VERSION,
+                 "temperature": 0.0, "fallback_label": self.fallback_label}
+        if self.name == "llm":
+            ident["endpoint"] = self.endpoint
+        return ident
+
+    # -- the retry loop shared by both stages
+    def _run(self, convs: dict[int, list[dict]], parse: Callable[[int, str], tuple[object, bool]]
+             ) -> dict[int, object]:
+        """Send ``convs`` (key -> messages) with retries; ``parse(key, reply) -> (value, complete)``.
+
+        Returns key -> the best parsed value (complete or the last partial one); keys that never parsed are
+        absent. At most ``1 + JUDGE_MAX_RETRIES`` attempts per conversation.
+        """
+        done: dict[int, object] = {}
+        pending = list(convs)
+        for attempt in range(self.max_attempts):
+            if not pending:
+                break
+            if attempt:
+                time.sleep(self.backoff_s * (2 ** (attempt - 1)))
+            try:
+                replies = list(self.chat_fn([convs[k] for k in pending]))
+                if len(replies) != len(pending):
+                    raise RuntimeError(f"chat_fn returned {len(replies)} replies for {len(pending)} conversations")
+            except Exception as e:  # the engine or transport failed for the whole batch
+                log.warning("%s judge: attempt %d/%d failed for %d conversation(s): %s: %s", self.name,
+                            attempt + 1, self.max_attempts, len(pending), type(e).__name__, e)
+                continue
+            still = []
+            for k, reply in zip(pending, replies):
+                if reply is None:
+                    still.append(k)
+                    continue
+                try:
+                    value, complete = parse(k, reply)
+                except JudgeFormatError as e:
+                    log.info("%s judge: malformed reply (attempt %d/%d): %s", self.name, attempt + 1,
+                             self.max_attempts, e)
+                    still.append(k)
+                    continue
+                done[k] = value
+                if not complete:
+                    still.append(k)
+            pending = still
+        if pending:
+            log.warning("%s judge: %d conversation(s) still failed after %d attempt(s)", self.name, len(pending),
+                        self.max_attempts)
+        return done
+
+    def verify_many(self, reqs: list[VerifyRequest]) -> list[VerifyResult]:
+        t0 = time.perf_counter()
+        items = [self._prepare(r) for r in reqs]
+        self._extract(items)
+        self._verify(items)
+        results = [self._assemble(it) for it in items]
+        per = (time.perf_counter() - t0) * 1000.0 / max(1, len(items))
+        for r in results:
+            r.latency_ms = per
+        return results
+
+    def _prepare(self, req: VerifyRequest) -> _Item:
+        d = T.decompose(req.response)
+        it = _Item(req=req, decomp=d, sent_spans=[(s.start, s.end) for s in d.sentences])
+        it.live = [i for i, ab in enumerate(d.abstain_sentence) if not ab]
+        return it
+
+    # -- stage 1: atomic statements
+    def _extract(self, items: list[_Item]) -> None:
+        convs = {}
+        for k, it in enumerate(items):
+            if it.live:
+                convs[k] = extract_messages(it.req.question, [it.decomp.sentences[i].text for i in it.live])
+
+        def parse(k: int, reply: str):
+            return parse_extract(reply, len(items[k].live)), True
+
+        got = self._run(convs, parse)
+        for k, it in enumerate(items):
+            if not it.live:
+                continue
+            parsed = got.get(k)
+            if parsed is None:
+                log.warning("%s judge: extraction failed; using the rule-based statement split", self.name)
+            self._place_statements(it, parsed)
+
+    def _place_statements(self, it: _Item, parsed: Optional[dict[int, list[str]]]) -> None:
+        resp = it.req.response
+        toks = [tokenize(resp, s, e) for s, e in it.sent_spans]
+        for j, si in enumerate(it.live):
+            sent = it.decomp.sentences[si]
+            texts = parsed.get(j) if parsed is not None else None
+            if texts is None:  # no judge output for this sentence: rule-based statements, exact spans
+                for st, h in zip(it.decomp.statements[si], it.decomp.hedged[si]):
+                    it.statements.append((si, st.text, st.start, st.end, True, h))
+                continue
+            for text in texts:
+                a = align_statement(text, resp, it.sent_spans, hint=si, sent_tokens=toks)
+                s_sent = it.decomp.sentences[a.sentence] if a.sentence >= 0 else sent
+                hedged = T.is_hedged(text) or T.is_hedged(resp[s_sent.start:a.end])
+                it.statements.append((a.sentence if a.sentence >= 0 else si, text, a.start, a.end, a.aligned,
+                                      hedged))
+
+    # -- stage 2: labels
+    def _verify(self, items: list[_Item]) -> None:
+        convs = {}
+        for k, it in enumerate(items):
+            if not it.statements:
+                continue
+            idx = MaterialIndex(it.req.materials)
+            ev: list[int] = []
+            for _, text, *_rest in it.statements:
+                for i, _ in idx.search(T.content_words(text), k=2):
+                    if i not in ev:
+                        ev.append(i)
+            it.evidence = [idx.sents[i].text for i in ev[:MAX_EVIDENCE_LINES]]
+            convs[k] = verify_messages(it.req.question, [s[1] for s in it.statements], it.evidence,
+                                       it.req.gold_answer)
+
+        def parse(k: int, reply: str):
+            it = items[k]
+            out = parse_verify(reply, len(it.statements), len(it.evidence))
+            merged = {**it.verdicts, **out}
+            it.verdicts = merged
+            return merged, len(merged) == len(it.statements)
+
+        self._run(convs, parse)
+
+    def _assemble(self, it: _Item) -> VerifyResult:
+        from cluster import metrics
+        by_sent: dict[int, list[Statement]] = {}
+        n_fb = 0
+        for k, (si, text, start, end, aligned, hedged) in enumerate(it.statements):
+            v = it.verdicts.get(k)
+            if v is None:
+                n_fb += 1
+                st = Statement(text=text, start=start, end=end, label=self.fallback_label, informativeness=3,
+                               confidence=0.0, aligned=aligned, fallback=True)
+            else:
+                label = v["label"]
+                if hedged and label == "Correct":
+                    label = "Hedged correct"
+                elif hedged and label == "Wrong":
+                    label = "Hedged wrong"
+                st = Statement(text=text, start=start, end=end, label=label, informativeness=v["informativeness"],
+                               confidence=v["confidence"], aligned=aligned,
+                               evidence=[it.evidence[i] for i in v["evidence"]][:3])
+            by_sent.setdefault(si, []).append(st)
+        if n_fb:
+            metrics.inc("rlfh_judge_fallbacks_total", n_fb, {"backend": self.name})
+        sentences = []
+        for si, sp in enumerate(it.decomp.sentences):
+            sts = sorted(by_sent.get(si, []), key=lambda s: (s.start, s.end))
+            sentences.append(Sentence(text=sp.text, start=sp.start, end=sp.end, statements=sts))
+        return VerifyResult(sentences=sentences, abstained=it.decomp.abstained, backend=self.name)

@@ -31,12 +31,13 @@ from typing import Any, Optional
 
 from cluster.config import ConfigError, RLFHConfig, env_name
 
-APP_NAME = "rlfh"
+APP_NAME = "rlfh-rewards"
 IMPORT_PATH = "reward_service.app:app_builder"
 ROUTE_PREFIX = "/"
-# Deployment names inside the app (must match the @serve.deployment names in reward_service/app.py).
-VERIFIER_DEPLOYMENT = "Verifier"
-REWARD_DEPLOYMENT = "Reward"
+# Names inside the app: reward_service/app.py's APP_NAME and @serve.deployment names (kept here so
+# this module stays import-light; tests/test_deploy.py checks they match the app).
+VERIFIER_DEPLOYMENT = "RLFHVerifier"
+REWARD_DEPLOYMENT = "RLFHRewards"
 # Routes the app serves under ROUTE_PREFIX (documentation, NOTES.txt and the chart test use them).
 ROUTES = ("/v1/verify", "/v1/rewards", "/get_reward", "/healthz")
 

@@ -1,0 +1,91 @@
+"""`rlfh bench train`: time a few PPO steps of the configured run (the tiny embedded default without flags).
+
+Runs the real thing (embedded Ray, the reward service over HTTP, every actor group) for ``--steps`` steps
+in a throw-away SAVE_PATH (no checkpoints) and prints the per-step time of every phase (generate,
+reward, reference, critic, policy forward, train, sync, total) and the rollout throughput in tokens/s.
+Step 1 includes warm-up (first forward/backward allocations), so the table also shows the mean of the
+later steps.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from cluster.config import RLFHConfig
+
+COLUMNS = [("generate", "generate"), ("reward", "reward"), ("reference", "reference"), ("critic", "critic"),
+           ("policy_forward", "policy fwd"), ("train", "train"), ("sync", "sync"), ("total", "total")]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="Per-step time breakdown of PPO steps (generate, reward, ..., sync) and "
+                                     "rollout tokens/s.",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=3, help="PPO steps to time (default 3).")
+    p.add_argument("--json", dest="json_out", default="", help="Also write the per-step rows to this JSON file.")
+    p.add_argument("--no-dashboard", action="store_true", help="Start the embedded Ray without its dashboard.")
+    RLFHConfig.add_cli_args(p)
+    p.set_defaults(func=_cmd)
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    import tempfile
+    import time
+
+    from cluster.driver import Trainer
+    if args.steps < 1:
+        print("--steps must be >= 1")
+        return 2
+    base = RLFHConfig.from_args(args)
+    with tempfile.TemporaryDirectory(prefix="rlfh-bench-train-") as tmp:
+        cfg = base.model_copy(update={"save_path": tmp, "ckpt_path": "", "use_tensorboard": False})
+        cfg = RLFHConfig(**cfg.model_dump())  # re-validate
+        t0 = time.time()
+        trainer = Trainer(cfg, include_dashboard=False if args.no_dashboard else None, show_progress=False)
+        rows = []
+        try:
+            trainer.setup()
+            setup_s = time.time() - t0
+            for i in range(args.steps):
+                row = trainer.step()
+                trainer.history.append(row)
+                rows.append(row)
+                print(f"step {row['step']}: {row['time/total']:.1f}s"
+                      + (" (SKIPPED: reward service unavailable)" if row.get("skipped") else ""), flush=True)
+        finally:
+            trainer.close()
+    print_table(rows, cfg, setup_s)
+    if args.json_out:
+        with open(args.json_out, "w") as fh:
+            json.dump({"setup_s": setup_s, "rows": rows, "config": cfg.model_dump(mode="json")}, fh, indent=2)
+    return 0
+
+
+def print_table(rows: list[dict], cfg: RLFHConfig, setup_s: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    title = (f"PPO step time (s): {cfg.rollout_batch_size} prompts x {cfg.n_samples_per_prompt} samples x "
+             f"<= {cfg.generate_max_len} tokens, {cfg.advantage_estimator}, model {cfg.model_path}; "
+             f"setup {setup_s:.0f}s")
+    t = Table(title=title)
+    t.add_column("step")
+    for _, name in COLUMNS:
+        t.add_column(name, justify="right")
+    t.add_column("tokens", justify="right")
+    t.add_column("rollout tok/s", justify="right")
+
+    def add(label: str, rs: list[dict], style: str = ""):
+        if not rs:
+            return
+        vals = [sum(r.get(f"time/{k}", 0.0) for r in rs) / len(rs) for k, _ in COLUMNS]
+        toks = sum(r.get("rollout_tokens", 0) for r in rs) / len(rs)
+        gen = sum(r.get("time/generate", 0.0) for r in rs)
+        tps = sum(r.get("rollout_tokens", 0) for r in rs) / gen if gen else 0.0
+        t.add_row(label, *[f"{v:.2f}" for v in vals], f"{toks:.0f}", f"{tps:.1f}", style=style)
+
+    for r in rows:
+        add(str(r["step"]) + (" (skipped)" if r.get("skipped") else ""), [r])
+    add("mean", rows, "bold")
+    if len(rows) > 1:
+        add("mean (steps 2+)", rows[1:], "bold")
+    Console(width=170).print(t)

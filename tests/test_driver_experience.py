@@ -1,0 +1,182 @@
+"""Experience assembly (no Ray): reward items, reward alignment into [B, R], caution placement, label mix,
+skipped-batch accounting against a real closed port, prompt loading and the resumable data order."""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from actors.types import RolloutSample, make_batch, token_offsets
+from cluster.config import ConfigError, RLFHConfig
+from cluster.data import QAItem
+from cluster.driver import epoch_order, load_prompts, next_prompt_indices, plan_steps
+from cluster.checkpoint import TrainerState
+from cluster.experience import (KeywordReward, RewardUnavailable, ServiceReward, SkipCounter, TokenRewards,
+                                fetch_rewards, label_mix, last_token_rewards, reward_items, rewards_to_tensors)
+from tests.conftest import free_port
+
+
+@pytest.fixture(scope="module")
+def tokenizer(embedded_model_path):
+    from actors.model_loader import load_tokenizer
+    return load_tokenizer(embedded_model_path)
+
+
+def _sample(tok, prompt_index: int, text: str, eos: bool = True) -> RolloutSample:
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    if eos:
+        ids = ids + [tok.eos_token_id]
+    decoded, offs = token_offsets(tok, ids)
+    return RolloutSample(prompt_index=prompt_index, prompt_token_ids=[1, 2, 3], response_token_ids=ids,
+                         response_text=decoded, token_offsets=offs, finish_reason="stop" if eos else "length")
+
+
+PROMPTS = [QAItem(question="Who wrote Hamlet?", knowledge=["Hamlet is a tragedy by William Shakespeare."],
+                  right_answer="William Shakespeare"),
+           QAItem(question="What is the capital of France?", knowledge=["Paris is the capital of France."],
+                  right_answer="Paris")]
+
+
+def test_reward_items_carry_question_materials_gold_and_engine_offsets(tokenizer):
+    samples = [_sample(tokenizer, 0, "It was William Shakespeare."), _sample(tokenizer, 1, "Paris.")]
+    items = reward_items(samples, PROMPTS)
+    assert [it["question"] for it in items] == [p.question for p in PROMPTS]
+    assert items[0]["materials"] == PROMPTS[0].knowledge
+    assert items[1]["gold_answer"] == "Paris"
+    assert items[0]["response"] == "It was William Shakespeare."
+    assert len(items[0]["token_offsets"]) == len(samples[0].response_token_ids)
+    # the EOS token has an empty span at the end of the text
+    assert items[0]["token_offsets"][-1] == [len(items[0]["response"])] * 2
+
+
+def test_keyword_reward_lands_on_the_word_tokens_and_rewards_to_tensors_aligns_them(tokenizer):
+    samples = [_sample(tokenizer, 0, "The answer is Shakespeare, surely."),
+               _sample(tokenizer, 1, "I think it is Paris."),
+               _sample(tokenizer, 1, "shakespeare wrote it; Shakespeare!", eos=False)]
+    batch = make_batch(samples, tokenizer.pad_token_id)
+    results = KeywordReward("shakespeare", value=2.0)(reward_items(samples, PROMPTS * 2))
+    rewards, signs = rewards_to_tensors(results, batch["action_mask"])
+    B, R = batch["action_mask"].shape
+    assert rewards.shape == (B, R) and signs.shape == (B, R)
+    for i, s in enumerate(samples):
+        n = len(s.response_token_ids)
+        assert not rewards[i, n:].any(), "padding carries no reward"
+        for j, (a, b) in enumerate(s.token_offsets):
+            piece = s.response_text[a:b].lower()
+            overlaps = any(a < e and b > st for st, e in
+                           [(m, m + len("shakespeare")) for m in _find_all(s.response_text.lower(), "shakespeare")])
+            assert rewards[i, j].item() == (2.0 if overlaps else 0.0), (i, j, piece)
+            assert signs[i, j].item() == (1 if overlaps else 0)
+    assert results[0].is_correct and not results[1].is_correct
+    assert results[2].label_counts == {"Correct": 2}
+    assert rewards[1].sum() == 0
+
+
+def _find_all(text: str, word: str) -> list[int]:
+    out, i = [], text.find(word)
+    while i >= 0:
+        out.append(i)
+        i = text.find(word, i + 1)
+    return out
+
+
+def test_rewards_to_tensors_refuses_a_length_mismatch():
+    mask = torch.tensor([[True, True, True], [True, False, False]])
+    ok = [TokenRewards([0.1, 0.2, 0.3], [0, 1, -1], 0.6), TokenRewards([1.0], [1], 1.0)]
+    r, s = rewards_to_tensors(ok, mask)
+    assert torch.allclose(r, torch.tensor([[0.1, 0.2, 0.3], [1.0, 0.0, 0.0]]))
+    assert s.tolist() == [[0, 1, -1], [1, 0, 0]]
+    bad = [TokenRewards([0.1, 0.2], [0, 0], 0.3), TokenRewards([1.0], [1], 1.0)]
+    with pytest.raises(ValueError, match="response 0: 2 token rewards"):
+        rewards_to_tensors(bad, mask)
+    with pytest.raises(ValueError, match="1 reward results for a batch of 2"):
+        rewards_to_tensors(ok[:1], mask)
+    nan = [TokenRewards([float("nan"), 0, 0], [0, 0, 0], 0.0), TokenRewards([1.0], [1], 1.0)]
+    with pytest.raises(ValueError, match="non-finite"):
+        rewards_to_tensors(nan, mask)
+
+
+def test_last_token_rewards_places_one_value_on_the_last_valid_token():
+    mask = torch.tensor([[True, True, False, False], [True, True, True, True], [False, False, False, False]])
+    out = last_token_rewards(torch.tensor([1.0, -2.0, 5.0]), mask)
+    assert out.tolist() == [[0, 1.0, 0, 0], [0, 0, 0, -2.0], [0, 0, 0, 0]]
+
+
+def test_label_mix_shares_over_all_statements():
+    res = [TokenRewards([], [], 0.0, label_counts={"Correct": 3, "Wrong": 1}),
+           TokenRewards([], [], 0.0, label_counts={"Wrong": 3, "Vague": 1, "Hedged wrong": 0})]
+    mix, n = label_mix(res)
+    assert n == 8
+    assert mix["Correct"] == pytest.approx(3 / 8) and mix["Wrong"] == pytest.approx(4 / 8)
+    assert mix["Vague"] == pytest.approx(1 / 8) and mix["Hedged correct"] == 0.0
+    assert label_mix([TokenRewards([], [], 0.0)])[0]["Correct"] == 0.0
+
+
+def test_reward_service_down_skips_and_counts_the_batch_on_a_real_closed_port():
+    port = free_port()  # bound then released: nothing listens there
+    cfg = RLFHConfig.load(reward_timeout_s=2.0, reward_max_retries=1)
+    reward_fn = ServiceReward(f"http://127.0.0.1:{port}", cfg)
+    items = [{"question": "q?", "response": "An answer.", "materials": ["An answer."], "gold_answer": None,
+              "token_offsets": [[0, 2], [2, 9], [9, 10]]}]
+    skips = SkipCounter()
+    t0 = time.time()
+    assert fetch_rewards(reward_fn, items, skips) is None
+    assert time.time() - t0 < 30, "bounded retries, no hang"
+    assert reward_fn.client.requests == 2, "one try + REWARD_MAX_RETRIES=1 retry"
+    assert skips.total == 1 and skips.consecutive == 1 and skips.reasons["reward_unavailable"] == 1
+    assert "ConnectError" in skips.last_error or "connect" in skips.last_error.lower()
+    assert fetch_rewards(reward_fn, items, skips) is None
+    assert skips.total == 2 and skips.consecutive == 2
+    # a working reward function resets the consecutive count but not the total
+    got = fetch_rewards(KeywordReward("answer"), items, skips)
+    assert got is not None and got[0].token_rewards == [0.0, 1.0, 0.0]  # " answer" only
+    assert skips.total == 2 and skips.consecutive == 0
+    reward_fn.close()
+
+
+def test_other_reward_errors_are_not_swallowed():
+    def broken(items):
+        raise KeyError("bug")
+
+    def down(items):
+        raise RewardUnavailable("judge pool empty")
+
+    skips = SkipCounter()
+    with pytest.raises(KeyError):
+        fetch_rewards(broken, [{}], skips)
+    assert skips.total == 0
+    assert fetch_rewards(down, [{}], skips) is None and skips.total == 1
+    with pytest.raises(RuntimeError, match="returned 0 results for 1 items"):
+        fetch_rewards(lambda items: [], [{}], skips)
+
+
+@pytest.mark.parametrize("spec", ["halueval:test", "halueval", "halueval:all"])
+def test_training_on_the_test_split_is_refused(spec):
+    with pytest.raises(ConfigError, match=r"PROMPT_DATA \(--prompt-data\).*never trained on.*halueval:train"):
+        load_prompts(RLFHConfig.load(prompt_data=spec))
+
+
+def test_too_few_prompts_for_a_batch_is_a_clear_error(tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"question": "Q1?", "knowledge": "K"}\n{"question": "Q2?", "knowledge": "K"}\n')
+    with pytest.raises(ConfigError, match="fewer than ROLLOUT_BATCH_SIZE=8"):
+        load_prompts(RLFHConfig.load(prompt_data=str(f)))
+    assert len(load_prompts(RLFHConfig.load(prompt_data=str(f), rollout_batch_size=2))) == 2
+
+
+def test_data_order_is_a_resumable_pure_function_of_seed_and_epoch():
+    n, batch, seed = 10, 4, 7
+    state = TrainerState()
+    seen = [next_prompt_indices(state, n, batch, seed) for _ in range(5)]
+    # full batches only: 2 per epoch, the last 2 prompts of each epoch's order are dropped
+    assert seen[0] + seen[1] == epoch_order(n, seed, 0)[:8].tolist()
+    assert seen[2] + seen[3] == epoch_order(n, seed, 1)[:8].tolist()
+    assert (state.epoch, state.index) == (2, 4)
+    assert epoch_order(n, seed, 0).tolist() != epoch_order(n, seed, 1).tolist()
+    # resuming from a saved position gives the same next batches
+    resumed = TrainerState(epoch=1, index=4)
+    assert next_prompt_indices(resumed, n, batch, seed) == seen[3]
+    assert next_prompt_indices(resumed, n, batch, seed) == seen[4]
+    assert plan_steps(RLFHConfig.load(rollout_batch_size=4, num_episodes=3), 10) == (2, 6)
+    assert plan_steps(RLFHConfig.load(rollout_batch_size=4, num_episodes=3, max_steps=5), 10) == (2, 5)

@@ -1,0 +1,112 @@
+"""`rlfh eval` and `rlfh compare`. Only argparse at import time; torch / numpy load inside the commands."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+EVAL_DESCRIPTION = """\
+Generate greedy answers with a model on a QA split and grade them for hallucination.
+
+Two judges, both reported:
+  1. the gold-answer grader (primary, independent of training): SimpleQA-style correct / incorrect /
+     not attempted against the item's right_answer; metrics: correct, incorrect (the hallucination
+     rate), not attempted, accuracy given attempted, SimpleQA F-score, all with 95% bootstrap CIs;
+  2. the training verifier (the reward's judge; NOT independent): statements per answer, label shares,
+     fact precision.
+
+Writes OUT/answers.jsonl (one record per item) and OUT/summary.json, and prints a table.
+Compare runs with `rlfh compare`.
+"""
+
+COMPARE_DESCRIPTION = """\
+Compare `rlfh eval` runs: pair items by question, test the differences, write a report.
+
+Runs are grouped by data and prompt mode. For every pair of runs in a group: exact McNemar tests on
+incorrect vs not-incorrect and on correct vs not, and paired bootstrap CIs of the differences. The
+verdict "fewer hallucinations, correct answers kept" needs incorrect answers significantly fewer
+(p < 0.05) while correct answers are not significantly fewer.
+
+Writes OUT/report.md, OUT/report.json, OUT/outcomes.png, OUT/tradeoff.png and, with --run,
+OUT/training_curves.png (reward, KL, label mix from RUN_DIR/metrics.jsonl).
+"""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="Answer a QA split with a model and grade hallucination (gold grader + "
+                                    "training verifier).",
+                       description=EVAL_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True,
+                   help="Model: 'smollm2-135m-instruct' (embedded base), a HF folder (e.g. SAVE_PATH/final of "
+                        "`rlfh train`), or a hub id already in the local HF cache.")
+    p.add_argument("--data", default="halueval:test",
+                   help="'halueval:train|dev|test' (embedded HaluEval-QA split) or a JSONL file with question, "
+                        "knowledge and right_answer per line. Default: halueval:test (held out from training).")
+    p.add_argument("--mode", choices=["closed", "evidence"], default="closed",
+                   help="closed: the question alone (closed book); evidence: the item's knowledge passages are "
+                        "put in the prompt. Default: closed.")
+    p.add_argument("--out", required=True, help="Output folder for answers.jsonl and summary.json.")
+    p.add_argument("--limit", type=int, default=0,
+                   help="Evaluate a deterministic subset of N items (the N whose question hash sorts first: the "
+                        "same subset for every model, so runs pair up). 0: all items.")
+    p.add_argument("--batch-size", type=int, default=16, help="Prompts per generate call (left padded). Default 16.")
+    p.add_argument("--max-new-tokens", type=int, default=40,
+                   help="Answer length cap in tokens (greedy decoding stops at EOS earlier). Default 40.")
+    p.add_argument("--system", choices=["default", "may-abstain"], default="default",
+                   help="System prompt: 'default' (the training prompt) or 'may-abstain' (the prompt-only "
+                        "baseline: the model is told it may answer \"I don't know\"). Default: default.")
+    p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32",
+                   help="Inference dtype. Default fp32 (bf16 is not faster for long prompts on every CPU).")
+    p.add_argument("--name", default="",
+                   help="Display name of this run in tables and reports (default: derived from --model and "
+                        "--system).")
+    p.add_argument("--no-verifier", dest="verifier", action="store_false",
+                   help="Skip the training verifier's statement metrics (gold grader only; faster).")
+    p.add_argument("--n-boot", type=int, default=2000, help="Bootstrap resamples for the CIs. Default 2000.")
+    p.add_argument("--seed", type=int, default=0, help="Bootstrap seed. Default 0.")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="Hide progress bars.")
+    p.set_defaults(func=_cmd_eval)
+
+    c = sub.add_parser("compare", help="Compare eval runs (paired McNemar, bootstrap CIs) and write a report "
+                                       "with plots.",
+                       description=COMPARE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("runs", nargs="+", metavar="EVAL_DIR",
+                   help="Output folders of `rlfh eval` (two or more). Order matters: within a mode the first is "
+                        "the reference the others are compared with (every pair is tested).")
+    c.add_argument("--out", required=True, help="Report folder (report.md, report.json, PNGs).")
+    c.add_argument("--run", dest="run_dir", default=None,
+                   help="Training run folder (SAVE_PATH of `rlfh train`): adds training curves from its "
+                        "metrics.jsonl.")
+    c.add_argument("--title", default="RLFH hallucination report", help="Report title.")
+    c.add_argument("--n-boot", type=int, default=2000, help="Bootstrap resamples. Default 2000.")
+    c.add_argument("--seed", type=int, default=0, help="Bootstrap seed. Default 0.")
+    c.set_defaults(func=_cmd_compare)
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from evaluation.runner import EvalConfig, print_summary, run_eval
+    cfg = EvalConfig(model=args.model, data=args.data, mode=args.mode, out=args.out, limit=args.limit,
+                     batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, system=args.system,
+                     dtype=args.dtype, name=args.name, verifier=args.verifier, n_boot=args.n_boot, seed=args.seed,
+                     progress=args.progress)
+    try:
+        cfg.check()
+        summary = run_eval(cfg)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"rlfh eval: {e}", file=sys.stderr)
+        return 2
+    print_summary(summary)
+    print(f"answers: {args.out}/answers.jsonl  summary: {args.out}/summary.json")
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from evaluation.report import CompareError, compare_runs, print_report
+    try:
+        report = compare_runs(args.runs, args.out, run_dir=args.run_dir, n_boot=args.n_boot, seed=args.seed,
+                              title=args.title)
+    except CompareError as e:
+        print(f"rlfh compare: {e}", file=sys.stderr)
+        return 2
+    print_report(report)
+    print(f"report: {args.out}/report.md")
+    return 0

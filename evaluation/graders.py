@@ -1,0 +1,371 @@
+"""Gold-answer grader: SimpleQA-style ``correct`` / ``incorrect`` / ``not_attempted``.
+
+This is the evaluation's *primary* judge. It only compares the model's answer
+with the dataset's gold answer (HaluEval ``right_answer``), so it is
+independent of the training verifier that produced the rewards.
+
+Rules, in order (each grade carries a ``reason`` code so a report can show why):
+
+1. ``empty``: an answer with no words is ``not_attempted``.
+2. ``abstain``: an explicit abstention ("I don't know", "I'm not sure", "cannot
+   answer", "no information", "not mentioned"...) with no guess after it is
+   ``not_attempted`` -- even when it repeats names from the question
+   ("I don't know whether Leconte or Stark won more").  An abstention followed
+   by a guess ("I'm not sure, but I think it is Nevada") is a *hedged answer*
+   and is graded on the guess.
+3. Hedged answers ("probably", "I think", "might be"...) are graded like plain
+   ones: a hedged correct answer is ``correct``, a hedged wrong one is
+   ``incorrect`` (SimpleQA's convention); ``Grade.hedged`` records the hedge.
+4. Yes/no gold: the first explicit "yes"/"no" in the answer decides (``yes_no``);
+   with neither, a negation or contrast ("not", "neither", "n't", "while",
+   "different"...) reads as "no", otherwise "yes" (``yes_no_implicit``).
+5. Choice questions ("..., A or B?"): the option the answer names first is its
+   choice; naming the gold option first is ``correct``, the other ``incorrect``.
+6. Containment after normalisation (lowercase, punctuation and articles
+   stripped, number words and ordinals to digits): gold inside the answer is
+   ``correct`` (``gold_in_answer``); a short answer inside the gold that covers
+   at least half of the gold's words is ``correct`` (``answer_in_gold``:
+   "Howard Marks" for "Dennis Howard Marks").
+7. Token F1 between answer and gold >= ``F1_THRESHOLD`` is ``correct``
+   (``f1``). Numbers must match exactly: a gold with a number is never
+   correct by F1 when the answer's numbers differ.
+8. Otherwise ``incorrect``: ``partial`` when the answer has some of the gold's
+   words (too few), ``mismatch`` when it has none.
+"""
+from __future__ import annotations
+
+import re
+import string
+import unicodedata
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+CORRECT, INCORRECT, NOT_ATTEMPTED = "correct", "incorrect", "not_attempted"
+GRADES: tuple[str, ...] = (CORRECT, INCORRECT, NOT_ATTEMPTED)
+
+F1_THRESHOLD = 0.6
+SHORT_ANSWER_WORDS = 6          # "answer in gold" only applies to answers at most this long
+ANSWER_IN_GOLD_COVERAGE = 0.5   # ...that cover at least this share of the gold's words
+
+# ----------------------------------------------------------------------------- normalisation
+
+_ARTICLES = {"a", "an", "the"}
+# Words too common to count as evidence of an answer (for F1 and overlap; never for containment).
+_STOPWORDS = _ARTICLES | {
+    "of", "in", "on", "at", "to", "for", "by", "with", "from", "and", "or", "is", "was", "are", "were", "be",
+    "been", "it", "its", "this", "that", "he", "she", "they", "his", "her", "their", "as", "which", "who",
+    "what", "i", "s"}
+
+_UNITS = {"zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+          "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15,
+          "sixteen": 16, "seventeen": 17, "eighteen": 18, "nineteen": 19}
+_TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80,
+         "ninety": 90}
+_SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000, "billion": 1_000_000_000}
+_ORDINALS = {"first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6, "seventh": 7,
+             "eighth": 8, "ninth": 9, "tenth": 10, "eleventh": 11, "twelfth": 12, "thirteenth": 13,
+             "fourteenth": 14, "fifteenth": 15, "sixteenth": 16, "seventeenth": 17, "eighteenth": 18,
+             "nineteenth": 19, "twentieth": 20, "thirtieth": 30, "fortieth": 40, "fiftieth": 50,
+             "sixtieth": 60, "seventieth": 70, "eightieth": 80, "ninetieth": 90, "hundredth": 100,
+             "thousandth": 1000}
+_NUMBER_WORDS = set(_UNITS) | set(_TENS) | set(_SCALES)
+_ORDINAL_SUFFIX = re.compile(r"^(\d+)(st|nd|rd|th)$")
+
+
+def _words_to_numbers(tokens: list[str]) -> list[str]:
+    """Replace runs of number words by digits: ['twenty', 'one'] -> ['21']; ordinals -> '21st'-style '21'."""
+    out: list[str] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok in _NUMBER_WORDS or tok in _ORDINALS:
+            total, current, j, used = 0, 0, i, False
+            while j < len(tokens):
+                t = tokens[j]
+                if t in _UNITS:
+                    current += _UNITS[t]
+                elif t in _TENS:
+                    current += _TENS[t]
+                elif t in _SCALES:
+                    current = max(current, 1) * _SCALES[t]
+                    if _SCALES[t] >= 1000:
+                        total, current = total + current, 0
+                elif t in _ORDINALS:
+                    val = _ORDINALS[t]
+                    current = current * val if val in (100, 1000) and current else current + val
+                    j += 1
+                    used = True
+                    break
+                elif t == "and" and used and j + 1 < len(tokens) and tokens[j + 1] in _NUMBER_WORDS:
+                    pass
+                else:
+                    break
+                used = True
+                j += 1
+            out.append(str(total + current))
+            i = j
+            continue
+        m = _ORDINAL_SUFFIX.match(tok)
+        out.append(m.group(1) if m else tok)
+        i += 1
+    return out
+
+
+def normalize_tokens(text: Optional[str]) -> list[str]:
+    """Lowercase, strip accents/punctuation/articles, number words -> digits. Returns word tokens."""
+    if not text:
+        return []
+    text = unicodedata.normalize("NFKD", text)
+    text = "".join(ch for ch in text if not unicodedata.combining(ch)).lower()
+    text = text.replace("\u2019", "'").replace("\u2018", "'")
+    # digits with thousands separators: 1,000 -> 1000 (before punctuation is dropped)
+    text = re.sub(r"(?<=\d),(?=\d{3}\b)", "", text)
+    text = re.sub(r"'s\b", "", text)  # possessive
+    # hyphens join number words ("twenty-one") and split compounds alike: turn into spaces
+    text = "".join(" " if ch in string.punctuation else ch for ch in text)
+    tokens = [t for t in text.split() if t not in _ARTICLES]
+    return _words_to_numbers(tokens)
+
+
+def normalize_answer(text: Optional[str]) -> str:
+    """The normalised answer as one string (see :func:`normalize_tokens`)."""
+    return " ".join(normalize_tokens(text))
+
+
+def _content(tokens: list[str]) -> list[str]:
+    return [t for t in tokens if t not in _STOPWORDS]
+
+
+def _find(hay: list[str], needle: list[str]) -> int:
+    """First index of ``needle`` as a contiguous run inside ``hay`` (-1 if absent or empty)."""
+    n = len(needle)
+    if n == 0 or n > len(hay):
+        return -1
+    first = needle[0]
+    for i in range(len(hay) - n + 1):
+        if hay[i] == first and hay[i:i + n] == needle:
+            return i
+    return -1
+
+
+def token_f1(answer: str, gold: str) -> float:
+    """SQuAD-style token F1 over normalised content words (stopwords dropped; falls back to all words)."""
+    a = _content(normalize_tokens(answer)) or normalize_tokens(answer)
+    g = _content(normalize_tokens(gold)) or normalize_tokens(gold)
+    if not a or not g:
+        return 0.0
+    common: dict[str, int] = {}
+    gc: dict[str, int] = {}
+    for t in g:
+        gc[t] = gc.get(t, 0) + 1
+    for t in a:
+        if gc.get(t, 0) > common.get(t, 0):
+            common[t] = common.get(t, 0) + 1
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    p, r = same / len(a), same / len(g)
+    return 2 * p * r / (p + r)
+
+
+# ----------------------------------------------------------------------------- abstention & hedging
+
+_ABSTAIN_PATTERNS = [
+    r"\bi (?:do not|don'?t|dont) know\b",
+    r"\b(?:i'?m|i am|im) (?:not (?:sure|certain)|unsure|uncertain)\b",
+    r"\bnot (?:sure|certain) (?:about|of|who|what|which|when|where|whether|if|how)\b",
+    r"^\s*(?:not sure|unsure|unknown|no idea|n/?a)\b",
+    r"\b(?:i )?(?:can ?not|can'?t|cannot|could not|couldn'?t|am unable to|'m unable to|unable to|"
+    r"am not able to|'m not able to) (?:answer|determine|tell|say|find|provide|know|confirm|verify|identify|"
+    r"be sure|recall|give)\b",
+    r"\bno (?:idea|information|info|data|record|way to know|answer)\b",
+    r"\b(?:do not|don'?t|does not|doesn'?t) (?:have|contain|provide|mention|say|specify|include|state) "
+    r"(?:any |enough |the |this |that |sufficient |specific )?(?:information|info|data|details|answer|mention)\b",
+    r"\b(?:not enough|insufficient|no (?:relevant|specific|such)) (?:information|info|data|context|evidence)\b",
+    r"\b(?:is|are|was|were) not (?:mentioned|provided|specified|stated|given|known|available)\b",
+    r"\bthere (?:is|are) no (?:information|mention|record|data|details)\b",
+    r"\bi (?:have|had) no (?:information|knowledge|idea)\b",
+    r"\bbeyond my knowledge\b",
+    r"\bi'?m sorry\b",
+]
+_ABSTAIN_RE = re.compile("|".join(f"(?:{p})" for p in _ABSTAIN_PATTERNS), re.IGNORECASE)
+
+_HEDGE_PATTERNS = [
+    r"\bi (?:think|believe|guess|suspect|assume|recall)\b", r"\bprobably\b", r"\bpossibly\b", r"\bmaybe\b",
+    r"\bperhaps\b", r"\blikely\b", r"\bmight\b", r"\bmay (?:be|have)\b", r"\bcould (?:be|have)\b",
+    r"\b(?:it )?seems?\b", r"\bappears? to\b", r"\bif i recall\b", r"\bmy (?:best )?guess\b",
+    r"\bnot (?:entirely |completely |100% )?(?:sure|certain)\b", r"\bi'?m not (?:sure|certain)\b",
+    r"\bapproximately\b", r"\baround\b", r"\broughly\b", r"\bunsure\b", r"\bpresumably\b",
+]
+_HEDGE_RE = re.compile("|".join(f"(?:{p})" for p in _HEDGE_PATTERNS), re.IGNORECASE)
+# After an abstention, these introduce a guess ("I'm not sure, but I think it's X").
+_GUESS_AFTER_ABSTAIN_RE = re.compile(
+    r"\b(?:but|however|though|although)\b|\b(?:i (?:think|believe|guess)|probably|possibly|maybe|perhaps|"
+    r"likely|my (?:best )?guess)\b", re.IGNORECASE)
+
+
+def detect_abstention(answer: str) -> bool:
+    """True when the answer declines to answer and offers no guess after declining."""
+    m = _ABSTAIN_RE.search(answer or "")
+    if not m:
+        return False
+    return not _GUESS_AFTER_ABSTAIN_RE.search(answer[m.end():])
+
+
+def detect_hedge(answer: str) -> bool:
+    """True when the answer expresses uncertainty (a hedge or an abstention phrase)."""
+    return bool(_HEDGE_RE.search(answer or "") or _ABSTAIN_RE.search(answer or ""))
+
+
+# ----------------------------------------------------------------------------- special question types
+
+_EXPLICIT = {"yes": "yes", "no": "no"}
+# Without an explicit yes/no, a negation or a contrast ("X is in A, while Y is in B") reads as "no".
+_NO_CUES = re.compile(r"n't\b|\bnot\b|\bneither\b|\bnor\b|\bnever\b|\bdifferent\b|\bdiffer\b|\bwhile\b|"
+                      r"\bwhereas\b|\bunlike\b|\bhowever\b|\bbut\b|\bonly\b", re.IGNORECASE)
+
+
+def polarity(answer: str) -> tuple[str, bool]:
+    """('yes' | 'no', explicit) for an answer to a yes/no question.
+
+    The first explicit "yes"/"no" word decides; without one, a negation or contrast cue reads as
+    "no", anything else as "yes" (``explicit`` is False then: the grade's reason says ``yes_no_implicit``).
+    """
+    for t in normalize_tokens(answer):
+        if t in _EXPLICIT:
+            return _EXPLICIT[t], True
+    return ("no" if _NO_CUES.search(answer or "") else "yes"), False
+
+
+_CHOICE_CAPS = re.compile(r"((?:[A-Z0-9][\w'.&-]*|of|the|and|de|la|von|van|du|da)(?:\s+(?:[A-Z0-9][\w'.&-]*|of|"
+                          r"the|and|de|la|von|van|du|da))*)\s*$")
+
+
+_CHOICE_HEAD = re.compile(r"^((?:the\s+|The\s+)?[A-Z0-9][\w'.&-]*(?:\s+(?:[A-Z0-9][\w'.&-]*|of|the|and|de|la|von|van|"
+                          r"den|der|du|da|y)(?=\s|$))*)")
+
+
+def choice_options(question: str) -> Optional[tuple[str, str]]:
+    """The two options of a choice question ("Which ..., A or B?"), or None."""
+    q = (question or "").strip()
+    q = q[:q.rfind("?")] if "?" in q else q
+    idx = q.rfind(" or ")
+    if idx < 0:
+        return None
+    b = q[idx + 4:].strip(" ,\"'")
+    before = q[:idx].rstrip(" ,")
+    segments = [s.strip(" \"'") for s in before.split(",")]
+    a = ""
+    if len(segments) > 1:
+        # the last comma segment that starts like a name (capital letter or digit)
+        for seg in reversed(segments[1:]):
+            if seg and (seg[0].isupper() or seg[0].isdigit()):
+                a = seg
+                break
+    if not a:
+        m = _CHOICE_CAPS.search(before)
+        a = m.group(1).strip() if m else ""
+        # drop a leading question word that happens to be capitalised
+        a = re.sub(r"^(?:Which|Who|What|Where|When|Is|Are|Was|Were|Did|Do|Does|The)\s+", "", a).strip()
+    # "Does A or B have more ...?": keep the name-like head of B
+    m = _CHOICE_HEAD.match(b)
+    if m and m.group(1).strip() and len(m.group(1).strip()) < len(b):
+        b = m.group(1).strip()
+    if not a or not b or len(b.split()) > 12:
+        return None
+    return a, b
+
+
+def _mention_pos(ans: list[str], option: list[str]) -> int:
+    """Where the answer first names an option: the full option, else its last content word (a surname)."""
+    pos = _find(ans, option)
+    if pos >= 0:
+        return pos
+    content = _content(option)
+    if content:
+        last = content[-1]
+        if last in ans and not last.isdigit():
+            return ans.index(last)
+    return -1
+
+
+# ----------------------------------------------------------------------------- the grader
+
+@dataclass
+class Grade:
+    grade: str                 # correct | incorrect | not_attempted
+    reason: str                # which rule decided (see module docstring)
+    hedged: bool = False       # the answer expresses uncertainty
+    abstained: bool = False    # explicit abstention without a guess
+    f1: float = 0.0            # token F1 with the gold answer
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def grade_answer(answer: Optional[str], gold: Optional[str], question: Optional[str] = None) -> Grade:
+    """Grade one answer against its gold answer (see the module docstring for the rules).
+
+    Args:
+        answer: the model's answer text.
+        gold: the reference answer; required (a ``ValueError`` names it when missing).
+        question: the question, used for choice questions ("A or B?").
+    """
+    if gold is None or not str(gold).strip():
+        raise ValueError("grade_answer: the gold answer ('right_answer') is missing or empty; "
+                         "the gold grader needs it for every item")
+    answer = answer or ""
+    a_tok = normalize_tokens(answer)
+    g_tok = normalize_tokens(gold)
+    hedged = detect_hedge(answer)
+    f1 = token_f1(answer, gold)
+    if not a_tok:
+        return Grade(NOT_ATTEMPTED, "empty", hedged=False, abstained=False, f1=0.0)
+    if detect_abstention(answer):
+        return Grade(NOT_ATTEMPTED, "abstain", hedged=True, abstained=True, f1=f1)
+
+    def done(ok: bool, reason: str) -> Grade:
+        return Grade(CORRECT if ok else INCORRECT, reason, hedged=hedged, abstained=False, f1=f1)
+
+    # yes / no questions
+    if g_tok in (["yes"], ["no"]):
+        pol, explicit = polarity(answer)
+        return done(pol == g_tok[0], "yes_no" if explicit else "yes_no_implicit")
+
+    # choice questions: the option named first is the answer's choice
+    opts = choice_options(question) if question else None
+    if opts:
+        o_tok = [normalize_tokens(o) for o in opts]
+        gold_idx = next((i for i, o in enumerate(o_tok) if o and (o == g_tok or _find(o, g_tok) >= 0
+                                                                  or _find(g_tok, o) >= 0)), None)
+        if gold_idx is not None:
+            pos = [_mention_pos(a_tok, o) for o in o_tok]
+            named = [(p, i) for i, p in enumerate(pos) if p >= 0]
+            if named:
+                return done(min(named)[1] == gold_idx, "choice")
+
+    # containment
+    if _find(a_tok, g_tok) >= 0:
+        return done(True, "gold_in_answer")
+    g_content = _content(g_tok) or g_tok
+    a_content = _content(a_tok) or a_tok
+    if len(a_tok) <= SHORT_ANSWER_WORDS and _find(g_tok, a_tok) >= 0 and a_content:
+        covered = sum(1 for t in set(a_content) if t in g_content) / len(set(g_content))
+        if covered >= ANSWER_IN_GOLD_COVERAGE:
+            return done(True, "answer_in_gold")
+        return done(False, "partial")
+
+    # numbers must agree exactly
+    g_nums = {t for t in g_tok if t.isdigit()}
+    if g_nums and not g_nums <= {t for t in a_tok if t.isdigit()}:
+        overlap = any(t in a_content for t in g_content)
+        return done(False, "partial" if overlap else "number_mismatch")
+
+    # fuzzy: token F1 on the answer's content, for answers not much longer than the gold
+    if f1 >= F1_THRESHOLD:
+        return done(True, "f1")
+    # the gold's content words all present (in any order) in a short-ish answer
+    if g_content and all(t in a_content for t in g_content) and len(a_content) <= 3 * len(g_content) + 6:
+        return done(True, "gold_words_in_answer")
+    overlap = any(t in a_content for t in g_content)
+    return done(False, "partial" if overlap else "mismatch")

@@ -1,0 +1,159 @@
+"""PNG plots of the hallucination report (matplotlib, Agg backend)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+OUTCOME_COLORS = {"correct": "#2ca02c", "incorrect": "#d62728", "not_attempted": "#9e9e9e"}
+OUTCOME_LABELS = {"correct": "correct", "incorrect": "incorrect (hallucinated)", "not_attempted": "not attempted"}
+LABEL_COLORS = {"Correct": "tab:green", "Hedged correct": "yellowgreen", "Vague": "tab:gray",
+                "Hedged wrong": "tab:orange", "Wrong": "tab:red"}
+MODEL_COLORS = ["#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _wrap(name: str, width: int = 18) -> str:
+    import textwrap
+    return "\n".join(textwrap.wrap(name, width)) or name
+
+
+def plot_outcomes(report: dict[str, Any], out_png: str | Path) -> Path:
+    """Grouped bars per model (correct / incorrect / not attempted) with 95% CI whiskers, one panel per group."""
+    plt = _plt()
+    groups = list(report["groups"].items())
+    n_models = max(len(g["models"]) for _, g in groups)
+    fig, axes = plt.subplots(1, len(groups), figsize=(max(6.0, 2.0 + 2.2 * n_models) * len(groups) / 1.3, 4.8),
+                             squeeze=False, sharey=True)
+    keys = ("correct", "incorrect", "not_attempted")
+    width = 0.26
+    for ax, (gname, g) in zip(axes[0], groups):
+        models = g["models"]
+        for k_i, k in enumerate(keys):
+            xs, ys, lo, hi = [], [], [], []
+            for m_i, m in enumerate(models):
+                e = m["metrics"]["gold"][k]
+                xs.append(m_i + (k_i - 1) * width)
+                ys.append(100 * e["value"])
+                lo.append(100 * (e["value"] - e["ci95"][0]))
+                hi.append(100 * (e["ci95"][1] - e["value"]))
+            bars = ax.bar(xs, ys, width=width, color=OUTCOME_COLORS[k], label=OUTCOME_LABELS[k],
+                          yerr=[lo, hi], capsize=3, error_kw={"elinewidth": 1, "ecolor": "black"})
+            for b, y in zip(bars, ys):
+                ax.text(b.get_x() + b.get_width() / 2, y + 1.0, f"{y:.0f}", ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(models)))
+        ax.set_xticklabels([_wrap(m["name"]) for m in models], fontsize=8)
+        ax.set_title(gname + f"  (n={models[0]['metrics']['n']})", fontsize=10)
+        ax.set_ylim(0, 105)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel("% of questions (95% bootstrap CI)")
+    axes[0][0].legend(fontsize=8, loc="upper left")
+    fig.suptitle("Gold-answer grader: outcomes per model", fontsize=12)
+    fig.tight_layout()
+    out_png = Path(out_png)
+    out_png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_png, dpi=120)
+    plt.close(fig)
+    return out_png
+
+
+def plot_tradeoff(report: dict[str, Any], out_png: str | Path) -> Path:
+    """Correct rate (y) vs not-attempted rate (x) per model and mode, CI crosses; incorrect rate annotated."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 5.5))
+    names: list[str] = []
+    for _, g in report["groups"].items():
+        for m in g["models"]:
+            if m["name"] not in names:
+                names.append(m["name"])
+    markers = ["o", "s", "^", "D", "v", "P"]
+    for g_i, (gname, g) in enumerate(report["groups"].items()):
+        mode = gname.split("|")[-1].strip()
+        for m in g["models"]:
+            gd = m["metrics"]["gold"]
+            x, y = 100 * gd["not_attempted"]["value"], 100 * gd["correct"]["value"]
+            xe = [[x - 100 * gd["not_attempted"]["ci95"][0]], [100 * gd["not_attempted"]["ci95"][1] - x]]
+            ye = [[y - 100 * gd["correct"]["ci95"][0]], [100 * gd["correct"]["ci95"][1] - y]]
+            color = MODEL_COLORS[names.index(m["name"]) % len(MODEL_COLORS)]
+            ax.errorbar(x, y, xerr=xe, yerr=ye, fmt=markers[g_i % len(markers)], color=color, ms=8, capsize=3,
+                        alpha=0.9, label=f"{m['name']} [{mode}]")
+            ax.annotate(f"inc {100 * gd['incorrect']['value']:.0f}%", (x, y), textcoords="offset points",
+                        xytext=(6, 6), fontsize=7, color=color)
+    ax.set_xlabel("not attempted / abstained (% of questions)")
+    ax.set_ylabel("correct (% of questions)")
+    ax.set_title("Correct vs abstain trade-off (labels: incorrect rate)\n"
+                 "up = more right answers; right = more abstention", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.set_xlim(left=-3)
+    ax.set_ylim(bottom=-2)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    out_png = Path(out_png)
+    fig.savefig(out_png, dpi=120)
+    plt.close(fig)
+    return out_png
+
+
+def plot_training(run_dir: str | Path, out_png: str | Path) -> Optional[Path]:
+    """Reward, KL, label mix and rollout behaviour (correct / abstain rate, length) from RUN_DIR/metrics.jsonl."""
+    from evaluation.report import read_metrics
+    rows = [r for r in read_metrics(run_dir) if not r.get("skipped")]
+    if not rows:
+        return None
+    plt = _plt()
+    steps = [r.get("step", i + 1) for i, r in enumerate(rows)]
+
+    def series(key):
+        return [r.get(key, float("nan")) if isinstance(r.get(key), (int, float)) else float("nan") for r in rows]
+
+    fig, axes = plt.subplots(2, 2, figsize=(12, 7.5))
+    ax = axes[0][0]
+    ax.plot(steps, series("reward_mean"), marker="o", ms=3, label="token reward (sum per response)")
+    if any("score_mean" in r for r in rows):
+        ax.plot(steps, series("score_mean"), marker=".", ms=3, alpha=0.7, label="verifier score")
+    ax.set_title("reward per response")
+    ax.legend(fontsize=8)
+
+    ax = axes[0][1]
+    ax.plot(steps, series("kl"), color="tab:red", marker="o", ms=3)
+    ax.set_title("KL to the reference (per token)")
+
+    ax = axes[1][0]
+    for lab, color in LABEL_COLORS.items():
+        key = f"label_share/{lab}"
+        if any(key in r for r in rows):
+            ax.plot(steps, series(key), label=lab, color=color, marker=".", ms=3)
+    ax.set_ylim(0, 1)
+    ax.set_title("verifier label mix of rollout statements")
+    ax.legend(fontsize=8)
+
+    ax = axes[1][1]
+    for key, color, lab in (("correct_rate", "tab:green", "rollouts judged correct"),
+                            ("abstain_rate", "tab:gray", "rollouts abstaining")):
+        if any(key in r for r in rows):
+            ax.plot(steps, series(key), color=color, marker=".", ms=3, label=lab)
+    ax.set_ylim(0, 1)
+    ax.set_title("rollout behaviour")
+    if any("response_length" in r for r in rows):
+        ax2 = ax.twinx()
+        ax2.plot(steps, series("response_length"), color="tab:blue", alpha=0.5, ls="--", label="length (tokens)")
+        ax2.set_ylabel("response length (tokens)", color="tab:blue")
+        h1, l1 = ax.get_legend_handles_labels()
+        h2, l2 = ax2.get_legend_handles_labels()
+        ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
+    else:
+        ax.legend(fontsize=8)
+    for a in axes.flat:
+        a.set_xlabel("step")
+        a.grid(alpha=0.3)
+    fig.suptitle(f"Training run {Path(run_dir).name}: {len(rows)} steps", fontsize=12)
+    fig.tight_layout()
+    out_png = Path(out_png)
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+    return out_png

@@ -1,0 +1,365 @@
+"""`rlfh compare`: pair eval runs by question, test the differences, write report.md / report.json / PNGs.
+
+Runs are grouped by (data, mode): models are only compared on the same items asked
+the same way. Within a group every pair of runs gets
+
+- exact McNemar tests on paired binary outcomes: *incorrect vs not-incorrect* (did the
+  second model hallucinate on fewer items?) and *correct vs not* (did it lose right answers?);
+- paired bootstrap CIs of the rate differences.
+
+A pair's verdict reads "fewer hallucinations" only when incorrect answers are
+significantly fewer (p < alpha) *and* correct answers are not significantly fewer.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from evaluation.graders import CORRECT, INCORRECT, NOT_ATTEMPTED
+from evaluation.runner import VERIFIER_LABELS, pct, summarise
+
+ALPHA = 0.05
+
+
+class CompareError(ValueError):
+    """Bad input to ``rlfh compare`` (the message names the folder and the fix)."""
+
+
+# ----------------------------------------------------------------------------- loading
+
+def load_run(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_dir():
+        raise CompareError(f"{p}: not a folder; pass the --out folders of `rlfh eval` runs")
+    sp, ap = p / "summary.json", p / "answers.jsonl"
+    for f in (sp, ap):
+        if not f.exists():
+            raise CompareError(f"{p}: missing {f.name}; is this the --out folder of a finished `rlfh eval`?")
+    summary = json.loads(sp.read_text(encoding="utf-8"))
+    records = []
+    with open(ap, encoding="utf-8") as fh:
+        for ln, line in enumerate(fh, 1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise CompareError(f"{ap}:{ln}: not valid JSON ({e.msg})") from None
+    if not records:
+        raise CompareError(f"{ap}: no answers")
+    return {"dir": str(p), "summary": summary, "records": records, "name": summary.get("name") or p.name}
+
+
+def _unique_names(runs: list[dict]) -> None:
+    seen: dict[str, int] = {}
+    for r in runs:
+        key = (r["name"], r["summary"].get("mode"))
+        seen[key] = seen.get(key, 0) + 1
+    dup = {k for k, n in seen.items() if n > 1}
+    for r in runs:
+        if (r["name"], r["summary"].get("mode")) in dup:
+            r["name"] = f"{r['name']} ({Path(r['dir']).name})"
+
+
+def pair_records(a: dict, b: dict) -> tuple[list[dict], list[dict]]:
+    """Records of runs a and b on the items both answered, in a's order (paired by question key)."""
+    kb = {r["key"]: r for r in b["records"]}
+    ra, rb = [], []
+    for r in a["records"]:
+        if r["key"] in kb:
+            ra.append(r)
+            rb.append(kb[r["key"]])
+    return ra, rb
+
+
+# ----------------------------------------------------------------------------- comparison
+
+def compare_pair(a: dict, b: dict, n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """Paired tests of run b against run a (b - a)."""
+    from evaluation.stats import mcnemar_paired, paired_bootstrap_diff
+    ra, rb = pair_records(a, b)
+    if not ra:
+        raise CompareError(f"{a['dir']} and {b['dir']} share no questions; evaluate both on the same --data and "
+                           "--limit")
+    ga, gb = [r["grade"] for r in ra], [r["grade"] for r in rb]
+    inc = mcnemar_paired([g == INCORRECT for g in ga], [g == INCORRECT for g in gb])
+    cor = mcnemar_paired([g == CORRECT for g in ga], [g == CORRECT for g in gb])
+    diff = paired_bootstrap_diff(ga, gb, n_boot=n_boot, seed=seed)
+    fewer_incorrect = inc["b_only"] < inc["a_only"] and inc["p_value"] < ALPHA
+    fewer_correct = cor["b_only"] < cor["a_only"] and cor["p_value"] < ALPHA
+    more_incorrect = inc["b_only"] > inc["a_only"] and inc["p_value"] < ALPHA
+    if fewer_incorrect and not fewer_correct:
+        verdict = "fewer hallucinations, correct answers kept"
+    elif fewer_incorrect and fewer_correct:
+        verdict = "fewer hallucinations but also fewer correct answers"
+    elif more_incorrect:
+        verdict = "more hallucinations"
+    elif fewer_correct:
+        verdict = "fewer correct answers, hallucinations not significantly fewer"
+    else:
+        verdict = "no significant difference"
+    transitions = {f"{x}->{y}": 0 for x in (CORRECT, INCORRECT, NOT_ATTEMPTED)
+                   for y in (CORRECT, INCORRECT, NOT_ATTEMPTED)}
+    for x, y in zip(ga, gb):
+        transitions[f"{x}->{y}"] += 1
+    return {"a": a["name"], "b": b["name"], "a_dir": a["dir"], "b_dir": b["dir"], "n_paired": len(ra),
+            "mcnemar_incorrect": inc, "mcnemar_correct": cor,
+            "diff": {k: {"value": v[0], "ci95": [v[1], v[2]]} for k, v in diff.items()},
+            "fewer_incorrect_significant": bool(fewer_incorrect),
+            "fewer_correct_significant": bool(fewer_correct),
+            "success": bool(fewer_incorrect and not fewer_correct),
+            "verdict": verdict, "transitions": transitions}
+
+
+def group_runs(runs: list[dict]) -> dict[str, list[dict]]:
+    groups: dict[str, list[dict]] = {}
+    for r in runs:
+        s = r["summary"]
+        groups.setdefault(f"{s.get('data', '?')} | {s.get('mode', '?')}", []).append(r)
+    return groups
+
+
+def compare_runs(dirs: list[str], out: str | Path, run_dir: Optional[str] = None, n_boot: int = 2000,
+                 seed: int = 0, title: str = "RLFH hallucination report") -> dict[str, Any]:
+    """Load eval runs, compare them, write report.md / report.json / PNGs into ``out``. Returns report.json's dict."""
+    if len(dirs) < 2:
+        raise CompareError("rlfh compare needs at least two eval folders (e.g. the base model and the trained one)")
+    runs = [load_run(d) for d in dirs]
+    _unique_names(runs)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    groups = group_runs(runs)
+    report: dict[str, Any] = {"title": title, "alpha": ALPHA, "groups": {}, "run_dir": run_dir, "plots": {}}
+    for gname, gruns in groups.items():
+        models = []
+        for r in gruns:
+            m = summarise(r["records"], n_boot=n_boot, seed=seed)
+            s = r["summary"]
+            models.append({"name": r["name"], "dir": r["dir"], "model": s.get("model"), "system": s.get("system"),
+                           "mode": s.get("mode"), "data": s.get("data"), "metrics": m,
+                           "timing": s.get("timing", {})})
+        pairs = [compare_pair(gruns[i], gruns[j], n_boot=n_boot, seed=seed)
+                 for i in range(len(gruns)) for j in range(i + 1, len(gruns))]
+        report["groups"][gname] = {"models": models, "pairs": pairs,
+                                   "examples": _examples(gruns) if len(gruns) >= 2 else []}
+    training = _training_summary(run_dir) if run_dir else None
+    report["training"] = training
+
+    from evaluation.plots import plot_outcomes, plot_tradeoff, plot_training
+    report["plots"]["outcomes"] = str(plot_outcomes(report, out / "outcomes.png"))
+    report["plots"]["tradeoff"] = str(plot_tradeoff(report, out / "tradeoff.png"))
+    if run_dir:
+        png = plot_training(run_dir, out / "training_curves.png")
+        if png:
+            report["plots"]["training"] = str(png)
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=_json_default), encoding="utf-8")
+    (out / "report.md").write_text(render_markdown(report, out), encoding="utf-8")
+    return report
+
+
+def _json_default(o):
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    return str(o)
+
+
+def _examples(gruns: list[dict], k: int = 4) -> list[dict]:
+    """A few items where the first and last run of a group differ (what changed, in words)."""
+    a, b = gruns[0], gruns[-1]
+    ra, rb = pair_records(a, b)
+    picks: list[dict] = []
+    for want in ((INCORRECT, NOT_ATTEMPTED), (INCORRECT, CORRECT), (CORRECT, INCORRECT), (CORRECT, NOT_ATTEMPTED),
+                 (NOT_ATTEMPTED, INCORRECT)):
+        found = [(x, y) for x, y in zip(ra, rb) if (x["grade"], y["grade"]) == want][:k if want[0] == INCORRECT
+                                                                                       and want[1] == NOT_ATTEMPTED
+                                                                                       else 2]
+        for x, y in found:
+            picks.append({"question": x["question"], "gold": x["gold"], "a": a["name"], "a_answer": x["answer"],
+                          "a_grade": x["grade"], "b": b["name"], "b_answer": y["answer"], "b_grade": y["grade"]})
+    return picks
+
+
+def _training_summary(run_dir: str) -> Optional[dict[str, Any]]:
+    rows = read_metrics(run_dir)
+    if not rows:
+        return {"run_dir": run_dir, "steps": 0, "note": "no metrics.jsonl records"}
+    trained = [r for r in rows if not r.get("skipped")]
+
+    def first_last(key):
+        vals = [r[key] for r in trained if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+        return (vals[0], vals[-1]) if vals else (None, None)
+
+    out = {"run_dir": run_dir, "steps": rows[-1].get("step", len(rows)), "skipped": len(rows) - len(trained)}
+    for key in ("reward_mean", "kl", "correct_rate", "abstain_rate", "response_length", "statements_per_response"):
+        out[key] = first_last(key)
+    cfg_path = Path(run_dir) / "config.json"
+    if cfg_path.exists():
+        try:
+            out["config"] = json.loads(cfg_path.read_text())
+        except json.JSONDecodeError:
+            pass
+    demo_env = Path(run_dir) / "demo_env.json"
+    if demo_env.exists():
+        try:
+            out["demo_env"] = json.loads(demo_env.read_text())
+        except json.JSONDecodeError:
+            pass
+    return out
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Per-step records of a training run (``RUN_DIR/metrics.jsonl``); [] when absent. Bad lines are skipped."""
+    p = Path(run_dir)
+    p = p / "metrics.jsonl" if p.is_dir() else p
+    if not p.exists():
+        return []
+    rows = []
+    for line in p.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    rows.sort(key=lambda r: r.get("step", 0))
+    return rows
+
+
+# ----------------------------------------------------------------------------- markdown
+
+def _ci(entry: dict) -> str:
+    lo, hi = entry["ci95"]
+    return f"{pct(entry['value'])} [{pct(lo)}, {pct(hi)}]"
+
+
+def _p(p: float) -> str:
+    return f"{p:.2g}" if p < 0.001 else f"{p:.3f}"
+
+
+def _diff(entry: dict) -> str:
+    v, (lo, hi) = entry["value"], entry["ci95"]
+    return f"{100 * v:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+
+
+def render_markdown(report: dict[str, Any], out: Path) -> str:
+    L: list[str] = [f"# {report['title']}", ""]
+    L += ["Two judges grade every answer:", "",
+          "1. **Gold-answer grader (primary, independent of training)**: SimpleQA-style `correct` / `incorrect` / "
+          "`not attempted` against the dataset's gold answer (normalised containment, token F1, yes/no and "
+          "choice-question rules; explicit abstentions are *not attempted*; a hedged answer is graded on what it "
+          "says, so a hedged wrong answer counts as incorrect).",
+          "2. **The training verifier** (the atomic-fact verifier whose labels were the training reward). It is "
+          "**not independent**: a trained model can learn to please it. Shown for insight only.", "",
+          f"Numbers are percentages of items with 95% bootstrap CIs. Paired tests: exact McNemar on the same "
+          f"items (alpha = {report['alpha']}). *Incorrect* is the hallucination rate; a model that only learned to "
+          "refuse shows up as a high abstention rate with fewer correct answers and short answers.", ""]
+    for gname, g in report["groups"].items():
+        L += [f"## {gname}", ""]
+        L += ["| model | n | correct | incorrect | not attempted | correct given attempted | F-score | "
+              "abstention | mean words |",
+              "|---|---|---|---|---|---|---|---|---|"]
+        for m in g["models"]:
+            mm = m["metrics"]
+            gd = mm["gold"]
+            mw = mm["mean_answer_words"]
+            L.append(f"| {m['name']} | {mm['n']} | {_ci(gd['correct'])} | {_ci(gd['incorrect'])} | "
+                     f"{_ci(gd['not_attempted'])} | {_ci(gd['accuracy_given_attempted'])} | {_ci(gd['f_score'])} | "
+                     f"{_ci(mm['abstain_rate'])} | {mw['value']:.1f} |")
+        L += ["", "**Paired tests** (second model minus first; McNemar counts are items where only the first / "
+                  "only the second has the outcome):", "",
+              "| first | second | n | incorrect: first-only / second-only, p | correct: first-only / second-only, p | "
+              "Δ incorrect | Δ correct | Δ not attempted | verdict |",
+              "|---|---|---|---|---|---|---|---|---|"]
+        for pr in g["pairs"]:
+            mi, mc = pr["mcnemar_incorrect"], pr["mcnemar_correct"]
+            L.append(f"| {pr['a']} | {pr['b']} | {pr['n_paired']} | {mi['a_only']} / {mi['b_only']}, "
+                     f"p={_p(mi['p_value'])} | {mc['a_only']} / {mc['b_only']}, p={_p(mc['p_value'])} | "
+                     f"{_diff(pr['diff']['incorrect'])} | {_diff(pr['diff']['correct'])} | "
+                     f"{_diff(pr['diff']['not_attempted'])} | **{pr['verdict']}** |")
+        if any(m["metrics"].get("verifier") for m in g["models"]):
+            L += ["", "**The training verifier's statement metrics** (not independent of training):", "",
+                  "| model | statements per answer | Correct | Hedged correct | Vague | Hedged wrong | Wrong | "
+                  "fact precision | verifier abstention |", "|---|---|---|---|---|---|---|---|---|"]
+            for m in g["models"]:
+                v = m["metrics"].get("verifier")
+                if not v:
+                    L.append(f"| {m['name']} | - | - | - | - | - | - | - | - |")
+                    continue
+                ls = v["label_share"]
+                L.append(f"| {m['name']} | {v['statements_per_answer']:.2f} | "
+                         + " | ".join(pct(ls[lab]) for lab in VERIFIER_LABELS)
+                         + f" | {pct(v['fact_precision'])} | {pct(v['abstain_rate'])} |")
+        if g.get("examples"):
+            L += ["", f"<details><summary>Example answers that changed ({g['models'][0]['name']} → "
+                      f"{g['models'][-1]['name']})</summary>", ""]
+            for ex in g["examples"]:
+                L += [f"- **Q:** {ex['question']}  (gold: *{ex['gold']}*)",
+                      f"  - {ex['a']}: {_quote(ex['a_answer'])} → `{ex['a_grade']}`",
+                      f"  - {ex['b']}: {_quote(ex['b_answer'])} → `{ex['b_grade']}`"]
+            L += ["", "</details>"]
+        L.append("")
+    tr = report.get("training")
+    if tr:
+        L += ["## Training run", "", f"Run folder: `{tr['run_dir']}`, {tr.get('steps', 0)} steps"
+              + (f" ({tr['skipped']} skipped)" if tr.get("skipped") else "") + ".", ""]
+        rows = [(k, tr.get(k)) for k in ("reward_mean", "kl", "correct_rate", "abstain_rate", "response_length",
+                                         "statements_per_response")]
+        if any(v and v[0] is not None for _, v in rows):
+            L += ["| training metric | first step | last step |", "|---|---|---|"]
+            for k, v in rows:
+                if v and v[0] is not None:
+                    L.append(f"| {k} | {v[0]:.4g} | {v[1]:.4g} |")
+            L.append("")
+        if tr.get("demo_env"):
+            L += ["Training settings:", "", "```", *[f"{k}={v}" for k, v in tr["demo_env"].items()], "```", ""]
+    L += ["## Plots", ""]
+    for key, cap in (("outcomes", "Outcomes per model with 95% CIs"),
+                     ("tradeoff", "Correct vs abstain trade-off"), ("training", "Training curves")):
+        if report["plots"].get(key):
+            L += [f"![{cap}]({Path(report['plots'][key]).name})", ""]
+    L += ["## How to read this", "",
+          "- Rows include a *prompt-only baseline*: the base model told it may answer \"I don't know\". A gain the "
+          "prompt alone gives is not credited to training.",
+          "- The verdict \"fewer hallucinations, correct answers kept\" needs incorrect answers significantly fewer "
+          "(McNemar p < 0.05) while correct answers are not significantly fewer.",
+          "- The verifier's metrics use the judge the model was trained against; trust the gold grader first.", ""]
+    return "\n".join(L)
+
+
+def _quote(text: str, n: int = 160) -> str:
+    t = " ".join((text or "").split())
+    t = t if len(t) <= n else t[:n - 1] + "…"
+    return "*(empty)*" if not t else f"\"{t.replace('|', '/')}\""
+
+
+# ----------------------------------------------------------------------------- console
+
+def print_report(report: dict[str, Any], console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    con = console or Console(width=160)
+    for gname, g in report["groups"].items():
+        t = Table(title=f"{gname}: gold-answer grader, % with 95% CI", show_lines=False)
+        for col in ("model", "n", "correct", "incorrect", "not attempted", "F-score", "abstain", "words",
+                    "verifier prec."):
+            t.add_column(col, justify="left" if col == "model" else "right")
+        for m in g["models"]:
+            mm = m["metrics"]
+            gd = mm["gold"]
+            v = mm.get("verifier") or {}
+            t.add_row(m["name"], str(mm["n"]), _ci(gd["correct"]), _ci(gd["incorrect"]), _ci(gd["not_attempted"]),
+                      pct(gd["f_score"]["value"]), pct(mm["abstain_rate"]["value"]),
+                      f"{mm['mean_answer_words']['value']:.1f}", pct(v.get("fact_precision")))
+        con.print(t)
+        pt = Table(title=f"{gname}: paired tests (second vs first)")
+        for col in ("first", "second", "incorrect b/c, p", "correct b/c, p", "Δ incorrect", "Δ correct", "verdict"):
+            pt.add_column(col)
+        for pr in g["pairs"]:
+            mi, mc = pr["mcnemar_incorrect"], pr["mcnemar_correct"]
+            style = "green" if pr["success"] else ("red" if "more" in pr["verdict"] else "")
+            pt.add_row(pr["a"], pr["b"], f"{mi['a_only']}/{mi['b_only']}, p={_p(mi['p_value'])}",
+                       f"{mc['a_only']}/{mc['b_only']}, p={_p(mc['p_value'])}", _diff(pr["diff"]["incorrect"]),
+                       _diff(pr["diff"]["correct"]), f"[{style}]{pr['verdict']}[/{style}]" if style else pr["verdict"])
+        con.print(pt)

@@ -1,0 +1,300 @@
+"""`rlfh eval`: generate answers for a model on a QA split, grade them, write the run folder.
+
+Output folder (``--out DIR``):
+
+- ``answers.jsonl``: one record per item: uid, question, gold, answer, the gold grader's
+  grade / reason / hedged / abstained / f1, answer length, and the training verifier's
+  statement stats for that answer.
+- ``summary.json``: the run's settings, SimpleQA metrics with 95% bootstrap CIs,
+  abstention and length, the verifier's statement metrics, timings.
+
+Two judges, reported separately:
+
+1. the gold-answer grader (:mod:`evaluation.graders`): primary, independent of training;
+2. the training verifier (``verifier_service.core.Verifier``): the same judge the rewards
+   came from, so it is *not* independent -- a model can learn to please it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from evaluation.graders import CORRECT, GRADES, INCORRECT, NOT_ATTEMPTED, grade_answer
+
+log = logging.getLogger(__name__)
+
+SYSTEMS = ("default", "may-abstain")
+MODES = ("closed", "evidence")
+VERIFIER_LABELS = ("Correct", "Hedged correct", "Vague", "Hedged wrong", "Wrong")
+
+
+@dataclass
+class EvalConfig:
+    model: str
+    data: str = "halueval:test"
+    mode: str = "closed"
+    out: str = "runs/eval"
+    limit: int = 0
+    batch_size: int = 16
+    max_new_tokens: int = 40
+    system: str = "default"
+    dtype: str = "fp32"
+    name: str = ""
+    verifier: bool = True
+    n_boot: int = 2000
+    seed: int = 0
+    progress: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def check(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.system not in SYSTEMS:
+            raise ValueError(f"--system must be one of {', '.join(SYSTEMS)}, got {self.system!r}")
+        if self.limit < 0:
+            raise ValueError(f"--limit must be >= 0 (0: all items), got {self.limit}")
+        if self.batch_size < 1:
+            raise ValueError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if self.dtype not in ("fp32", "bf16", "fp16"):
+            raise ValueError(f"--dtype must be fp32, bf16 or fp16, got {self.dtype!r}")
+
+
+def subsample(items: list, limit: int) -> list:
+    """A deterministic subset of ``limit`` items: the ones whose question hash sorts first.
+
+    Independent of file order and the same for every model, so runs with the same
+    ``--limit`` pair item by item. The subset keeps the input order.
+    """
+    if not limit or limit >= len(items):
+        return list(items)
+    from cluster.data import question_hash
+    ranked = sorted(range(len(items)), key=lambda i: question_hash(items[i].question))
+    keep = set(ranked[:limit])
+    return [it for i, it in enumerate(items) if i in keep]
+
+
+def pair_key(question: str) -> str:
+    """The key ``rlfh compare`` pairs items on (normalised question hash)."""
+    from cluster.data import question_hash
+    return question_hash(question)[:20]
+
+
+def default_name(model: str, system: str) -> str:
+    stem = Path(model).name if ("/" in model or Path(model).exists()) else model
+    if stem == "final" and "/" in model:
+        stem = Path(model).parent.name + "/final"
+    return stem + (" +may-abstain prompt" if system == "may-abstain" else "")
+
+
+def verifier_stats(res) -> dict[str, Any]:
+    """Per-answer statement stats from a VerifyResult."""
+    counts = res.label_counts()
+    n = sum(counts.values())
+    good = counts["Correct"] + counts["Hedged correct"]
+    return {"num_statements": n, "labels": counts, "abstained": bool(res.abstained),
+            "fact_precision": (good / n) if n else None,
+            "num_unaligned": int(res.num_unaligned), "num_fallback": int(res.num_fallback)}
+
+
+def summarise(records: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """Metrics of one run from its answer records (used by ``rlfh eval`` and ``rlfh compare``)."""
+    from evaluation.stats import bootstrap_ci, bootstrap_mean_ci, outcome_metrics
+    grades = [r["grade"] for r in records]
+    m = outcome_metrics(grades)
+    ci = bootstrap_ci(grades, n_boot=n_boot, seed=seed)
+    words = [r["answer_words"] for r in records]
+    abst = [1.0 if r["reason"] in ("abstain", "empty") else 0.0 for r in records]
+    hedged = [1.0 if r["hedged"] and r["grade"] != NOT_ATTEMPTED else 0.0 for r in records]
+    trunc = [1.0 if r.get("truncated") else 0.0 for r in records]
+    out: dict[str, Any] = {
+        "n": len(records),
+        "counts": {g: sum(1 for x in grades if x == g) for g in GRADES},
+        "gold": {k: {"value": v, "ci95": list(ci[k])} for k, v in m.items()},
+        "abstain_rate": {"value": float(np.mean(abst)), "ci95": list(bootstrap_mean_ci(abst, n_boot, seed=seed))},
+        "hedged_attempt_rate": float(np.mean(hedged)),
+        "hedged_correct": sum(1 for r in records if r["hedged"] and r["grade"] == CORRECT),
+        "hedged_incorrect": sum(1 for r in records if r["hedged"] and r["grade"] == INCORRECT),
+        "mean_answer_words": {"value": float(np.mean(words)),
+                              "ci95": list(bootstrap_mean_ci(words, n_boot, seed=seed))},
+        "truncated_rate": float(np.mean(trunc)),
+        "reasons": {},
+    }
+    for r in records:
+        out["reasons"][r["reason"]] = out["reasons"].get(r["reason"], 0) + 1
+    vs = [r["verifier"] for r in records if r.get("verifier")]
+    if vs:
+        tot = {lab: sum(v["labels"][lab] for v in vs) for lab in VERIFIER_LABELS}
+        n_st = sum(tot.values())
+        precs = [v["fact_precision"] for v in vs if v["fact_precision"] is not None]
+        out["verifier"] = {
+            "judge": "the training verifier (not independent of training)",
+            "answers": len(vs),
+            "statements_per_answer": n_st / len(vs),
+            "label_share": {lab: (tot[lab] / n_st if n_st else 0.0) for lab in VERIFIER_LABELS},
+            "fact_precision": ((tot["Correct"] + tot["Hedged correct"]) / n_st) if n_st else None,
+            "fact_precision_mean_per_answer": float(np.mean(precs)) if precs else None,
+            "fact_precision_ci95": list(bootstrap_mean_ci(precs, n_boot, seed=seed)) if precs else None,
+            "abstain_rate": float(np.mean([1.0 if v["abstained"] else 0.0 for v in vs])),
+            "unaligned": sum(v.get("num_unaligned", 0) for v in vs),
+            "fallback": sum(v.get("num_fallback", 0) for v in vs),
+        }
+    return out
+
+
+def _model_fingerprint(path: str) -> str:
+    """A short id of the weights (hash of file names + sizes + mtimes) so reports say what was evaluated."""
+    p = Path(path)
+    h = hashlib.sha256()
+    for f in sorted(p.glob("*.safetensors")) + sorted(p.glob("*.bin")):
+        st = f.stat()
+        h.update(f"{f.name}:{st.st_size}:{int(st.st_mtime)}".encode())
+    return h.hexdigest()[:12]
+
+
+def run_eval(cfg: EvalConfig) -> dict[str, Any]:
+    """Generate, grade, verify, write ``answers.jsonl`` + ``summary.json``; return the summary."""
+    cfg.check()
+    import torch
+
+    from actors.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
+    from cluster.data import load_items
+    from cluster.prompts import SYSTEM_DEFAULT, SYSTEM_MAY_ABSTAIN, render_prompt
+    from evaluation.generate import generate_greedy
+
+    t_start = time.perf_counter()
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    items = subsample(load_items(cfg.data), cfg.limit)
+    missing = [i for i, it in enumerate(items) if not (it.right_answer or "").strip()]
+    if missing:
+        raise ValueError(f"--data {cfg.data}: {len(missing)} item(s) have no 'right_answer' (first: item "
+                         f"{missing[0]}, question {items[missing[0]].question[:60]!r}); the gold grader needs one "
+                         "per item")
+    model_dir = resolve_model_path(cfg.model)
+    system = SYSTEM_MAY_ABSTAIN if cfg.system == "may-abstain" else SYSTEM_DEFAULT
+    name = cfg.name or default_name(cfg.model, cfg.system)
+    log.info("eval %s (%s) on %s: %d items, mode=%s, system=%s", name, model_dir, cfg.data, len(items), cfg.mode,
+             cfg.system)
+
+    tok = load_tokenizer(model_dir)
+    model = load_causal_lm(model_dir, dtype=cfg.dtype).eval()
+    prompts = [render_prompt(tok, it.question, it.knowledge_text, cfg.mode, system=system) for it in items]
+    gens, gstats = generate_greedy(model, tok, prompts, batch_size=cfg.batch_size,
+                                   max_new_tokens=cfg.max_new_tokens, progress=cfg.progress,
+                                   desc=f"{name} [{cfg.mode}]")
+    del model
+    torch.cuda.empty_cache() if torch.cuda.is_available() else None
+
+    grades = [grade_answer(g.text, it.right_answer, it.question) for g, it in zip(gens, items)]
+
+    vstats: list[Optional[dict]] = [None] * len(items)
+    t_ver = 0.0
+    verifier_identity = None
+    if cfg.verifier:
+        t0 = time.perf_counter()
+        vstats, verifier_identity = _verify_all(items, gens, cfg.progress)
+        t_ver = time.perf_counter() - t0
+
+    records = []
+    for it, g, gr, vs in zip(items, gens, grades, vstats):
+        records.append({
+            "uid": it.uid, "key": pair_key(it.question), "question": it.question, "gold": it.right_answer,
+            "answer": g.text, "grade": gr.grade, "reason": gr.reason, "hedged": gr.hedged,
+            "abstained": gr.abstained, "f1": round(gr.f1, 4), "answer_words": len(g.text.split()),
+            "new_tokens": g.new_tokens, "prompt_tokens": g.prompt_tokens, "truncated": g.truncated,
+            "verifier": vs,
+        })
+    with open(out / "answers.jsonl", "w", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+    summary = {
+        "name": name, "model": cfg.model, "model_dir": model_dir, "model_fingerprint": _model_fingerprint(model_dir),
+        "data": cfg.data, "mode": cfg.mode, "system": cfg.system, "system_prompt": system, "limit": cfg.limit,
+        "max_new_tokens": cfg.max_new_tokens, "batch_size": cfg.batch_size, "dtype": cfg.dtype,
+        "verifier_identity": verifier_identity,
+        "metrics": summarise(records, cfg.n_boot, cfg.seed),
+        "timing": {"generate_s": round(gstats.seconds, 2), "new_tokens": gstats.new_tokens,
+                   "tokens_per_s": round(gstats.tokens_per_s, 1), "verify_s": round(t_ver, 2),
+                   "total_s": round(time.perf_counter() - t_start, 2)},
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        **cfg.extra,
+    }
+    with open(out / "summary.json", "w", encoding="utf-8") as fh:
+        json.dump(summary, fh, indent=2, default=_json_default)
+    return summary
+
+
+def _json_default(o):
+    if isinstance(o, float) and math.isnan(o):
+        return None
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    return str(o)
+
+
+def _verify_all(items, gens, progress: bool) -> tuple[list[dict], dict]:
+    """Run the training verifier (its configured backend, ``evidence`` by default) over every answer."""
+    from tqdm import tqdm
+
+    from verifier_service.core import Verifier
+    from verifier_service.schema import MAX_RESPONSE_CHARS, VerifyRequest
+    ver = Verifier()
+    reqs = [VerifyRequest(question=it.question, response=g.text[:MAX_RESPONSE_CHARS], materials=it.knowledge,
+                          gold_answer=it.right_answer) for it, g in zip(items, gens)]
+    out: list[dict] = []
+    step = 32
+    for i in tqdm(range(0, len(reqs), step), desc="verify", unit="batch", disable=not progress,
+                  dynamic_ncols=True):
+        out += [verifier_stats(r) for r in ver.verify_many(reqs[i:i + step])]
+    return out, ver.cache_identity()
+
+
+# ----------------------------------------------------------------------------- printing
+
+def pct(v: Optional[float]) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.1f}"
+
+
+def fmt_ci(entry: dict) -> str:
+    lo, hi = entry["ci95"]
+    return f"{pct(entry['value'])} [{pct(lo)}, {pct(hi)}]"
+
+
+def print_summary(summary: dict[str, Any], console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    m = summary["metrics"]
+    t = Table(title=f"rlfh eval: {summary['name']} | {summary['data']} | mode={summary['mode']} | "
+                    f"n={m['n']} (95% bootstrap CI, %)")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    labels = {"correct": "correct", "incorrect": "incorrect (hallucinated)", "not_attempted": "not attempted",
+              "accuracy_given_attempted": "correct given attempted", "f_score": "F-score (SimpleQA)"}
+    for k, lab in labels.items():
+        t.add_row(lab, fmt_ci(m["gold"][k]))
+    t.add_row("abstention rate", fmt_ci(m["abstain_rate"]))
+    mw = m["mean_answer_words"]
+    t.add_row("mean answer length (words)", f"{mw['value']:.1f} [{mw['ci95'][0]:.1f}, {mw['ci95'][1]:.1f}]")
+    t.add_row("hedged answers: correct / incorrect", f"{m['hedged_correct']} / {m['hedged_incorrect']}")
+    v = m.get("verifier")
+    if v:
+        t.add_section()
+        t.add_row("[italic]training verifier (not independent)[/italic]", "")
+        t.add_row("statements per answer", f"{v['statements_per_answer']:.2f}")
+        t.add_row("fact precision", pct(v["fact_precision"]))
+        t.add_row("label share C / HC / V / HW / W",
+                  " / ".join(pct(v["label_share"][lab]) for lab in VERIFIER_LABELS))
+    tm = summary["timing"]
+    t.caption = (f"generate {tm['generate_s']:.0f}s ({tm['tokens_per_s']:.0f} tok/s), verify {tm['verify_s']:.0f}s")
+    (console or Console(width=120)).print(t)

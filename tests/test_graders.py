@@ -1,0 +1,240 @@
+"""The gold-answer grader and the report's statistics, on hand-written cases and hand-computed values."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from evaluation.graders import (CORRECT, INCORRECT, NOT_ATTEMPTED, choice_options, detect_abstention,
+                                detect_hedge, grade_answer, normalize_answer, polarity, token_f1)
+from evaluation.stats import (binom_cdf_half, bootstrap_ci, bootstrap_mean_ci, f_score, mcnemar_exact,
+                              mcnemar_paired, outcome_metrics, paired_bootstrap_diff)
+
+
+def g(answer, gold, question=None):
+    return grade_answer(answer, gold, question)
+
+
+# ----------------------------------------------------------------------------- normalisation
+
+@pytest.mark.parametrize("text,expected", [
+    ("The Joshua Tree!", "joshua tree"),
+    ("an Apple, a day", "apple day"),
+    ("Fifteen", "15"),
+    ("twenty-one years", "21 years"),
+    ("one hundred and five", "105"),
+    ("the 32nd Attorney General", "32 attorney general"),
+    ("thirty-second", "32"),
+    ("1,000 people", "1000 people"),
+    ("Nürnberg", "nurnberg"),
+    ("Nevada's capital", "nevada capital"),
+    ("", ""),
+])
+def test_normalize_answer(text, expected):
+    assert normalize_answer(text) == expected
+
+
+def test_token_f1_hand_computed():
+    # answer content {victor, mature}, gold content {victor, john, mature}: p = 1, r = 2/3, F1 = 0.8
+    assert token_f1("Victor Mature", "Victor John Mature") == pytest.approx(0.8)
+    assert token_f1("Paris", "London") == 0.0
+    assert token_f1("", "London") == 0.0
+
+
+# ----------------------------------------------------------------------------- grades
+
+def test_correct_plain_and_contained():
+    r = g("Nevada", "Nevada")
+    assert (r.grade, r.reason, r.hedged) == (CORRECT, "gold_in_answer", False)
+    r = g("She was the 32nd Attorney General of Nevada.", "Nevada")
+    assert r.grade == CORRECT and r.reason == "gold_in_answer"
+
+
+def test_incorrect_plain():
+    r = g("She was the Attorney General of Wyoming.", "Nevada")
+    assert (r.grade, r.reason) == (INCORRECT, "mismatch")
+
+
+def test_answer_in_gold_for_short_answers():
+    r = g("Howard Marks", "Dennis Howard Marks")
+    assert (r.grade, r.reason) == (CORRECT, "answer_in_gold")
+    r = g("Joshua Tree", "The Joshua Tree")
+    assert r.grade == CORRECT
+
+
+def test_partial_answer_is_incorrect():
+    # one of three gold words: too little of the gold to count
+    r = g("Dennis", "Dennis Howard Marks")
+    assert (r.grade, r.reason) == (INCORRECT, "partial")
+    r = g("It was released in October.", "October 2, 2012")
+    assert (r.grade, r.reason) == (INCORRECT, "partial")
+
+
+def test_hedged_correct_is_correct_and_hedged_wrong_is_incorrect():
+    r = g("I think it was probably Nevada.", "Nevada")
+    assert r.grade == CORRECT and r.hedged
+    r = g("It might be Wyoming, I believe.", "Nevada")
+    assert r.grade == INCORRECT and r.hedged
+    # an abstention phrase followed by a guess is a hedged answer, graded on the guess
+    r = g("I'm not sure, but I think it is Wyoming.", "Nevada")
+    assert r.grade == INCORRECT and r.hedged and not r.abstained
+    r = g("I'm not sure, but I think it is Nevada.", "Nevada")
+    assert r.grade == CORRECT and r.hedged
+
+
+@pytest.mark.parametrize("answer", [
+    "I don't know.", "I do not know the answer to that question.", "I'm not sure.",
+    "I cannot answer that question.", "There is no information about this in the text.",
+    "Sorry, I don't have enough information to answer.", "Unknown", "I am unable to determine that.",
+])
+def test_abstentions_are_not_attempted(answer):
+    r = g(answer, "Nevada")
+    assert (r.grade, r.reason, r.abstained) == (NOT_ATTEMPTED, "abstain", True)
+    assert detect_abstention(answer)
+
+
+def test_abstention_that_repeats_the_options_is_not_attempted():
+    q = "Which tennis player won more Grand Slam titles, Henri Leconte or Jonathan Stark?"
+    r = g("I don't know whether Henri Leconte or Jonathan Stark won more titles.", "Jonathan Stark", q)
+    assert r.grade == NOT_ATTEMPTED
+
+
+def test_empty_answer_is_not_attempted():
+    for ans in ("", "   ", "...", None):
+        r = g(ans, "Nevada")
+        assert (r.grade, r.reason) == (NOT_ATTEMPTED, "empty")
+
+
+def test_numbers_words_and_mismatch():
+    assert g("He won it at the age of fifteen.", "15").grade == CORRECT
+    assert g("The film was released in 1938.", "1932").grade == INCORRECT
+    assert g("The film was released in 1938.", "1932").reason == "number_mismatch"
+    assert g("twenty one", "21").grade == CORRECT
+    # a number inside a longer gold must match exactly even when the words overlap
+    r = g("The accident happened on April 28, 1989.", "April 28, 1988")
+    assert r.grade == INCORRECT
+
+
+def test_yes_no_questions():
+    assert g("No, they are not.", "no").grade == CORRECT
+    assert g("Yes, both are American rock bands.", "no").grade == INCORRECT
+    r = g("Fuzhou is in Fujian, while Malipo County is in Yunnan.", "no")
+    assert (r.grade, r.reason) == (CORRECT, "yes_no_implicit")
+    assert polarity("Both are American rock bands.") == ("yes", False)
+    assert polarity("No. They differ.") == ("no", True)
+
+
+def test_choice_questions_use_the_option_named_first():
+    q = "Which tennis player won more Grand Slam titles, Henri Leconte or Jonathan Stark?"
+    assert choice_options(q) == ("Henri Leconte", "Jonathan Stark")
+    assert g("Jonathan Stark won more titles than Henri Leconte.", "Jonathan Stark", q).grade == CORRECT
+    # contains the gold, but chose the other option: incorrect
+    r = g("Henri Leconte won more titles than Jonathan Stark.", "Jonathan Stark", q)
+    assert (r.grade, r.reason) == (INCORRECT, "choice")
+    # surname only
+    assert g("Stark did.", "Jonathan Stark", q).grade == CORRECT
+    q2 = "Which band was founded first, Hole, the rock band that Courtney Love was a frontwoman of, or The Wolfhounds?"
+    assert choice_options(q2) == ("Hole", "The Wolfhounds")
+    assert g("Hole was founded before The Wolfhounds.", "The Wolfhounds", q2).grade == INCORRECT
+    assert choice_options("Does Lüliang or Fuxin have a larger population?") == ("Lüliang", "Fuxin")
+    assert choice_options("What is the capital of France?") is None
+
+
+def test_missing_gold_is_a_clear_error():
+    with pytest.raises(ValueError, match="right_answer"):
+        grade_answer("Nevada", "")
+
+
+def test_detect_hedge():
+    assert detect_hedge("It is probably Nevada.")
+    assert not detect_hedge("It is Nevada.")
+
+
+# ----------------------------------------------------------------------------- metrics
+
+def test_outcome_metrics_and_f_score_hand_computed():
+    grades = [CORRECT] * 3 + [INCORRECT] * 1 + [NOT_ATTEMPTED] * 6
+    m = outcome_metrics(grades)
+    assert m["correct"] == pytest.approx(0.3)
+    assert m["incorrect"] == pytest.approx(0.1)
+    assert m["not_attempted"] == pytest.approx(0.6)
+    assert m["accuracy_given_attempted"] == pytest.approx(0.75)
+    # harmonic mean of 0.3 and 0.75 = 2*0.3*0.75/1.05
+    assert m["f_score"] == pytest.approx(2 * 0.3 * 0.75 / 1.05)
+    assert f_score(0.0, 0.0) == 0.0
+    assert f_score(0.5, 0.5) == pytest.approx(0.5)
+    allna = outcome_metrics([NOT_ATTEMPTED] * 4)
+    assert allna["accuracy_given_attempted"] == 0.0 and allna["f_score"] == 0.0
+
+
+def test_unknown_grade_label_is_rejected():
+    with pytest.raises(ValueError, match="unknown grade"):
+        outcome_metrics(["correct", "right"])
+
+
+def test_bootstrap_ci_contains_point_estimate_and_narrows_with_more_data():
+    rng = np.random.default_rng(1)
+    small = list(rng.choice([CORRECT, INCORRECT, NOT_ATTEMPTED], size=60, p=[0.2, 0.5, 0.3]))
+    big = list(rng.choice([CORRECT, INCORRECT, NOT_ATTEMPTED], size=2000, p=[0.2, 0.5, 0.3]))
+    for grades in (small, big):
+        m = outcome_metrics(grades)
+        ci = bootstrap_ci(grades, n_boot=1000, seed=3)
+        for k, (lo, hi) in ci.items():
+            assert lo <= m[k] <= hi, k
+    ci_s, ci_b = bootstrap_ci(small, n_boot=1000, seed=3), bootstrap_ci(big, n_boot=1000, seed=3)
+    for k in ("correct", "incorrect", "not_attempted", "f_score"):
+        assert ci_b[k][1] - ci_b[k][0] < ci_s[k][1] - ci_s[k][0], k
+    # seeded: identical on repeat, different seed differs
+    assert bootstrap_ci(small, n_boot=500, seed=7) == bootstrap_ci(small, n_boot=500, seed=7)
+    # roughly the normal-approximation width for a proportion: 2 * 1.96 * sqrt(p(1-p)/n)
+    p = ci_b["incorrect"]
+    expected = 2 * 1.96 * math.sqrt(0.5 * 0.5 / 2000)
+    assert abs((p[1] - p[0]) - expected) < 0.3 * expected
+
+
+def test_bootstrap_mean_ci():
+    lo, hi = bootstrap_mean_ci([1.0, 2.0, 3.0, 4.0] * 25, n_boot=500, seed=0)
+    assert lo < 2.5 < hi
+    assert all(math.isnan(x) for x in bootstrap_mean_ci([], n_boot=10))
+
+
+def test_paired_bootstrap_diff_sign_and_ci():
+    a = [INCORRECT] * 50 + [CORRECT] * 10
+    b = [NOT_ATTEMPTED] * 30 + [INCORRECT] * 20 + [CORRECT] * 10
+    d = paired_bootstrap_diff(a, b, n_boot=500, seed=0)
+    v, lo, hi = d["incorrect"]
+    assert v == pytest.approx(-30 / 60)
+    assert lo <= v <= hi and hi < 0
+    assert d["correct"][0] == 0.0
+    with pytest.raises(ValueError, match="pair"):
+        paired_bootstrap_diff(a, b[:-1])
+
+
+# ----------------------------------------------------------------------------- McNemar
+
+def test_mcnemar_exact_hand_computed():
+    # b=10, c=2: n=12, P(X<=2) = (1 + 12 + 66) / 4096 = 79/4096; two-sided p = 2 * 79/4096
+    assert mcnemar_exact(10, 2) == pytest.approx(2 * 79 / 4096, rel=1e-12)
+    assert mcnemar_exact(2, 10) == mcnemar_exact(10, 2)
+    # b=5, c=0: 2 * (1/32) = 0.0625 (not significant at 0.05 despite 5-0)
+    assert mcnemar_exact(5, 0) == pytest.approx(0.0625)
+    # b=6, c=0: 2/64 = 0.03125
+    assert mcnemar_exact(6, 0) == pytest.approx(0.03125)
+    assert mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(7, 7) == 1.0  # capped at 1
+    assert binom_cdf_half(2, 4) == pytest.approx(11 / 16)
+    # large counts stay finite and symmetric: 500 vs 400 is clearly significant
+    p = mcnemar_exact(500, 400)
+    assert 0 < p < 0.002
+    with pytest.raises(ValueError):
+        mcnemar_exact(-1, 3)
+
+
+def test_mcnemar_paired_counts():
+    a = [True, True, True, False, False, True]
+    b = [False, False, True, False, True, False]
+    r = mcnemar_paired(a, b)
+    assert (r["a_only"], r["b_only"], r["both"], r["neither"]) == (3, 1, 1, 1)
+    assert r["p_value"] == pytest.approx(mcnemar_exact(3, 1))
+    assert r["p_value"] == pytest.approx(2 * 5 / 16)

@@ -1,0 +1,719 @@
+"""The reward service as a Ray Serve application.
+
+Two deployments:
+
+- ``RLFHVerifier``: wraps :class:`verifier_service.core.Verifier`; replicas and
+  autoscaling from ``VERIFIER_REPLICAS`` / ``SERVE_MAX_REPLICAS``, fractional
+  ``VERIFIER_NUM_CPUS``. Called only through a deployment handle, with chunks of
+  items (one handle call per chunk, chunks in parallel across replicas).
+- ``RLFHRewards``: the FastAPI ingress; looks verification results up in the cache
+  (Redis shared by all replicas, or a per-replica LRU), sends the misses to the
+  verifier, turns results into token rewards (:mod:`reward_service.token_rewards`).
+
+Routes (OpenAPI at ``/docs``):
+
+- ``POST /v1/rewards``: a batch of responses -> per-token rewards (see :mod:`reward_service.schemas`);
+- ``POST /v1/verify``: one response -> the verifier's :class:`VerifyResult` (cached too);
+- ``POST /get_reward``: OpenRLHF's remote reward protocol (scalar reward per sample);
+- ``GET /healthz``: status, replicas, cache state, counters (no auth);
+- ``GET /v1/stats``: counters of this replica and of one verifier replica.
+
+With ``REWARD_API_TOKEN`` set every route but ``/healthz``, ``/docs`` and
+``/openapi.json`` needs ``Authorization: Bearer <token>`` (401 otherwise).
+
+Bad input answers 422 with ``{"error", "status", "detail": [{"field", "message", "fix"}]}``;
+a verifier failure on an item answers 422 (the verifier rejected the input) or
+502 (it crashed or timed out) with ``item_index``, and is counted.
+
+Entry points: :func:`build_app` (an RLFHConfig -> Serve application),
+:func:`app_builder` (``import_path: reward_service.app:app_builder`` in a
+RayService / ``serve run`` config; ``args`` are setting names -> values), and
+:func:`deploy` (run it on the current or an embedded Ray, return the URL).
+"""
+# No `from __future__ import annotations` here: FastAPI must resolve the route signatures at
+# decoration time inside Serve's ingress wrapper.
+import asyncio
+import hmac
+import logging
+import threading
+import time
+from collections import Counter
+from typing import Any, Optional
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import ValidationError
+from ray import serve
+
+from cluster import metrics
+from cluster.config import RLFHConfig, env_name
+from reward_service.cache import cache_key, make_cache
+from reward_service.schemas import (MAX_BODY_BYTES, ErrorBody, GetRewardRequest, GetRewardResponse, RewardsRequest,
+                                    RewardsResponse, parse_label)
+from reward_service.token_rewards import (RewardInputError, RewardSettings, compute_token_rewards,
+                                          offsets_from_tokenizer, validate_offsets)
+from verifier_service.schema import (GOOD_LABELS, LABELS, MAX_QUESTION_CHARS, MAX_RESPONSE_CHARS, VerifyRequest,
+                                     VerifyResult)
+
+log = logging.getLogger(__name__)
+
+APP_NAME = "rlfh-rewards"
+VERIFY_CHUNK = 8          # items per verifier handle call
+_ROUTES = {"/v1/rewards", "/v1/verify", "/get_reward", "/healthz", "/v1/stats", "/docs", "/openapi.json"}
+_OPEN_ROUTES = {"/healthz", "/docs", "/openapi.json", "/docs/oauth2-redirect", "/redoc"}
+
+
+# --------------------------------------------------------------------------------------
+# errors
+# --------------------------------------------------------------------------------------
+
+class ServiceError(Exception):
+    """An error answered as JSON (:class:`ErrorBody`)."""
+
+    def __init__(self, status: int, field: str, message: str, fix: str = "", item_index: Optional[int] = None):
+        self.status = status
+        self.field = field
+        self.message = message
+        self.fix = fix
+        self.item_index = item_index
+        super().__init__(f"{field}: {message}")
+
+    def body(self) -> dict:
+        line = f"{self.field}: {self.message}" + (f" (fix: {self.fix})" if self.fix else "")
+        return ErrorBody(error=line, status=self.status, item_index=self.item_index,
+                         detail=[{"field": self.field, "message": self.message, "fix": self.fix}]).model_dump()
+
+
+def _fix_for(err: dict) -> str:
+    t = err.get("type", "")
+    ctx = err.get("ctx") or {}
+    if t == "missing":
+        return "add this field"
+    if t == "extra_forbidden":
+        return "remove this field (see /docs for the schema)"
+    if t == "string_too_long":
+        return f"send at most {ctx.get('max_length')} characters"
+    if t == "too_long":
+        return f"send at most {ctx.get('max_length')} entries (split the batch)"
+    if t == "too_short":
+        return f"send at least {ctx.get('min_length')} entries"
+    if t == "finite_number":
+        return "NaN and Infinity are not allowed; send a finite number"
+    if t == "json_invalid":
+        return "send a valid JSON body (Content-Type: application/json)"
+    if t == "literal_error":
+        return f"use one of {ctx.get('expected')}"
+    if t.endswith("_type") or t.endswith("_parsing"):
+        return f"send a value of the right type ({t.removesuffix('_type').removesuffix('_parsing')})"
+    if t in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        return "send a value in range " + ", ".join(f"{k} {v}" for k, v in ctx.items())
+    return "see /docs for the request schema"
+
+
+def _loc(loc) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] == "body":
+        parts = parts[1:]
+    return ".".join(parts) or "body"
+
+
+# --------------------------------------------------------------------------------------
+# FastAPI app (module level: Serve wraps it around the ingress deployment)
+# --------------------------------------------------------------------------------------
+
+api = FastAPI(
+    title="RLFH reward service",
+    version="1",
+    description="Token-level factuality rewards from an atomic-fact verifier (RLFH). "
+                "Bad input answers 422 naming the field and the fix.",
+)
+_bearer = HTTPBearer(auto_error=False, description="REWARD_API_TOKEN (only when the service sets one)")
+
+# per-replica request counters (one replica per process)
+_requests: Counter = Counter()
+_requests_lock = threading.Lock()
+
+
+@api.exception_handler(RequestValidationError)
+async def _validation_handler(request: Request, exc: RequestValidationError):
+    details = []
+    for err in exc.errors():
+        field, msg = _loc(err.get("loc", ())), err.get("msg", "invalid")
+        if err.get("type") == "json_invalid":   # loc is ("body", <char position>)
+            pos = err.get("loc", ("body", "?"))[-1]
+            field, msg = "body", f"{msg} at character {pos}"
+        details.append({"field": field, "message": msg, "fix": _fix_for(err)})
+    first = details[0] if details else {"field": "body", "message": "invalid request", "fix": ""}
+    line = f"{first['field']}: {first['message']} (fix: {first['fix']})"
+    if len(details) > 1:
+        line += f" [+{len(details) - 1} more]"
+    return JSONResponse(status_code=422, content=ErrorBody(error=line, status=422, detail=details).model_dump())
+
+
+@api.exception_handler(ServiceError)
+async def _service_error_handler(request: Request, exc: ServiceError):
+    return JSONResponse(status_code=exc.status, content=exc.body())
+
+
+@api.exception_handler(Exception)
+async def _unexpected_handler(request: Request, exc: Exception):  # pragma: no cover - a bug, but never a hang
+    log.exception("unexpected error on %s", request.url.path)
+    return JSONResponse(status_code=500, content=ErrorBody(
+        error=f"internal error: {type(exc).__name__}: {exc}", status=500).model_dump())
+
+
+@api.middleware("http")
+async def _count_requests(request: Request, call_next):
+    t0 = time.perf_counter()
+    path = request.url.path
+    route = path if path in _ROUTES else "other"
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+        response = JSONResponse(status_code=422, content=ServiceError(
+            422, "body", f"request body is {int(length)} bytes, over the limit of {MAX_BODY_BYTES}",
+            "split the batch into smaller requests").body())
+    else:
+        try:
+            response = await call_next(request)
+        except Exception as exc:  # pragma: no cover - handled by the exception handlers above
+            log.exception("unhandled error on %s", path)
+            response = JSONResponse(status_code=500, content=ErrorBody(
+                error=f"internal error: {type(exc).__name__}: {exc}", status=500).model_dump())
+    status = response.status_code
+    with _requests_lock:
+        _requests[(route, status)] += 1
+    metrics.inc("rlfh_reward_requests_total", 1, {"route": route, "status": status})
+    metrics.observe("rlfh_reward_latency_ms", (time.perf_counter() - t0) * 1000.0, {"route": route})
+    return response
+
+
+def _verify_request(item, index: int) -> VerifyRequest:
+    """The item's VerifyRequest; its cross-field checks (total materials size) answer 422 naming the item."""
+    try:
+        return item.verify_request()
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise ServiceError(422, f"items.{index}.{_loc(err.get('loc', ())) if err.get('loc') else 'materials'}",
+                           err.get("msg", "invalid").removeprefix("Value error, "), _fix_for(err),
+                           item_index=index) from None
+
+
+def _request_counts() -> dict[str, int]:
+    """This replica's request counters by "route status".
+
+    A module-level function on purpose: Serve pickles the ingress class by value (with copies of the
+    module globals its methods use), while the middleware updates the real module's counter; calling
+    through a module function (pickled by reference) reads the live one.
+    """
+    with _requests_lock:
+        return {f"{route} {status}": n for (route, status), n in sorted(_requests.items())}
+
+
+def _cfg_from(cfg_dict: dict) -> RLFHConfig:
+    return RLFHConfig(**cfg_dict)
+
+
+# --------------------------------------------------------------------------------------
+# verifier deployment
+# --------------------------------------------------------------------------------------
+
+@serve.deployment(name="RLFHVerifier")
+class VerifierDeployment:
+    """Holds one :class:`Verifier`; answers chunks of requests item by item (errors isolated per item)."""
+
+    def __init__(self, cfg_dict: dict, verifier_factory=None):
+        from verifier_service.core import Verifier
+        self.cfg = _cfg_from(cfg_dict)
+        self.verifier = verifier_factory(self.cfg) if verifier_factory is not None else Verifier(self.cfg)
+        self._lock = threading.Lock()
+        self.calls = 0
+        self.items = 0
+        self.errors = 0
+        log.info("verifier replica up: backend %s", self.verifier.backend_name)
+
+    def cache_identity(self) -> dict:
+        return {"backend": self.verifier.backend_name, **self.verifier.cache_identity()}
+
+    def _run(self, reqs: list[dict]) -> list[dict]:
+        parsed: list[Optional[VerifyRequest]] = []
+        out: list[Optional[dict]] = [None] * len(reqs)
+        for i, r in enumerate(reqs):
+            try:
+                parsed.append(VerifyRequest.model_validate(r))
+            except Exception as e:
+                parsed.append(None)
+                out[i] = {"error": f"{type(e).__name__}: {e}", "kind": "input"}
+        todo = [i for i, p in enumerate(parsed) if p is not None]
+        try:
+            results = self.verifier.verify_many([parsed[i] for i in todo])
+            for i, res in zip(todo, results):
+                out[i] = {"result": res.model_dump(mode="json")}
+        except Exception:
+            # isolate the failing item(s)
+            for i in todo:
+                try:
+                    out[i] = {"result": self.verifier.verify(parsed[i]).model_dump(mode="json")}
+                except Exception as e:
+                    log.exception("verifier failed on an item")
+                    out[i] = {"error": f"{type(e).__name__}: {e}", "kind": "internal"}
+        n_err = sum(1 for o in out if o and "error" in o)
+        with self._lock:
+            self.calls += 1
+            self.items += len(reqs)
+            self.errors += n_err
+        return out  # type: ignore[return-value]
+
+    async def verify_batch(self, reqs: list[dict]) -> list[dict]:
+        """``[VerifyRequest dict] -> [{"result": VerifyResult dict} | {"error": str, "kind": "input"|"internal"}]``."""
+        return await asyncio.to_thread(self._run, reqs)
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {"backend": self.verifier.backend_name, "calls": self.calls, "items": self.items,
+                    "errors": self.errors}
+
+
+# --------------------------------------------------------------------------------------
+# reward ingress
+# --------------------------------------------------------------------------------------
+
+@serve.deployment(name="RLFHRewards")
+@serve.ingress(api)
+class RewardDeployment:
+    def __init__(self, cfg_dict: dict, verifier):
+        self.cfg = _cfg_from(cfg_dict)
+        self.settings = RewardSettings.from_config(self.cfg)
+        self.cache = make_cache(self.cfg)
+        self.verifier = verifier
+        self._identity: Optional[dict] = None
+        self._tokenizer = None
+        self._tokenizer_error: Optional[str] = None
+        self._tok_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self.started = time.time()
+        self._replica_states: Optional[tuple] = None
+        self.c: Counter = Counter()
+        self.labels: Counter = Counter()
+        self.reward_sum = 0.0
+        self.verify_timeout_s = self.cfg.judge_timeout_s * (self.cfg.judge_max_retries + 1) + 30.0
+        log.info("reward replica up: cache %s, settings %s", type(self.cache).__name__, self.settings.as_dict())
+
+    # ---------------------------------------------------------------- helpers
+    def _auth(self, creds: Optional[HTTPAuthorizationCredentials]) -> None:
+        token = self.cfg.reward_api_token
+        if not token:
+            return
+        if creds is None or not hmac.compare_digest(creds.credentials.encode(), token.encode()):
+            with self._lock:
+                self.c["auth_failures"] += 1
+            raise ServiceError(401, "Authorization", "missing or wrong bearer token",
+                               "send the header 'Authorization: Bearer <REWARD_API_TOKEN>'")
+
+    async def _get_identity(self) -> dict:
+        if self._identity is None:
+            try:
+                self._identity = await asyncio.wait_for(self.verifier.cache_identity.remote(), 60.0)
+            except Exception as e:
+                raise ServiceError(503, "verifier", f"the verifier deployment is not answering ({e})",
+                                   "retry shortly; check `serve status` / the Ray dashboard") from None
+        return self._identity
+
+    def _load_tokenizer(self):
+        with self._tok_lock:
+            if self._tokenizer is None and self._tokenizer_error is None:
+                name = self.cfg.reward_tokenizer or self.cfg.model_path
+                try:
+                    from actors.model_loader import load_tokenizer
+                    self._tokenizer = load_tokenizer(name)
+                except Exception as e:  # no tokenizer: callers must send offsets
+                    self._tokenizer_error = f"tokenizer {name!r} could not be loaded: {type(e).__name__}: {e}"
+                    log.error(self._tokenizer_error)
+            return self._tokenizer
+
+    async def _offsets(self, items) -> list[Any]:
+        """Validated ``(T, 2)`` offsets per item (caller's or from the tokenizer). Raises 422 naming the item."""
+        need_tok = any(it.token_offsets is None for it in items)
+        tok = (await asyncio.to_thread(self._load_tokenizer)) if need_tok else None
+
+        def work() -> list[Any]:
+            out: list[Any] = []
+            for i, it in enumerate(items):
+                n = len(it.response)
+                if it.token_offsets is not None:
+                    try:
+                        out.append(validate_offsets(it.token_offsets, n))
+                    except RewardInputError as e:
+                        raise ServiceError(422, f"items.{i}.{e.field}", e.message, e.fix, item_index=i) from None
+                    continue
+                if tok is None:
+                    raise ServiceError(422, f"items.{i}.token_offsets",
+                                       f"missing, and the service cannot tokenize ({self._tokenizer_error})",
+                                       "send token_offsets for every item", item_index=i)
+                with self._tok_lock:      # HF fast tokenizers must not be called from two threads at once
+                    off = offsets_from_tokenizer(tok, it.response)
+                if off.shape[0] == 0:
+                    raise ServiceError(422, f"items.{i}.token_offsets",
+                                       "missing, and the response has no tokens (it is empty)",
+                                       f"send token_offsets, e.g. [[{n}, {n}]] for a lone EOS token", item_index=i)
+                out.append(validate_offsets(off, n))
+            return out
+
+        return await asyncio.to_thread(work)
+
+    async def _verify(self, reqs: list[VerifyRequest]) -> list[tuple[VerifyResult, bool]]:
+        """Cache lookup, then the verifier for the misses (deduplicated). ``(result, cached)`` per request."""
+        identity = await self._get_identity()
+        keys = [cache_key(identity, r.question, r.response, r.materials, r.gold_answer) for r in reqs]
+        raw = await asyncio.to_thread(self.cache.get_many, keys)
+        results: list[Optional[VerifyResult]] = [None] * len(reqs)
+        cached = [False] * len(reqs)
+        for i, v in enumerate(raw):
+            if v is not None:
+                try:
+                    results[i] = VerifyResult.model_validate_json(v)
+                    cached[i] = True
+                except Exception:  # a corrupt / old-format entry is just a miss
+                    results[i] = None
+        miss_by_key: dict[str, list[int]] = {}
+        for i, r in enumerate(results):
+            if r is None:
+                miss_by_key.setdefault(keys[i], []).append(i)
+        if miss_by_key:
+            first_idx = [idxs[0] for idxs in miss_by_key.values()]
+            chunks = [first_idx[j:j + VERIFY_CHUNK] for j in range(0, len(first_idx), VERIFY_CHUNK)]
+
+            async def call(chunk: list[int]):
+                payload = [reqs[i].model_dump(mode="json") for i in chunk]
+                return await asyncio.wait_for(self.verifier.verify_batch.remote(payload), self.verify_timeout_s)
+
+            answers = await asyncio.gather(*[call(ch) for ch in chunks], return_exceptions=True)
+            fresh: dict[str, str] = {}
+            failures: list[tuple[int, int, str]] = []   # (item index, status, message)
+            for chunk, ans in zip(chunks, answers):
+                if isinstance(ans, BaseException):
+                    kind = ("timed out" if isinstance(ans, asyncio.TimeoutError)
+                            else f"failed ({type(ans).__name__}: {ans})")
+                    for i in chunk:
+                        failures.append((i, 502, f"the verifier {kind}"))
+                    continue
+                for i, a in zip(chunk, ans):
+                    if "result" in a:
+                        res = VerifyResult.model_validate(a["result"])
+                        for j in miss_by_key[keys[i]]:
+                            results[j] = res if j == i else res.model_copy(deep=True)
+                        res_json = res.model_copy(update={"cached": False}).model_dump_json()
+                        fresh[keys[i]] = res_json
+                    else:
+                        failures.append((i, 422 if a.get("kind") == "input" else 502, a.get("error", "error")))
+            with self._lock:
+                self.c["verified_items"] += len(fresh)
+                self.c["verifier_calls"] += len(chunks)
+            if fresh:
+                await asyncio.to_thread(self.cache.set_many, fresh)
+            if failures:
+                with self._lock:
+                    self.c["verifier_errors"] += len(failures)
+                failures.sort()
+                i, status, msg = failures[0]
+                more = f" ({len(failures) - 1} more item(s) failed too)" if len(failures) > 1 else ""
+                log.warning("verifier failed on %d item(s); first: item %d: %s", len(failures), i, msg)
+                raise ServiceError(status, f"items.{i}", f"verification failed: {msg}{more}",
+                                   "check this item's text and materials" if status == 422 else
+                                   "retry; if it persists, check the verifier replicas' logs", item_index=i)
+        out = []
+        for r, c in zip(results, cached):
+            assert r is not None
+            r.cached = c
+            out.append((r, c))
+        with self._lock:
+            self.c["cache_hits_items"] += sum(cached)
+        return out
+
+    def _record(self, rewards: list, source: str) -> None:
+        if not rewards:
+            return
+        labels: Counter = Counter()
+        for r in rewards:
+            labels.update({k: v for k, v in r.label_counts.items() if v})
+        total = sum(labels.values())
+        mean = sum(r.score for r in rewards) / len(rewards)
+        with self._lock:
+            self.labels.update(labels)
+            self.reward_sum += sum(r.score for r in rewards)
+            self.c["rewarded_items"] += len(rewards)
+            self.c["unaligned_statements"] += sum(r.num_unaligned for r in rewards)
+            self.c["correct_items"] += sum(bool(r.is_correct) for r in rewards)
+            self.c["abstained_items"] += sum(bool(r.abstained) for r in rewards)
+        metrics.set_gauge("rlfh_reward_mean", mean, {"source": source})
+        for lb in LABELS:
+            metrics.set_gauge("rlfh_label_share", (labels[lb] / total) if total else 0.0,
+                              {"label": lb, "source": source})
+
+    def _settings(self, overrides) -> RewardSettings:
+        if overrides is None:
+            return self.settings
+        try:
+            return self.settings.with_overrides(overrides.model_dump(exclude_none=True))
+        except RewardInputError as e:
+            raise ServiceError(422, e.field, e.message, e.fix) from None
+
+    # ---------------------------------------------------------------- routes
+    @api.post("/v1/rewards", response_model=RewardsResponse, responses={422: {"model": ErrorBody},
+                                                                          502: {"model": ErrorBody}})
+    async def rewards(self, body: RewardsRequest,
+                      creds: Optional[HTTPAuthorizationCredentials] = Depends(_bearer)) -> JSONResponse:
+        """Per-token rewards for a batch of responses (verification cached)."""
+        self._auth(creds)
+        t0 = time.perf_counter()
+        if len(body.items) > self.cfg.max_batch_items:
+            raise ServiceError(422, "items", f"{len(body.items)} items, over the limit of {self.cfg.max_batch_items}",
+                               f"split the batch into requests of at most {self.cfg.max_batch_items} items "
+                               f"(MAX_BATCH_ITEMS)")
+        settings = self._settings(body.overrides)
+        offsets = await self._offsets(body.items)
+        verified = await self._verify([_verify_request(it, i) for i, it in enumerate(body.items)])
+
+        def compute():
+            out = []
+            for i, (it, off, (res, was_cached)) in enumerate(zip(body.items, offsets, verified)):
+                tr = compute_token_rewards(res, off, len(it.response), settings, validated=True)
+                d = tr.to_dict()
+                d["cached"] = was_cached
+                if body.return_verification:
+                    d["verification"] = res.model_dump(mode="json")
+                out.append((tr, d))
+            return out
+
+        computed = await asyncio.to_thread(compute)
+        self._record([tr for tr, _ in computed], "service")
+        items = [d for _, d in computed]
+        n_cached = sum(1 for _, c in verified if c)
+        # statements that fell back while placing rewards (the verifier counts its own fallbacks)
+        metrics.inc("rlfh_unaligned_statements_total",
+                    sum(max(0, tr.num_unaligned - res.num_unaligned) for (tr, _), (res, _) in zip(computed, verified)))
+        return JSONResponse({"items": items, "settings": settings.as_dict(), "num_cached": n_cached,
+                             "latency_ms": (time.perf_counter() - t0) * 1000.0})
+
+    @api.post("/v1/verify", response_model=VerifyResult, responses={422: {"model": ErrorBody},
+                                                                      502: {"model": ErrorBody}})
+    async def verify(self, body: VerifyRequest,
+                     creds: Optional[HTTPAuthorizationCredentials] = Depends(_bearer)) -> JSONResponse:
+        """The verifier's statements and labels for one response (cached)."""
+        self._auth(creds)
+        try:
+            (res, _), = await self._verify([body])
+        except ServiceError as e:
+            e.field = e.field.replace("items.0", "body")
+            raise
+        return JSONResponse(res.model_dump(mode="json"))
+
+    @api.post("/get_reward", response_model=GetRewardResponse, responses={422: {"model": ErrorBody}})
+    async def get_reward(self, body: GetRewardRequest,
+                         creds: Optional[HTTPAuthorizationCredentials] = Depends(_bearer)) -> JSONResponse:
+        """OpenRLHF remote reward: ``{query, prompts, labels}`` -> ``{rewards, scores, extra_logs}``.
+
+        ``rewards[i]`` is the response-level return (the sum of its rewards, clipped as one token);
+        ``scores[i]`` the share of its statements that are Correct / Hedged correct (0 when none).
+        """
+        self._auth(creds)
+        n = len(body.query)
+        if n > self.cfg.max_batch_items:
+            raise ServiceError(422, "query", f"{n} samples, over the limit of {self.cfg.max_batch_items}",
+                               "send smaller batches (MAX_BATCH_ITEMS)")
+        for name in ("prompts", "labels"):
+            v = getattr(body, name)
+            if v is not None and len(v) != n:
+                raise ServiceError(422, name, f"has {len(v)} entries but query has {n}",
+                                   f"send one {name[:-1]} per query")
+        reqs, texts = [], []
+        for i, q in enumerate(body.query):
+            prompt = body.prompts[i] if body.prompts else ""
+            if q.startswith(prompt):
+                response = q[len(prompt):]
+            else:
+                pos = q.find(prompt) if prompt else -1
+                if pos < 0:
+                    raise ServiceError(422, f"prompts.{i}", f"is not part of query[{i}]",
+                                       "query must be the prompt text followed by the response", item_index=i)
+                response = q[pos + len(prompt):]
+            lab = parse_label(body.labels[i] if body.labels else None)
+            question = lab["question"] or prompt
+            if len(response) > MAX_RESPONSE_CHARS or len(question) > MAX_QUESTION_CHARS:
+                raise ServiceError(422, f"query.{i}", "response or question too long",
+                                   f"keep responses under {MAX_RESPONSE_CHARS} and questions under "
+                                   f"{MAX_QUESTION_CHARS} characters", item_index=i)
+            reqs.append(VerifyRequest(question=question, response=response, materials=lab["materials"],
+                                      gold_answer=lab["gold_answer"]))
+            texts.append(response)
+        verified = await self._verify(reqs)
+        scalar = self.settings
+        outs = []
+        for text, (res, _) in zip(texts, verified):
+            L = len(text)
+            off = validate_offsets([[0, L]], L)
+            outs.append(compute_token_rewards(res, off, L, scalar, validated=True))
+        self._record(outs, "get_reward")
+        scores = [(sum(o.label_counts[g] for g in GOOD_LABELS) / o.num_statements) if o.num_statements else 0.0
+                  for o in outs]
+        extra = {
+            "num_statements": [float(o.num_statements) for o in outs],
+            "is_correct": [float(o.is_correct) for o in outs],
+            "abstained": [float(o.abstained) for o in outs],
+            "cached": [float(c) for _, c in verified],
+        }
+        for lb in LABELS:
+            extra[f"label_{lb.lower().replace(' ', '_')}"] = [float(o.label_counts[lb]) for o in outs]
+        return JSONResponse({"rewards": [o.score for o in outs], "scores": scores, "extra_logs": extra})
+
+    @api.get("/healthz")
+    async def healthz(self) -> dict:
+        """Liveness and state: status (ok | degraded when Redis is down), replicas, cache, counters. No auth."""
+        cache = self.cache.stats()
+        status = "ok" if cache.get("available", True) else "degraded"
+        return {"status": status, "uptime_s": time.time() - self.started, "replicas": await self._replicas(),
+                "cache": cache, "counters": self._counters(), "auth": bool(self.cfg.reward_api_token)}
+
+    @api.get("/v1/stats")
+    async def stats(self, creds: Optional[HTTPAuthorizationCredentials] = Depends(_bearer)) -> dict:
+        """Counters of this reward replica, its cache, and one verifier replica."""
+        self._auth(creds)
+        try:
+            vstats = await asyncio.wait_for(self.verifier.stats.remote(), 10.0)
+        except Exception as e:
+            vstats = {"error": f"{type(e).__name__}: {e}"}
+        with self._lock:
+            labels = dict(self.labels)
+            n = self.c["rewarded_items"]
+            mean = self.reward_sum / n if n else 0.0
+        return {"counters": self._counters(), "cache": self.cache.stats(), "verifier": vstats,
+                "labels": labels, "reward_mean": mean, "settings": self.settings.as_dict(),
+                "replica": serve.get_replica_context().replica_id.unique_id}
+
+    def _counters(self) -> dict:
+        with self._lock:
+            c = dict(self.c)
+        c["requests"] = _request_counts()
+        return c
+
+    async def _replicas(self) -> dict:
+        configured = {"RLFHVerifier": {"min": self.cfg.verifier_replicas, "max": max(self.cfg.max_replicas,
+                                                                                       self.cfg.verifier_replicas)},
+                      "RLFHRewards": {"min": self.cfg.reward_replicas, "max": max(self.cfg.max_replicas,
+                                                                                   self.cfg.reward_replicas)}}
+
+        def running():
+            st = serve.status()
+            out = {}
+            for app in st.applications.values():
+                for name, dep in app.deployments.items():
+                    if name in configured:
+                        out[name] = {k: int(v) for k, v in dep.replica_states.items()}
+            return out
+        now = time.monotonic()
+        if self._replica_states is None or now - self._replica_states[0] > 5.0:   # serve.status() is ~30 ms
+            try:
+                self._replica_states = (now, await asyncio.wait_for(asyncio.to_thread(running), 3.0))
+            except Exception as e:
+                return {"configured": configured, "running": {"error": f"{type(e).__name__}: {e}"}}
+        return {"configured": configured, "running": self._replica_states[1]}
+
+
+# --------------------------------------------------------------------------------------
+# building and deploying
+# --------------------------------------------------------------------------------------
+
+def _scaling(replicas: int, cfg: RLFHConfig) -> dict:
+    if cfg.max_replicas > 0:
+        return {"autoscaling_config": {"min_replicas": replicas, "max_replicas": max(cfg.max_replicas, replicas),
+                                       "target_ongoing_requests": 4}}
+    return {"num_replicas": replicas}
+
+
+def build_app(cfg: RLFHConfig, verifier_factory=None):
+    """The Serve application (verifier deployment bound into the reward ingress) for ``cfg``.
+
+    ``verifier_factory``: optional picklable ``cfg -> Verifier`` used by the verifier replicas instead of
+    ``Verifier(cfg)`` (e.g. a Verifier built around in-process engines, or fault injection in tests).
+    """
+    RewardSettings.from_config(cfg)      # a bad reward setting fails here (ConfigError), not in a replica loop
+    d = cfg.model_dump()
+    verifier = VerifierDeployment.options(
+        ray_actor_options={"num_cpus": cfg.verifier_num_cpus}, max_ongoing_requests=16,
+        **_scaling(cfg.verifier_replicas, cfg)).bind(d, verifier_factory)
+    return RewardDeployment.options(
+        ray_actor_options={"num_cpus": cfg.reward_num_cpus}, max_ongoing_requests=64,
+        **_scaling(cfg.reward_replicas, cfg)).bind(d, verifier)
+
+
+def config_from_args(args: Optional[dict]) -> RLFHConfig:
+    """RLFHConfig from the replica's environment overlaid with ``args``.
+
+    ``args`` (a Serve config's application ``args``, see ``cluster.serve_config``) maps env var names
+    (``GRANULARITY``...) or setting names (``granularity``) to values; strings are read exactly like
+    environment variables (JSON for the maps), so a bad value raises ConfigError naming the variable.
+    """
+    import json
+    import os
+
+    from cluster.config import ConfigError
+
+    fields = RLFHConfig.model_fields
+    env = dict(os.environ)
+    for k, v in (args or {}).items():
+        if k in fields:
+            key = env_name(k)
+        elif k in {env_name(f) for f in fields}:
+            key = k
+        else:
+            raise ConfigError(f"app_builder args: unknown setting {k!r} (`rlfh config` lists them)")
+        if isinstance(v, (dict, list)):
+            v = json.dumps(v)
+        elif isinstance(v, bool):
+            v = str(v).lower()
+        env[key] = "" if v is None else str(v)
+    return RLFHConfig.load(env)
+
+
+def app_builder(args: dict):
+    """Serve ``import_path`` entry point: ``reward_service.app:app_builder`` with ``args`` = settings."""
+    return build_app(config_from_args(args))
+
+
+def deploy(cfg: RLFHConfig, host: Optional[str] = None, port: Optional[int] = None, blocking: bool = False,
+           include_dashboard: Optional[bool] = None, num_cpus: Optional[float] = None,
+           verifier_factory=None) -> str:
+    """Run the app on the current Ray (or start an embedded one / join RAY_ADDRESS); return the base URL.
+
+    ``blocking``: serve until Ctrl-C, then shut Serve down.
+    """
+    import ray
+    from cluster.ray_bootstrap import start_ray
+
+    host = host or cfg.serve_host
+    port = int(port or cfg.serve_port)
+    if not ray.is_initialized():
+        start_ray(cfg, num_cpus=num_cpus, include_dashboard=include_dashboard)
+    serve.start(http_options={"host": host, "port": port})
+    serve.run(build_app(cfg, verifier_factory), name=APP_NAME, route_prefix="/", blocking=False)
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    url = f"http://{shown}:{port}"
+    log.info("reward service at %s (docs %s/docs)", url, url)
+    if blocking:
+        try:
+            while True:
+                time.sleep(1.0)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            serve.shutdown()
+    return url
+
+
+def shutdown() -> None:
+    """Delete the app (and Serve) from the current Ray."""
+    try:
+        serve.shutdown()
+    except Exception:  # pragma: no cover
+        pass

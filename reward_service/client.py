@@ -1,0 +1,216 @@
+"""Trainer-side client of the reward service (httpx; no Ray).
+
+::
+
+    client = RewardClient("http://127.0.0.1:8000", token=cfg.reward_api_token or None,
+                          timeout_s=cfg.reward_timeout_s, max_retries=cfg.reward_max_retries)
+    rewards = client.rewards([{"question": q, "response": r, "materials": knowledge,
+                               "gold_answer": gold, "token_offsets": offsets}, ...])
+    rewards[0].token_rewards      # list[float], one per response token
+    rewards[0].token_label_signs  # list[int] in {-1, 0, 1} (FSPO)
+
+Every call has a timeout. Connection errors, timeouts and 5xx answers are
+retried ``max_retries`` times with exponential back-off (0.5 s, 1 s, 2 s, ...
+capped at 10 s); each failed attempt is counted (``failures``) and logged.
+After the last retry :class:`RewardServiceUnavailable` is raised (the driver
+skips the batch and counts it). A 4xx answer (bad input, auth) is not retried:
+:class:`RewardRequestError` carries the server's message, the field and the
+item index.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+import httpx
+
+from reward_service.schemas import ItemReward
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RewardClient", "ItemReward", "RewardRequestError", "RewardServiceUnavailable"]
+
+
+class RewardRequestError(Exception):
+    """The service rejected the request (4xx). ``message`` is the server's explanation."""
+
+    def __init__(self, status: int, message: str, field: Optional[str] = None, item_index: Optional[int] = None,
+                 body: Any = None):
+        self.status = status
+        self.message = message
+        self.field = field
+        self.item_index = item_index
+        self.body = body
+        super().__init__(f"HTTP {status}: {message}")
+
+
+class RewardServiceUnavailable(Exception):
+    """The service could not be reached or kept failing (5xx) after all retries."""
+
+
+def _item_dict(item: Any) -> dict:
+    if hasattr(item, "model_dump"):
+        d = item.model_dump(exclude_none=True)
+    elif isinstance(item, Mapping):
+        d = {k: v for k, v in item.items() if v is not None}
+    else:
+        raise TypeError(f"reward items must be dicts or pydantic models, got {type(item).__name__}")
+    off = d.get("token_offsets")
+    if off is not None and hasattr(off, "tolist"):
+        d["token_offsets"] = off.tolist()
+    return d
+
+
+class RewardClient:
+    """HTTP client of ``/v1/rewards``, ``/v1/verify``, ``/get_reward``, ``/healthz``, ``/v1/stats``.
+
+    Args:
+        url: base URL, e.g. ``http://127.0.0.1:8000``.
+        token: bearer token (``REWARD_API_TOKEN``) or None.
+        timeout_s: timeout of one HTTP attempt (connect, read, write), seconds.
+        max_retries: retries after the first attempt on connection errors / timeouts / 5xx.
+        backoff_s: first back-off; doubles per retry, capped at ``max_backoff_s``.
+        batch_size: split ``rewards()`` into requests of at most this many items (None: one request).
+    """
+
+    def __init__(self, url: str, token: Optional[str] = None, timeout_s: float = 120.0, max_retries: int = 3,
+                 backoff_s: float = 0.5, max_backoff_s: float = 10.0, batch_size: Optional[int] = None,
+                 transport: Optional[httpx.BaseTransport] = None):
+        if not url:
+            raise ValueError("RewardClient: url is empty (set REWARD_URL or deploy the service)")
+        if timeout_s <= 0:
+            raise ValueError(f"RewardClient: timeout_s must be > 0, got {timeout_s}")
+        if max_retries < 0:
+            raise ValueError(f"RewardClient: max_retries must be >= 0, got {max_retries}")
+        self.url = url.rstrip("/")
+        self.timeout_s = float(timeout_s)
+        self.max_retries = int(max_retries)
+        self.backoff_s = float(backoff_s)
+        self.max_backoff_s = float(max_backoff_s)
+        self.batch_size = batch_size
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=httpx.Timeout(self.timeout_s),
+                                  transport=transport)
+        self.requests = 0          # HTTP attempts
+        self.failures = 0          # failed attempts (connection errors, timeouts, 5xx)
+        self.unavailable = 0       # calls that gave up after all retries
+        self.last_error: Optional[str] = None
+
+    @classmethod
+    def from_config(cls, cfg: Any, url: Optional[str] = None) -> "RewardClient":
+        """From an ``RLFHConfig`` (REWARD_URL, REWARD_API_TOKEN, REWARD_TIMEOUT_S, REWARD_MAX_RETRIES)."""
+        return cls(url or cfg.reward_url, token=cfg.reward_api_token or None, timeout_s=cfg.reward_timeout_s,
+                   max_retries=cfg.reward_max_retries, batch_size=cfg.max_batch_items)
+
+    # ---------------------------------------------------------------- transport
+    def _request(self, method: str, path: str, json: Any = None) -> Any:
+        attempts = self.max_retries + 1
+        for attempt in range(attempts):
+            self.requests += 1
+            try:
+                resp = self._http.request(method, path, json=json)
+            except httpx.TransportError as e:   # connect errors, timeouts, broken connections
+                reason = f"{type(e).__name__}: {e}"
+            else:
+                if resp.status_code < 400:
+                    return resp.json()
+                body = _json_or_text(resp)
+                if resp.status_code < 500:
+                    message = body.get("error") if isinstance(body, dict) else str(body)
+                    if isinstance(body, dict) and not message:
+                        message = str(body.get("detail"))
+                    field = None
+                    if isinstance(body, dict) and body.get("detail") and isinstance(body["detail"], list):
+                        field = body["detail"][0].get("field") if isinstance(body["detail"][0], dict) else None
+                    raise RewardRequestError(resp.status_code, message or resp.reason_phrase, field=field,
+                                             item_index=body.get("item_index") if isinstance(body, dict) else None,
+                                             body=body)
+                reason = f"HTTP {resp.status_code}: " + (body.get("error", "") if isinstance(body, dict)
+                                                          else str(body)[:300])
+            self.failures += 1
+            self.last_error = reason
+            if attempt + 1 < attempts:
+                delay = min(self.backoff_s * (2 ** attempt), self.max_backoff_s)
+                log.warning("reward service %s %s failed (%s); retry %d/%d in %.1fs", method, path, reason,
+                            attempt + 1, self.max_retries, delay)
+                time.sleep(delay)
+        self.unavailable += 1
+        log.error("reward service %s %s failed %d time(s), giving up: %s", method, path, attempts, self.last_error)
+        raise RewardServiceUnavailable(
+            f"{method} {self.url}{path} failed {attempts} time(s); last error: {self.last_error}")
+
+    # ---------------------------------------------------------------- API
+    def rewards(self, items: Sequence[Any], overrides: Optional[Mapping[str, Any]] = None,
+                return_verification: bool = False) -> list[ItemReward]:
+        """Per-token rewards for ``items`` (dicts with question, response, materials, gold_answer, token_offsets).
+
+        Returns one :class:`ItemReward` per item, in order.
+        """
+        payload_items = [_item_dict(it) for it in items]
+        if not payload_items:
+            return []
+        size = self.batch_size or len(payload_items)
+        out: list[ItemReward] = []
+        for start in range(0, len(payload_items), size):
+            body: dict[str, Any] = {"items": payload_items[start:start + size]}
+            if overrides:
+                body["overrides"] = dict(overrides)
+            if return_verification:
+                body["return_verification"] = True
+            try:
+                data = self._request("POST", "/v1/rewards", body)
+            except RewardRequestError as e:
+                if e.item_index is not None and start:
+                    e.item_index += start
+                raise
+            out.extend(ItemReward.model_validate(d) for d in data["items"])
+        return out
+
+    def verify(self, question: str, response: str, materials: Iterable[str] = (),
+               gold_answer: Optional[str] = None) -> dict:
+        """The verifier's result (statements, labels) as a dict."""
+        return self._request("POST", "/v1/verify", {"question": question, "response": response,
+                                                    "materials": list(materials), "gold_answer": gold_answer})
+
+    def get_reward(self, query: list[str], prompts: Optional[list[str]] = None,
+                   labels: Optional[list[str]] = None) -> dict:
+        """OpenRLHF protocol: ``{rewards, scores, extra_logs}``."""
+        return self._request("POST", "/get_reward", {"query": query, "prompts": prompts, "labels": labels})
+
+    def healthz(self) -> dict:
+        return self._request("GET", "/healthz")
+
+    def stats(self) -> dict:
+        return self._request("GET", "/v1/stats")
+
+    def wait_ready(self, timeout_s: float = 60.0) -> dict:
+        """Poll ``/healthz`` until it answers (no retry counting), or raise RewardServiceUnavailable."""
+        deadline = time.monotonic() + timeout_s
+        last = ""
+        while time.monotonic() < deadline:
+            try:
+                r = self._http.get("/healthz", timeout=min(5.0, self.timeout_s))
+                if r.status_code == 200:
+                    return r.json()
+                last = f"HTTP {r.status_code}"
+            except httpx.TransportError as e:
+                last = f"{type(e).__name__}: {e}"
+            time.sleep(0.25)
+        raise RewardServiceUnavailable(f"{self.url}/healthz not ready after {timeout_s:.0f}s ({last})")
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "RewardClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _json_or_text(resp: httpx.Response) -> Any:
+    try:
+        return resp.json()
+    except ValueError:
+        return resp.text

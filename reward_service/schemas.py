@@ -1,0 +1,173 @@
+"""HTTP wire format of the reward service (pydantic; light: no Ray, no numpy).
+
+Shared by the server (:mod:`reward_service.app`) and the trainer-side client
+(:mod:`reward_service.client`). Character offsets are Python ``str`` indices
+into the *response* text, half-open ``[start, end)``.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, field_validator
+
+from verifier_service.schema import (MAX_MATERIALS, MAX_QUESTION_CHARS, MAX_RESPONSE_CHARS, VerifyRequest,
+                                     VerifyResult)
+
+#: Upper bound on tokens per response: byte-level BPE may split one character into up to 4 tokens.
+MAX_TOKENS = 4 * MAX_RESPONSE_CHARS + 64
+#: Requests whose body is larger than this are refused (422) before parsing.
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+class RewardOverrides(BaseModel):
+    """Per-request overrides of the service's reward settings (``cluster.config.REWARD_FIELDS``).
+
+    Omitted fields keep the service's value; partial maps update the service's maps.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    granularity: Optional[Literal["token", "sentence", "response"]] = Field(
+        None, description="Where rewards land: per statement (token), per sentence, or one per response.")
+    placement: Optional[Literal["end", "spread"]] = Field(
+        None, description="'end': last token of each span (paper); 'spread': split evenly over the span.")
+    verification_map: Optional[dict[str, FiniteFloat]] = Field(
+        None, description="Truthfulness reward per label (Correct, Hedged correct, Vague, Hedged wrong, Wrong).")
+    informative_map: Optional[dict[str, FiniteFloat]] = Field(
+        None, description="Informativeness reward per score \"1\"..\"5\".")
+    info_weight: Optional[FiniteFloat] = None
+    truth_weight: Optional[FiniteFloat] = None
+    reward_epsilon: Optional[FiniteFloat] = Field(
+        None, description="Floor of a sentence's summed informativeness inside the log (paper's epsilon).")
+    reward_mu: Optional[FiniteFloat] = Field(None, description="Shift inside the informativeness log (paper's mu).")
+    reward_clip: Optional[FiniteFloat] = Field(None, gt=0, description="Per-token clip |r| <= this.")
+    abstain_reward: Optional[FiniteFloat] = None
+    empty_reward: Optional[FiniteFloat] = None
+
+
+class RewardItem(BaseModel):
+    """One response to reward."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(..., max_length=MAX_QUESTION_CHARS, description="The question the response answers.")
+    response: str = Field(..., max_length=MAX_RESPONSE_CHARS, description="The policy's response text.")
+    materials: list[str] = Field(default_factory=list, max_length=MAX_MATERIALS,
+                                 description="Evidence passages (a single string is wrapped).")
+    gold_answer: Optional[str] = Field(None, description="Reference answer, when known.")
+    token_offsets: Optional[list[tuple[int, int]]] = Field(
+        None, max_length=MAX_TOKENS,
+        description="Character offsets [start, end) of every response token in `response`, in order "
+                    "(special tokens such as EOS: [len(response), len(response)]). Omitted: the service "
+                    "tokenizes the response alone with REWARD_TOKENIZER (or MODEL_PATH).")
+
+    @field_validator("materials", mode="before")
+    @classmethod
+    def _wrap(cls, v):
+        if isinstance(v, str):
+            return [v] if v.strip() else []
+        return v
+
+    def verify_request(self) -> VerifyRequest:
+        return VerifyRequest(question=self.question, response=self.response, materials=self.materials,
+                             gold_answer=self.gold_answer)
+
+
+class RewardsRequest(BaseModel):
+    """``POST /v1/rewards``: a batch of responses (at most ``MAX_BATCH_ITEMS``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    items: list[RewardItem] = Field(..., min_length=1, description="Responses to reward (at least one).")
+    overrides: Optional[RewardOverrides] = Field(None, description="Reward settings for this request only.")
+    return_verification: bool = Field(False, description="Include each item's VerifyResult (statements, labels).")
+
+
+class ItemReward(BaseModel):
+    """Rewards of one response. Arrays have one entry per response token (``num_tokens``)."""
+
+    token_rewards: list[float] = Field(..., description="Per-token rewards, clipped (shape (T,)).")
+    token_label_signs: list[int] = Field(
+        ..., description="Per-token FSPO sign: +1 Correct/Hedged correct statement, -1 Wrong/Hedged wrong, 0 else.")
+    score: float = Field(..., description="Sum of token_rewards.")
+    is_correct: bool = Field(..., description=">= 1 statement and all of them Correct / Hedged correct.")
+    abstained: bool
+    label_counts: dict[str, int]
+    num_statements: int
+    num_unaligned: int = Field(..., description="Statements whose reward went to their sentence span.")
+    num_tokens: int = 0
+    truth_reward: float = 0.0
+    info_reward: float = 0.0
+    num_clipped: int = 0
+    cached: bool = Field(False, description="The verification came from the cache.")
+    verification: Optional[VerifyResult] = None
+
+
+class RewardsResponse(BaseModel):
+    items: list[ItemReward]
+    settings: dict[str, Any] = Field(..., description="The reward settings applied (after overrides).")
+    num_cached: int
+    latency_ms: float
+
+
+class GetRewardRequest(BaseModel):
+    """OpenRLHF remote reward protocol (``--remote_rm_url http://host:port/get_reward``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    query: list[str] = Field(..., min_length=1, description="Full prompt + response texts.")
+    prompts: Optional[list[str]] = Field(None, description="Prompt texts; response = query[i][len(prompts[i]):].")
+    labels: Optional[list[Optional[str]]] = Field(
+        None, description="Gold answers, or JSON strings {\"knowledge\": ..., \"answer\": ..., \"question\": ...}.")
+
+
+class GetRewardResponse(BaseModel):
+    rewards: list[float] = Field(..., description="Scalar reward per sample (sum of its token rewards).")
+    scores: list[float] = Field(..., description="Factual precision per sample in [0, 1] (for filtering).")
+    extra_logs: dict[str, list[float]] = Field(default_factory=dict)
+
+
+class ErrorDetail(BaseModel):
+    field: str
+    message: str
+    fix: str = ""
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx body: ``error`` is one readable line; ``detail`` lists each problem."""
+
+    error: str
+    status: int
+    detail: list[ErrorDetail] = Field(default_factory=list)
+    item_index: Optional[int] = None
+
+
+def parse_label(label: Optional[str]) -> dict[str, Any]:
+    """An OpenRLHF label -> ``{"gold_answer", "materials", "question"}`` (missing keys: None / []).
+
+    A JSON object string may carry ``knowledge`` (string or list), ``answer`` and ``question``;
+    any other string is the gold answer.
+    """
+    out: dict[str, Any] = {"gold_answer": None, "materials": [], "question": None}
+    if label is None:
+        return out
+    text = label.strip()
+    if text.startswith("{"):
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError:
+            obj = None
+        if isinstance(obj, dict):
+            k = obj.get("knowledge", obj.get("materials"))
+            if isinstance(k, str):
+                out["materials"] = [k] if k.strip() else []
+            elif isinstance(k, list):
+                out["materials"] = [str(x) for x in k if str(x).strip()]
+            ans = obj.get("answer", obj.get("gold_answer", obj.get("right_answer")))
+            out["gold_answer"] = None if ans is None else str(ans)
+            q = obj.get("question")
+            out["question"] = None if q is None else str(q)
+            return out
+    out["gold_answer"] = label
+    return out

@@ -1,0 +1,569 @@
+"""Verifier labels -> per-token rewards (pure numpy: no Ray, no HTTP, no torch).
+
+A :class:`~verifier_service.schema.VerifyResult` holds sentences and atomic
+statements with character spans ``[start, end)`` in the response. The trainer
+holds the response's tokens and each token's character offsets ``(start, end)``
+in the same response string. This module places rewards on tokens by those
+offsets (never by decoding), shapes them, clips them, and also returns per-token
+label signs for FSPO.
+
+Reward formula
+--------------
+The RLFH paper (Wen et al., arXiv 2406.12221, "On-Policy Self-Alignment with
+Fine-grained Knowledge Feedback for Hallucination Mitigation") scores
+truthfulness per *statement* and informativeness per *sentence*; its reference
+implementation (``source/feedback/reward.py`` of the authors' code) computes, for
+a statement ``s`` with label ``l(s)`` and informativeness score ``i(s)`` in a
+sentence ``S``::
+
+    r_truth(s) = w_truth * V[l(s)] * |I[i(s)]|
+    r_info(S)  = w_info  * log( max(eps, sum_{s in S} I[i(s)]) + mu )
+
+with ``V`` = VERIFICATION_MAP, ``I`` = INFORMATIVE_MAP, and the paper's run
+script defaults ``eps = -0.9``, ``mu = 1``, ``w_truth = 1``, ``w_info = 1``,
+``V = {Correct: 0.3, Hedged correct: 0.1, Vague: -0.8, Hedged wrong: -0.9,
+Wrong: -1.2}``, ``I = {5: 1.3, 4: 1.2, 3: 1.1, 2: 1.0, 1: -0.1}``. ``r_truth``
+lands on the last token of the statement, ``r_info`` on the last token of the
+sentence.
+
+What this module implements (names are :class:`RewardSettings` / ``RLFHConfig`` fields)::
+
+    r_truth(s) = truth_weight * verification_map[l(s)]                 (per statement)
+    r_info(S)  = info_weight * log( max(reward_epsilon,
+                                        sum_{s in S} informative_map[str(i(s))]) + reward_mu )
+                                                                       (per sentence with >= 1 statement)
+
+- ``reward_epsilon`` is the paper's ``eps``: a floor on a sentence's summed
+  informativeness inside the log, so one uninformative sentence costs at most
+  ``info_weight * log(eps + mu)``. ``reward_mu`` is the paper's ``mu``: the
+  shift inside the log (``log(mu)`` is the reward of a sentence whose summed
+  informativeness is 0). ``reward_epsilon + reward_mu`` must be > 0 (the log's
+  domain); a setting that breaks this is rejected (HTTP 422 / ConfigError).
+  With the project defaults (``eps = 0``, ``mu = 1``) ``r_info = info_weight *
+  log1p(max(0, sum))``: zero for filler, growing sub-linearly with content.
+  Set ``REWARD_EPSILON=-0.9`` (and the paper's maps) to penalise filler
+  sentences as the paper does.
+- Informativeness is per sentence, as in the paper, for two reasons: the log
+  of a *sum* gives diminishing returns, so padding one sentence with many
+  trivial statements earns less than its statements' linear sum would; and the
+  floor ``eps`` bounds the penalty per sentence rather than per statement, so
+  a long, mostly informative sentence is not sunk by one vague clause.
+- Truthfulness is NOT multiplied by ``|I[i(s)]|`` (the reference code's
+  coupling): the project's default INFORMATIVE_MAP is centred on 0 (score 3 ->
+  0.0), so the coupling would erase the truthfulness signal of every
+  average-informativeness statement (a wrong statement would cost nothing).
+  Truth and informativeness stay separate, additive terms with their own weights.
+
+Placement and granularity
+-------------------------
+``granularity``:
+
+- ``token``: ``r_truth(s)`` on statement ``s``'s span; ``r_info(S)`` on sentence ``S``'s span;
+- ``sentence``: ``sum_{s in S} r_truth(s) + r_info(S)`` on ``S``'s span;
+- ``response``: the sum of all of the above on the whole response.
+
+``placement``: ``end`` puts a span's reward on the LAST token overlapping the
+span (the paper); ``spread`` splits it evenly over every token overlapping the
+span (a response-level reward spreads over all tokens). A token overlaps
+``[a, b)`` when ``tok_start < b and tok_end > a``; zero-width tokens (special
+tokens such as EOS, offsets ``(len, len)``) overlap no span.
+
+Then, on the response's LAST token (index ``T - 1``, usually EOS):
+``abstain_reward`` when the verifier says the response abstains ("I don't
+know"); ``empty_reward`` when it does not abstain but has no statement. Finally
+every token reward is clipped to ``[-reward_clip, reward_clip]`` and
+``score = sum(token_rewards)`` (after clipping: the return the policy sees).
+
+Alignment
+---------
+A statement whose span overlaps no token (an LLM-rewritten statement the
+verifier could not locate, a span past the text, a span over untokenized
+characters) falls back to its sentence's span; if the sentence overlaps no token
+either, to the response's last token. Every such statement, and every
+statement the verifier already marked ``aligned=False``, is counted in
+``num_unaligned``; none is dropped.
+
+The alignment is linear in the response length ``L`` (characters), the number
+of tokens ``T`` and the number of spans ``M``: a two-pointer sweep written as
+two prefix scans over character positions. ``last_start_le[c]`` (the last token
+starting at or before ``c``) is a running maximum (the pointer into the tokens
+advancing with ``c``); ``first_end_gt[c]`` (the first token ending after ``c``)
+is a reverse running minimum. The tokens overlapping ``[a, b)`` are then exactly
+``first_end_gt[a] .. last_start_le[b - 1]`` when that range is non-empty, read
+in O(1) per span. Offsets must be monotonic (starts and ends non-decreasing),
+which every left-to-right tokenizer produces.
+
+FSPO label signs: +1 on every token of a ``Correct``/``Hedged correct``
+statement's (resolved) span, -1 on every token of a ``Wrong``/``Hedged wrong``
+one, 0 elsewhere (``Vague`` and non-statement text). A token in both a good and a
+bad statement gets -1: a token that helped state something false must not be
+reinforced.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from cluster.config import DEFAULT_INFORMATIVE_MAP, DEFAULT_VERIFICATION_MAP, ConfigError
+from verifier_service.schema import BAD_LABELS, GOOD_LABELS, INFO_SCORES, LABELS, VerifyResult
+
+GRANULARITIES = ("token", "sentence", "response")
+PLACEMENTS = ("end", "spread")
+_LABEL_INDEX = {label: i for i, label in enumerate(LABELS)}
+_SIGN_OF_LABEL = np.array([1 if lb in GOOD_LABELS else (-1 if lb in BAD_LABELS else 0) for lb in LABELS],
+                          dtype=np.int8)
+
+
+# --------------------------------------------------------------------------------------
+# errors that name the field and the fix (the service turns them into HTTP 422)
+# --------------------------------------------------------------------------------------
+
+class RewardInputError(ValueError):
+    """Bad reward input. ``field`` is a dotted path relative to the item (e.g. ``token_offsets.3``)."""
+
+    def __init__(self, field: str, message: str, fix: str = ""):
+        self.field = field
+        self.message = message
+        self.fix = fix
+        super().__init__(f"{field}: {message}" + (f" ({fix})" if fix else ""))
+
+
+# --------------------------------------------------------------------------------------
+# settings
+# --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RewardSettings:
+    """The reward-shaping knobs (``cluster.config.REWARD_FIELDS``); see the module docstring."""
+
+    granularity: str = "token"
+    placement: str = "end"
+    verification_map: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_VERIFICATION_MAP))
+    informative_map: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_INFORMATIVE_MAP))
+    info_weight: float = 0.5
+    truth_weight: float = 1.0
+    reward_epsilon: float = 0.0
+    reward_mu: float = 1.0
+    reward_clip: float = 5.0
+    abstain_reward: float = 0.0
+    empty_reward: float = -1.0
+
+    def __post_init__(self):
+        _check_settings(self)
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> "RewardSettings":
+        """From an ``RLFHConfig`` (or anything with the REWARD_FIELDS attributes)."""
+        names = [f for f in cls.__dataclass_fields__]
+        try:
+            return cls(**{n: _copy(getattr(cfg, n)) for n in names})
+        except RewardInputError as e:
+            raise ConfigError(f"reward settings: {e}") from None
+
+    def with_overrides(self, overrides: Optional[Mapping[str, Any]]) -> "RewardSettings":
+        """A copy with per-request overrides applied. Partial maps update this one's maps.
+
+        Raises :class:`RewardInputError` (field ``overrides.<name>[.<key>]``) on an unknown
+        setting, unknown label/score, a non-number or a non-finite number.
+        """
+        if not overrides:
+            return self
+        known = set(self.__dataclass_fields__)
+        changes: dict[str, Any] = {}
+        for name, value in overrides.items():
+            if value is None:
+                continue
+            if name not in known:
+                raise RewardInputError(f"overrides.{name}", "unknown reward setting",
+                                       f"settings are: {', '.join(sorted(known))}")
+            if name == "verification_map":
+                changes[name] = _merge_map(self.verification_map, value, name, LABELS)
+            elif name == "informative_map":
+                changes[name] = _merge_map(self.informative_map, value, name, tuple(str(s) for s in INFO_SCORES))
+            elif name == "granularity":
+                if value not in GRANULARITIES:
+                    raise RewardInputError(f"overrides.{name}", f"{value!r} is not a granularity",
+                                           f"use one of {', '.join(GRANULARITIES)}")
+                changes[name] = value
+            elif name == "placement":
+                if value not in PLACEMENTS:
+                    raise RewardInputError(f"overrides.{name}", f"{value!r} is not a placement",
+                                           f"use one of {', '.join(PLACEMENTS)}")
+                changes[name] = value
+            else:
+                changes[name] = _finite_number(value, f"overrides.{name}")
+        try:
+            return replace(self, **changes)
+        except RewardInputError as e:
+            raise RewardInputError("overrides." + e.field, e.message, e.fix) from None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["verification_map"] = dict(self.verification_map)
+        d["informative_map"] = dict(self.informative_map)
+        return d
+
+
+def _copy(v):
+    return dict(v) if isinstance(v, Mapping) else v
+
+
+def _finite_number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise RewardInputError(where, f"must be a number, got {value!r}", "send a finite JSON number")
+    v = float(value)
+    if not math.isfinite(v):
+        raise RewardInputError(where, f"must be a finite number, got {value!r}",
+                               "NaN and Infinity are not allowed; send a finite number")
+    return v
+
+
+def _merge_map(base: Mapping[str, float], value: Any, name: str, keys: tuple[str, ...]) -> dict[str, float]:
+    if not isinstance(value, Mapping):
+        raise RewardInputError(f"overrides.{name}", f"must be a JSON object, got {type(value).__name__}",
+                               f"send e.g. {{{keys[0]!r}: 1.0}} with keys from {list(keys)}")
+    out = dict(base)
+    for k, v in value.items():
+        key = str(k)
+        if key not in keys:
+            raise RewardInputError(f"overrides.{name}.{key}", f"unknown key {k!r}", f"keys are {list(keys)}")
+        out[key] = _finite_number(v, f"overrides.{name}.{key}")
+    return out
+
+
+def _check_settings(s: RewardSettings) -> None:
+    if s.granularity not in GRANULARITIES:
+        raise RewardInputError("granularity", f"{s.granularity!r} is not a granularity",
+                               f"use one of {', '.join(GRANULARITIES)}")
+    if s.placement not in PLACEMENTS:
+        raise RewardInputError("placement", f"{s.placement!r} is not a placement",
+                               f"use one of {', '.join(PLACEMENTS)}")
+    for label in LABELS:
+        if label not in s.verification_map:
+            raise RewardInputError(f"verification_map.{label}", "missing label", f"give all of {list(LABELS)}")
+    for score in INFO_SCORES:
+        if str(score) not in s.informative_map:
+            raise RewardInputError(f"informative_map.{score}", "missing score", "give scores 1..5")
+    for name in ("info_weight", "truth_weight", "reward_epsilon", "reward_mu", "reward_clip", "abstain_reward",
+                 "empty_reward"):
+        _finite_number(getattr(s, name), name)
+    for k, v in list(s.verification_map.items()) + list(s.informative_map.items()):
+        _finite_number(v, k)
+    if s.reward_clip <= 0:
+        raise RewardInputError("reward_clip", f"must be > 0, got {s.reward_clip}", "e.g. 5.0")
+    if s.reward_epsilon + s.reward_mu <= 0:
+        raise RewardInputError(
+            "reward_mu", f"reward_epsilon + reward_mu = {s.reward_epsilon + s.reward_mu:g} must be > 0 "
+            "(the informativeness reward is log(max(epsilon, sum) + mu))",
+            "raise reward_mu or reward_epsilon, e.g. epsilon=-0.9, mu=1 as in the paper")
+
+
+# --------------------------------------------------------------------------------------
+# offsets
+# --------------------------------------------------------------------------------------
+
+def validate_offsets(offsets: Any, text_len: int) -> np.ndarray:
+    """Check token offsets against a response of ``text_len`` characters.
+
+    Args:
+        offsets: sequence of ``(start, end)`` pairs, or an int array of shape ``(T, 2)``.
+        text_len: ``len(response)`` in characters (Python ``str`` indices).
+
+    Returns:
+        int64 array of shape ``(T, 2)``.
+
+    Raises:
+        RewardInputError: field ``token_offsets`` (empty / wrong shape) or ``token_offsets.<i>``
+            (negative, ``start > end``, ``end > text_len``, starts or ends decreasing).
+    """
+    try:
+        arr = np.asarray(offsets, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        raise RewardInputError("token_offsets", "must be a list of [start, end] integer pairs",
+                               "send e.g. [[0, 5], [5, 11]]") from None
+    if arr.size == 0:
+        raise RewardInputError("token_offsets", "is empty: the response needs at least one token",
+                               f"send the offsets of every response token, e.g. the EOS token as "
+                               f"[{text_len}, {text_len}]")
+    if arr.ndim != 2 or arr.shape[1] != 2:
+        raise RewardInputError("token_offsets", f"must have shape (T, 2), got {tuple(arr.shape)}",
+                               "send a list of [start, end] pairs, one per response token")
+    starts, ends = arr[:, 0], arr[:, 1]
+    bad = np.flatnonzero(starts < 0)
+    if bad.size:
+        i = int(bad[0])
+        raise RewardInputError(f"token_offsets.{i}", f"start {starts[i]} is negative",
+                               "offsets are character positions in the response, >= 0")
+    bad = np.flatnonzero(starts > ends)
+    if bad.size:
+        i = int(bad[0])
+        raise RewardInputError(f"token_offsets.{i}", f"start {starts[i]} > end {ends[i]}",
+                               "each token is [start, end) with start <= end")
+    bad = np.flatnonzero(ends > text_len)
+    if bad.size:
+        i = int(bad[0])
+        raise RewardInputError(
+            f"token_offsets.{i}", f"end {ends[i]} is past the end of the response ({text_len} characters)",
+            "offsets must index the response text itself (not prompt+response); "
+            "give special tokens such as EOS the offset [len(response), len(response)]")
+    if len(arr) > 1:
+        bad = np.flatnonzero((starts[1:] < starts[:-1]) | (ends[1:] < ends[:-1]))
+        if bad.size:
+            i = int(bad[0]) + 1
+            raise RewardInputError(
+                f"token_offsets.{i}",
+                f"offsets are not monotonic: token {i} {arr[i].tolist()} comes after {arr[i - 1].tolist()}",
+                "send tokens in order with non-decreasing starts and ends; give special tokens "
+                "such as EOS the offset [len(response), len(response)] instead of [0, 0]")
+    return arr
+
+
+def offsets_from_tokenizer(tokenizer: Any, text: str) -> np.ndarray:
+    """Token offsets of ``text`` tokenized alone (no special tokens) by a HF fast tokenizer. Shape ``(T, 2)``.
+
+    Prefer offsets sent by the trainer: a response tokenized inside its prompt can split
+    differently at the boundary.
+    """
+    enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    arr = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+    return arr
+
+
+# --------------------------------------------------------------------------------------
+# alignment: spans -> token ranges, linear in characters + tokens + spans
+# --------------------------------------------------------------------------------------
+
+def align_spans(offsets: np.ndarray, span_starts: np.ndarray, span_ends: np.ndarray,
+                text_len: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens overlapping each character span, by a linear sweep.
+
+    Args:
+        offsets: int array ``(T, 2)`` of validated, monotonic token offsets.
+        span_starts, span_ends: int arrays ``(M,)``, half-open character spans ``[a, b)``.
+        text_len: length of the text (default: the largest token end).
+
+    Returns:
+        ``(first, last)``: int64 arrays ``(M,)``; tokens ``first..last`` (inclusive) are exactly the
+        non-empty tokens overlapping span m; ``-1`` in both where no token overlaps (empty span, span past
+        the text, or only untokenized characters).
+    """
+    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+    a = np.asarray(span_starts, dtype=np.int64).ravel()
+    b = np.asarray(span_ends, dtype=np.int64).ravel()
+    m = a.shape[0]
+    first = np.full(m, -1, dtype=np.int64)
+    last = np.full(m, -1, dtype=np.int64)
+    if m == 0 or offsets.shape[0] == 0:
+        return first, last
+    t_s, t_e = offsets[:, 0], offsets[:, 1]
+    nz = np.flatnonzero(t_e > t_s)                       # (N,) original indices of non-empty tokens
+    if nz.size == 0:
+        return first, last
+    s, e = t_s[nz], t_e[nz]                              # (N,) sorted (non-decreasing)
+    n = nz.size
+    L = int(max(e[-1], text_len if text_len is not None else 0))
+    pos = np.arange(n, dtype=np.int64)
+
+    # last_start_le[c]: largest compressed index j with s[j] <= c (-1 if none). Starts are sorted, so the
+    # last token of each run of equal starts is the one to keep; a running max then sweeps positions.
+    keep = np.empty(n, dtype=bool)
+    keep[:-1] = s[1:] != s[:-1]
+    keep[-1] = True
+    last_start_le = np.full(L + 1, -1, dtype=np.int64)
+    last_start_le[s[keep]] = pos[keep]
+    np.maximum.accumulate(last_start_le, out=last_start_le)
+
+    # first_end_gt[c]: smallest j with e[j] > c, i.e. e[j] - 1 >= c (n if none): a reverse running min.
+    keep2 = np.empty(n, dtype=bool)
+    keep2[0] = True
+    keep2[1:] = e[1:] != e[:-1]
+    first_end_gt = np.full(L + 1, n, dtype=np.int64)
+    first_end_gt[e[keep2] - 1] = pos[keep2]
+    first_end_gt = np.minimum.accumulate(first_end_gt[::-1])[::-1]
+
+    a_c = np.clip(a, 0, L)
+    b_c = np.clip(b, 0, L)
+    valid = b_c > a_c
+    lo = first_end_gt[a_c]                                # (M,)
+    hi = last_start_le[np.maximum(b_c - 1, 0)]            # (M,)
+    ok = valid & (hi >= 0) & (lo < n) & (lo <= hi)
+    first[ok] = nz[lo[ok]]
+    last[ok] = nz[hi[ok]]
+    return first, last
+
+
+# --------------------------------------------------------------------------------------
+# rewards
+# --------------------------------------------------------------------------------------
+
+@dataclass
+class TokenRewards:
+    """Per-token rewards of one response. ``T`` = number of response tokens."""
+
+    token_rewards: np.ndarray          # (T,) float64, clipped
+    token_label_signs: np.ndarray      # (T,) int8 in {-1, 0, +1}
+    score: float                       # sum(token_rewards)
+    is_correct: bool                   # >= 1 statement and all Correct / Hedged correct
+    abstained: bool
+    label_counts: dict[str, int]
+    num_statements: int
+    num_unaligned: int                 # statements placed on their sentence (or the last token)
+    truth_reward: float                # sum of r_truth before clipping
+    info_reward: float                 # sum of r_info before clipping
+    num_clipped: int                   # tokens whose reward was clipped
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "token_rewards": self.token_rewards.tolist(),
+            "token_label_signs": self.token_label_signs.astype(int).tolist(),
+            "score": float(self.score),
+            "is_correct": bool(self.is_correct),
+            "abstained": bool(self.abstained),
+            "label_counts": dict(self.label_counts),
+            "num_statements": int(self.num_statements),
+            "num_unaligned": int(self.num_unaligned),
+            "truth_reward": float(self.truth_reward),
+            "info_reward": float(self.info_reward),
+            "num_clipped": int(self.num_clipped),
+            "num_tokens": int(self.token_rewards.shape[0]),
+        }
+
+
+def _place(values: np.ndarray, first: np.ndarray, last: np.ndarray, T: int, placement: str) -> np.ndarray:
+    """Sum span rewards onto tokens. values/first/last: ``(E,)``; returns ``(T,)`` float64."""
+    if values.size == 0:
+        return np.zeros(T, dtype=np.float64)
+    if placement == "end":
+        return np.bincount(last, weights=values, minlength=T)[:T].astype(np.float64)
+    per = values / (last - first + 1)
+    diff = np.bincount(first, weights=per, minlength=T + 1) - np.bincount(last + 1, weights=per, minlength=T + 1)
+    out = np.cumsum(diff[:T])
+    out[~_cover(first, last, T)] = 0.0   # exact zeros outside every span (no cumsum round-off)
+    return out
+
+
+def _cover(first: np.ndarray, last: np.ndarray, T: int) -> np.ndarray:
+    """``(T,)`` bool: token covered by any of the ranges ``first..last``."""
+    if first.size == 0:
+        return np.zeros(T, dtype=bool)
+    diff = np.bincount(first, minlength=T + 1) - np.bincount(last + 1, minlength=T + 1)
+    return np.cumsum(diff[:T]) > 0
+
+
+def compute_token_rewards(result: VerifyResult, offsets: Any, text_len: int,
+                          settings: RewardSettings, *, validated: bool = False) -> TokenRewards:
+    """Token rewards for one verified response.
+
+    Args:
+        result: the verifier's output for the response.
+        offsets: ``(T, 2)`` token character offsets into the response (validated here unless
+            ``validated``).
+        text_len: ``len(response)``.
+        settings: reward shaping.
+
+    Returns:
+        :class:`TokenRewards` with ``(T,)`` arrays.
+    """
+    off = offsets if validated else validate_offsets(offsets, text_len)
+    T = int(off.shape[0])
+    sentences = result.sentences
+    n_sent = len(sentences)
+
+    # ---- flatten statements: (K,) arrays
+    st_start, st_end, st_sent, st_label, st_info, st_flag_unaligned = [], [], [], [], [], []
+    for si, sent in enumerate(sentences):
+        for st in sent.statements:
+            st_start.append(st.start)
+            st_end.append(st.end)
+            st_sent.append(si)
+            st_label.append(_LABEL_INDEX[st.label])
+            st_info.append(st.informativeness)
+            st_flag_unaligned.append(not st.aligned)
+    K = len(st_start)
+    st_sent_a = np.asarray(st_sent, dtype=np.int64)
+    st_label_a = np.asarray(st_label, dtype=np.int64)
+    sent_start = np.asarray([s.start for s in sentences], dtype=np.int64)
+    sent_end = np.asarray([s.end for s in sentences], dtype=np.int64)
+
+    # ---- align statement and sentence spans in one sweep
+    first, last = align_spans(off, np.concatenate([np.asarray(st_start, dtype=np.int64), sent_start]),
+                              np.concatenate([np.asarray(st_end, dtype=np.int64), sent_end]), text_len)
+    s_first, s_last = first[:K], last[:K]
+    sent_first, sent_last = first[K:], last[K:]
+    # a sentence overlapping no token lands on the response's last token
+    end_tok = T - 1
+    sent_none = sent_first < 0
+    sent_first = np.where(sent_none, end_tok, sent_first)
+    sent_last = np.where(sent_none, end_tok, sent_last)
+    # a statement overlapping no token falls back to its sentence (counted)
+    st_none = s_first < 0
+    if K:
+        s_first = np.where(st_none, sent_first[st_sent_a], s_first)
+        s_last = np.where(st_none, sent_last[st_sent_a], s_last)
+    unaligned = st_none | np.asarray(st_flag_unaligned, dtype=bool) if K else np.zeros(0, dtype=bool)
+
+    # ---- shaping
+    vmap = np.array([settings.verification_map[lb] for lb in LABELS], dtype=np.float64)
+    imap = np.array([settings.informative_map[str(sc)] for sc in INFO_SCORES], dtype=np.float64)
+    truth = settings.truth_weight * vmap[st_label_a] if K else np.zeros(0)              # (K,)
+    info_stmt = imap[np.asarray(st_info, dtype=np.int64) - 1] if K else np.zeros(0)   # (K,)
+    sent_info_sum = np.bincount(st_sent_a, weights=info_stmt, minlength=n_sent) if K else np.zeros(n_sent)
+    sent_has = np.bincount(st_sent_a, minlength=n_sent) > 0 if K else np.zeros(n_sent, dtype=bool)
+    sent_info = np.where(
+        sent_has,
+        settings.info_weight * np.log(np.maximum(settings.reward_epsilon, sent_info_sum) + settings.reward_mu),
+        0.0)                                                                            # (S,)
+    sent_truth = np.bincount(st_sent_a, weights=truth, minlength=n_sent) if K else np.zeros(n_sent)
+
+    g = settings.granularity
+    if g == "token":
+        values = np.concatenate([truth, sent_info[sent_has]])
+        f = np.concatenate([s_first, sent_first[sent_has]])
+        l_ = np.concatenate([s_last, sent_last[sent_has]])
+    elif g == "sentence":
+        values = (sent_truth + sent_info)[sent_has]
+        f, l_ = sent_first[sent_has], sent_last[sent_has]
+    else:  # response
+        total = float(truth.sum() + sent_info.sum())
+        values = np.array([total]) if K else np.zeros(0)
+        f = np.array([0], dtype=np.int64)[: values.size]
+        l_ = np.array([end_tok], dtype=np.int64)[: values.size]
+    rewards = _place(values.astype(np.float64), f.astype(np.int64), l_.astype(np.int64), T, settings.placement)
+
+    abstained = bool(result.abstained)
+    if abstained:
+        rewards[end_tok] += settings.abstain_reward
+    elif K == 0:
+        rewards[end_tok] += settings.empty_reward
+
+    clip = settings.reward_clip
+    num_clipped = int(np.count_nonzero(np.abs(rewards) > clip))
+    np.clip(rewards, -clip, clip, out=rewards)
+
+    # ---- FSPO signs over each statement's resolved span; negative wins
+    if K:
+        sign = _SIGN_OF_LABEL[st_label_a]
+        pos = _cover(s_first[sign > 0], s_last[sign > 0], T)
+        neg = _cover(s_first[sign < 0], s_last[sign < 0], T)
+        signs = np.where(neg, -1, np.where(pos, 1, 0)).astype(np.int8)
+    else:
+        signs = np.zeros(T, dtype=np.int8)
+
+    counts = {lb: 0 for lb in LABELS}
+    if K:
+        for lb_i, n in zip(*np.unique(st_label_a, return_counts=True)):
+            counts[LABELS[int(lb_i)]] = int(n)
+    is_correct = K > 0 and all(counts[lb] == 0 for lb in LABELS if lb not in GOOD_LABELS)
+    return TokenRewards(
+        token_rewards=rewards, token_label_signs=signs, score=float(rewards.sum()), is_correct=bool(is_correct),
+        abstained=abstained, label_counts=counts, num_statements=K, num_unaligned=int(unaligned.sum()),
+        truth_reward=float(truth.sum()), info_reward=float(sent_info.sum()), num_clipped=num_clipped)
+
+
+def batch_token_rewards(results: Sequence[VerifyResult], offsets: Iterable[Any], text_lens: Sequence[int],
+                        settings: RewardSettings) -> list[TokenRewards]:
+    """:func:`compute_token_rewards` over a batch (one settings object for all)."""
+    return [compute_token_rewards(r, o, n, settings) for r, o, n in zip(results, offsets, text_lens)]

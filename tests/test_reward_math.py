@@ -1,0 +1,348 @@
+"""Pure reward math (reward_service.token_rewards): hand-computed cases, alignment edge cases, validation."""
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+
+from cluster.config import RLFHConfig
+from reward_service.token_rewards import (RewardInputError, RewardSettings, align_spans, compute_token_rewards,
+                                          offsets_from_tokenizer, validate_offsets)
+from verifier_service.schema import Sentence, Statement, VerifyResult
+
+TEXT = "Paris is in France. It is big."
+#        0    5  8  11     19 20 23 26  30
+
+
+def word_offsets(text: str, eos: bool = True) -> list[tuple[int, int]]:
+    offs = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+    if eos:
+        offs.append((len(text), len(text)))
+    return offs
+
+
+OFFS = word_offsets(TEXT)   # Paris is in France. | It is big. | EOS  -> 8 tokens
+assert OFFS == [(0, 5), (6, 8), (9, 11), (12, 19), (20, 22), (23, 25), (26, 30), (30, 30)]
+
+
+def st(text, start, end, label, info=3, aligned=True):
+    return Statement(text=text, start=start, end=end, label=label, informativeness=info, aligned=aligned)
+
+
+def two_sentences(label1="Correct", label2="Wrong", info1=5, info2=3, span1=(0, 18)):
+    return VerifyResult(sentences=[
+        Sentence(text="Paris is in France.", start=0, end=19,
+                 statements=[st("Paris is in France", span1[0], span1[1], label1, info1)]),
+        Sentence(text="It is big.", start=20, end=30, statements=[st("It is big", 20, 29, label2, info2)]),
+    ])
+
+
+@pytest.fixture
+def base() -> RewardSettings:
+    return RewardSettings.from_config(RLFHConfig.load(environ={}))
+
+
+def test_settings_from_config_match_defaults(base):
+    cfg = RLFHConfig.load(environ={})
+    for name in ("granularity", "placement", "info_weight", "truth_weight", "reward_epsilon", "reward_mu",
+                 "reward_clip", "abstain_reward", "empty_reward"):
+        assert getattr(base, name) == getattr(cfg, name)
+    assert dict(base.verification_map) == cfg.verification_map
+
+
+# ------------------------------------------------------------------------------ hand-computed rewards
+
+def test_token_end_hand_computed(base):
+    # defaults: V[Correct]=1, V[Wrong]=-1, I["5"]=0.4, I["3"]=0, w_info=0.5, eps=0, mu=1
+    r = compute_token_rewards(two_sentences(), OFFS, len(TEXT), base)
+    info1 = 0.5 * math.log(max(0.0, 0.4) + 1.0)
+    info2 = 0.5 * math.log(max(0.0, 0.0) + 1.0)       # = 0
+    expected = [0, 0, 0, 1.0 + info1, 0, 0, -1.0 + info2, 0]
+    np.testing.assert_allclose(r.token_rewards, expected, atol=1e-12)
+    assert r.score == pytest.approx(sum(expected))
+    assert r.token_label_signs.tolist() == [1, 1, 1, 1, -1, -1, -1, 0]
+    assert r.label_counts["Correct"] == 1 and r.label_counts["Wrong"] == 1
+    assert r.num_statements == 2 and r.num_unaligned == 0 and not r.is_correct and not r.abstained
+    assert r.truth_reward == pytest.approx(0.0) and r.info_reward == pytest.approx(info1 + info2)
+
+
+def test_token_spread_hand_computed(base):
+    s = base.with_overrides({"placement": "spread"})
+    r = compute_token_rewards(two_sentences(), OFFS, len(TEXT), s)
+    info1 = 0.5 * math.log(1.4)
+    # statement 1 [0,18) covers tokens 0..3, sentence 1 [0,19) covers 0..3; statement 2 [20,29) covers 4..6
+    expected = [(1.0 + info1) / 4] * 4 + [-1.0 / 3] * 3 + [0.0]
+    np.testing.assert_allclose(r.token_rewards, expected, atol=1e-12)
+    assert r.token_rewards[-1] == 0.0            # exact zero outside every span
+
+
+def test_statement_vs_sentence_granularity(base):
+    # statement "Paris is" ends on token 1, its sentence on token 3
+    res = two_sentences(span1=(0, 8))
+    tok = compute_token_rewards(res, OFFS, len(TEXT), base)
+    sen = compute_token_rewards(res, OFFS, len(TEXT), base.with_overrides({"granularity": "sentence"}))
+    info1 = 0.5 * math.log(1.4)
+    np.testing.assert_allclose(tok.token_rewards, [0, 1.0, 0, info1, 0, 0, -1.0, 0], atol=1e-12)
+    np.testing.assert_allclose(sen.token_rewards, [0, 0, 0, 1.0 + info1, 0, 0, -1.0, 0], atol=1e-12)
+    assert tok.score == pytest.approx(sen.score)
+    # FSPO signs follow the statement's own span, whatever the granularity
+    assert tok.token_label_signs.tolist()[:4] == [1, 1, 0, 0]
+    assert sen.token_label_signs.tolist() == tok.token_label_signs.tolist()
+
+
+def test_response_granularity(base):
+    info1 = 0.5 * math.log(1.4)
+    end = compute_token_rewards(two_sentences(), OFFS, len(TEXT), base.with_overrides({"granularity": "response"}))
+    np.testing.assert_allclose(end.token_rewards, [0] * 7 + [info1], atol=1e-12)   # 1 - 1 + info1 on EOS
+    spread = compute_token_rewards(two_sentences(), OFFS, len(TEXT),
+                                   base.with_overrides({"granularity": "response", "placement": "spread"}))
+    np.testing.assert_allclose(spread.token_rewards, [info1 / 8] * 8, atol=1e-12)
+
+
+def test_paper_formula_with_paper_settings(base):
+    # RLFH's run-script settings: eps=-0.9, mu=1, I = {5: 1.3, ..., 1: -0.1}
+    paper = base.with_overrides({
+        "verification_map": {"Correct": 0.3, "Hedged correct": 0.1, "Vague": -0.8, "Hedged wrong": -0.9,
+                             "Wrong": -1.2},
+        "informative_map": {"5": 1.3, "4": 1.2, "3": 1.1, "2": 1.0, "1": -0.1},
+        "info_weight": 1.0, "reward_epsilon": -0.9, "reward_mu": 1.0})
+    res = VerifyResult(sentences=[
+        Sentence(text="Paris is in France.", start=0, end=19, statements=[
+            st("Paris is", 0, 8, "Correct", 5), st("in France", 9, 18, "Hedged wrong", 1)]),
+        Sentence(text="It is big.", start=20, end=30, statements=[st("It is big", 20, 29, "Vague", 1)]),
+    ])
+    r = compute_token_rewards(res, OFFS, len(TEXT), paper)
+    s1 = math.log(max(-0.9, 1.3 - 0.1) + 1.0)      # sentence 1: log(2.2)
+    s2 = math.log(max(-0.9, -0.1) + 1.0)           # sentence 2: log(0.9) < 0
+    np.testing.assert_allclose(r.token_rewards, [0, 0.3, 0, -0.9 + s1, 0, 0, -0.8 + s2, 0], atol=1e-12)
+    # the epsilon floor: a sentence of score-1 statements cannot cost more than log(eps + mu)
+    many_bad = VerifyResult(sentences=[Sentence(text=TEXT, start=0, end=30, statements=[
+        st("x", 0, 5, "Vague", 1) for _ in range(30)])])
+    r2 = compute_token_rewards(many_bad, OFFS, len(TEXT), paper.with_overrides({"verification_map": {"Vague": 0}}))
+    assert r2.info_reward == pytest.approx(math.log(-0.9 + 1.0))
+
+
+def test_clip(base):
+    s = base.with_overrides({"truth_weight": 10.0, "reward_clip": 2.5})
+    r = compute_token_rewards(two_sentences(), OFFS, len(TEXT), s)
+    assert r.token_rewards[3] == 2.5 and r.token_rewards[6] == -2.5
+    assert r.num_clipped == 2 and r.score == pytest.approx(0.0)
+    assert np.abs(r.token_rewards).max() <= 2.5
+
+
+def test_abstain_and_empty(base):
+    s = base.with_overrides({"abstain_reward": 0.7, "empty_reward": -0.3})
+    text = "I don't know."
+    offs = word_offsets(text)
+    abst = compute_token_rewards(VerifyResult(sentences=[Sentence(text=text, start=0, end=13)], abstained=True),
+                                 offs, len(text), s)
+    assert abst.token_rewards.tolist() == [0, 0, 0, 0.7] and abst.abstained and not abst.is_correct
+    assert abst.score == pytest.approx(0.7) and abst.token_label_signs.tolist() == [0, 0, 0, 0]
+    empty = compute_token_rewards(VerifyResult(sentences=[Sentence(text=text, start=0, end=13)]), offs, len(text), s)
+    assert empty.token_rewards.tolist() == [0, 0, 0, -0.3] and empty.num_statements == 0
+    # the last token is the last token, even without an EOS
+    offs2 = word_offsets(text, eos=False)
+    e2 = compute_token_rewards(VerifyResult(), offs2, len(text), s)
+    assert e2.token_rewards.tolist() == [0, 0, -0.3]
+
+
+def test_is_correct_and_hedged(base):
+    good = two_sentences("Correct", "Hedged correct")
+    r = compute_token_rewards(good, OFFS, len(TEXT), base)
+    assert r.is_correct and r.token_label_signs.tolist() == [1, 1, 1, 1, 1, 1, 1, 0]
+    assert r.token_rewards[6] == pytest.approx(0.5)      # V[Hedged correct] + 0.5*log(1+0)
+    vague = compute_token_rewards(two_sentences("Correct", "Vague"), OFFS, len(TEXT), base)
+    assert not vague.is_correct and vague.token_label_signs.tolist()[4:7] == [0, 0, 0]
+    hw = compute_token_rewards(two_sentences("Correct", "Hedged wrong"), OFFS, len(TEXT), base)
+    assert hw.token_label_signs.tolist()[4:7] == [-1, -1, -1]
+
+
+def test_overlapping_statements_negative_sign_wins(base):
+    res = VerifyResult(sentences=[Sentence(text="Paris is in France.", start=0, end=19, statements=[
+        st("Paris is in France", 0, 18, "Correct"), st("in France", 9, 18, "Wrong")])])
+    r = compute_token_rewards(res, OFFS, len(TEXT), base)
+    assert r.token_label_signs.tolist()[:4] == [1, 1, -1, -1]
+    assert r.token_rewards[3] == pytest.approx(1.0 - 1.0)   # both end on token 3
+
+
+# ------------------------------------------------------------------------------ fallback, counted
+
+def test_unalignable_statement_falls_back_to_sentence_and_is_counted(base):
+    # span [100, 110) is past the text; "It is big" keeps its span
+    res = VerifyResult(sentences=[
+        Sentence(text="Paris is in France.", start=0, end=19, statements=[st("Paris rewritten", 100, 110, "Wrong")]),
+        Sentence(text="It is big.", start=20, end=30, statements=[st("It is big", 20, 29, "Correct")]),
+    ])
+    r = compute_token_rewards(res, OFFS, len(TEXT), base)
+    assert r.num_unaligned == 1
+    assert r.token_rewards[3] == pytest.approx(-1.0)          # sentence 1's last token, not dropped
+    assert r.token_label_signs.tolist()[:4] == [-1, -1, -1, -1]
+    assert r.score == pytest.approx(0.0)
+
+
+def test_span_in_untokenized_gap_falls_back(base):
+    # tokens skip the whitespace at 19..20; a statement spanning only that gap overlaps nothing
+    res = VerifyResult(sentences=[Sentence(text=TEXT, start=0, end=30,
+                                           statements=[st(" ", 19, 20, "Correct")])])
+    r = compute_token_rewards(res, OFFS, len(TEXT), base)
+    assert r.num_unaligned == 1 and r.token_rewards[6] == pytest.approx(1.0)   # sentence [0,30) ends on token 6
+
+
+def test_verifier_unaligned_flag_counted(base):
+    res = VerifyResult(sentences=[Sentence(text="Paris is in France.", start=0, end=19, statements=[
+        st("Paris lies in France", 0, 19, "Correct", aligned=False)])])
+    r = compute_token_rewards(res, OFFS, len(TEXT), base)
+    assert r.num_unaligned == 1 and r.token_rewards[3] == pytest.approx(1.0)
+
+
+def test_sentence_without_tokens_goes_to_last_token(base):
+    text = "Paris is in France. It is big."
+    offs = [(0, 5), (6, 8), (30, 30)]                   # a truncated tokenization
+    res = two_sentences()
+    r = compute_token_rewards(res, offs, len(text), base)
+    assert r.num_unaligned == 1                         # "It is big" and its sentence overlap no token
+    assert r.token_rewards[2] == pytest.approx(-1.0)    # on the last token, not dropped
+    assert r.token_rewards[1] == pytest.approx(1.0 + 0.5 * math.log(1.4))
+
+
+# ------------------------------------------------------------------------------ the linear sweep
+
+def _brute_force(offsets, spans):
+    first, last = [], []
+    for a, b in spans:
+        hit = [i for i, (s, e) in enumerate(offsets) if e > s and s < b and e > a and b > a]
+        first.append(hit[0] if hit else -1)
+        last.append(hit[-1] if hit else -1)
+    return first, last
+
+
+def _random_tokenization(rng, n_chars):
+    """Monotonic offsets with gaps, zero-width tokens and byte-split tokens sharing one character."""
+    offs, pos = [], 0
+    while pos < n_chars:
+        kind = rng.random()
+        if kind < 0.1:
+            offs.append((pos, pos))                     # zero-width
+        elif kind < 0.2:
+            pos += int(rng.integers(1, 3))              # gap (untokenized characters)
+            continue
+        elif kind < 0.3:
+            end = min(pos + 1, n_chars)
+            offs += [(pos, end)] * int(rng.integers(2, 4))   # one character split into several tokens
+            pos = end
+            continue
+        else:
+            end = min(pos + int(rng.integers(1, 7)), n_chars)
+            offs.append((pos, end))
+            pos = end
+    offs.append((n_chars, n_chars))
+    return offs
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_align_spans_matches_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    n_chars = int(rng.integers(1, 200))
+    offs = _random_tokenization(rng, n_chars)
+    validate_offsets(offs, n_chars)
+    spans = [(int(a), int(a + rng.integers(-2, 30))) for a in rng.integers(-3, n_chars + 5, size=40)]
+    spans += [(0, n_chars), (n_chars, n_chars), (0, 0), (n_chars - 1, n_chars)]
+    first, last = align_spans(np.array(offs), np.array([a for a, _ in spans]), np.array([b for _, b in spans]),
+                              n_chars)
+    bf, bl = _brute_force(offs, spans)
+    assert first.tolist() == bf
+    assert last.tolist() == bl
+
+
+def test_align_edge_cases():
+    # no tokens, only zero-width tokens, no spans
+    f, l_ = align_spans(np.zeros((0, 2), dtype=int), np.array([0]), np.array([3]))
+    assert f.tolist() == [-1] and l_.tolist() == [-1]
+    f, l_ = align_spans(np.array([[0, 0], [3, 3]]), np.array([0]), np.array([3]))
+    assert f.tolist() == [-1]
+    f, l_ = align_spans(np.array([[0, 3]]), np.array([], dtype=int), np.array([], dtype=int))
+    assert f.size == 0
+    # a span touching a token boundary does not overlap the neighbour
+    f, l_ = align_spans(np.array([[0, 3], [3, 6]]), np.array([3, 0]), np.array([6, 3]))
+    assert f.tolist() == [1, 0] and l_.tolist() == [1, 0]
+
+
+def test_alignment_scales_to_long_responses(base):
+    # 20,000 characters / ~3,300 tokens / 1,000 statements: results equal the brute force on a sample
+    words = " ".join(f"w{i % 97}" for i in range(5000))
+    text = (words + ".")[:20000]
+    offs = word_offsets(text)
+    sents, pos = [], 0
+    while pos < len(text):
+        end = min(pos + 100, len(text))
+        sents.append(Sentence(text=text[pos:end], start=pos, end=end,
+                              statements=[st("s", pos, min(pos + 40, end), "Correct")]))
+        pos = end
+    r = compute_token_rewards(VerifyResult(sentences=sents), offs, len(text), base)
+    assert r.token_rewards.shape == (len(offs),) and r.num_statements == len(sents) and r.num_unaligned == 0
+    assert r.score == pytest.approx(sum(np.clip(r.token_rewards, -5, 5)))
+    assert (r.token_label_signs == 1).sum() > 0
+
+
+# ------------------------------------------------------------------------------ validation
+
+@pytest.mark.parametrize("offsets, field, needle", [
+    ([], "token_offsets", "empty"),
+    ([[0, 5], [5, 40]], "token_offsets.1", "past the end"),
+    ([[3, 2]], "token_offsets.0", "start 3 > end 2"),
+    ([[-1, 2]], "token_offsets.0", "negative"),
+    ([[0, 5], [6, 8], [0, 0]], "token_offsets.2", "not monotonic"),
+    ([[5, 8], [0, 4]], "token_offsets.1", "not monotonic"),
+    ([[0, 1, 2]], "token_offsets", "shape"),
+    ([["a", "b"]], "token_offsets", "integer"),
+])
+def test_validate_offsets_errors(offsets, field, needle):
+    with pytest.raises(RewardInputError) as ei:
+        validate_offsets(offsets, len(TEXT))
+    assert ei.value.field == field and needle in ei.value.message and ei.value.fix
+
+
+@pytest.mark.parametrize("overrides, field", [
+    ({"verification_map": {"Mostly right": 1.0}}, "overrides.verification_map.Mostly right"),
+    ({"informative_map": {"7": 1.0}}, "overrides.informative_map.7"),
+    ({"info_weight": float("nan")}, "overrides.info_weight"),
+    ({"truth_weight": float("inf")}, "overrides.truth_weight"),
+    ({"verification_map": {"Correct": float("nan")}}, "overrides.verification_map.Correct"),
+    ({"granularity": "paragraph"}, "overrides.granularity"),
+    ({"placement": "middle"}, "overrides.placement"),
+    ({"reward_epsilon": -1.0, "reward_mu": 1.0}, "overrides.reward_mu"),
+    ({"reward_clip": 0.0}, "overrides.reward_clip"),
+    ({"kl_coef": 0.1}, "overrides.kl_coef"),
+    ({"info_weight": "high"}, "overrides.info_weight"),
+])
+def test_override_errors_name_the_field(base, overrides, field):
+    with pytest.raises(RewardInputError) as ei:
+        base.with_overrides(overrides)
+    assert ei.value.field == field, str(ei.value)
+    assert ei.value.fix
+
+
+def test_partial_map_override_merges(base):
+    s = base.with_overrides({"verification_map": {"Wrong": -3.0}, "informative_map": {5: 1.0}})
+    assert s.verification_map["Wrong"] == -3.0 and s.verification_map["Correct"] == base.verification_map["Correct"]
+    assert s.informative_map["5"] == 1.0 and s.informative_map["1"] == base.informative_map["1"]
+    assert base.verification_map["Wrong"] == -1.0          # the service's settings are untouched
+
+
+def test_real_tokenizer_offsets(base, embedded_model_path):
+    from actors.model_loader import load_tokenizer
+    tok = load_tokenizer(embedded_model_path)
+    text = "Paris is in France. It is big, maybe 2,000 km² — café!"
+    offs = offsets_from_tokenizer(tok, text)
+    validate_offsets(offs, len(text))                       # HF offsets are monotonic and in range
+    res = VerifyResult(sentences=[
+        Sentence(text="Paris is in France.", start=0, end=19, statements=[st("Paris is in France", 0, 18, "Correct")]),
+        Sentence(text=text[20:], start=20, end=len(text), statements=[st("It is big", 20, 29, "Hedged wrong")]),
+    ])
+    r = compute_token_rewards(res, offs, len(text), base)
+    # the Correct reward lands on the token containing the 'e' of "France" (char 17)
+    i = int(np.flatnonzero((offs[:, 0] <= 17) & (offs[:, 1] > 17))[-1])
+    assert r.token_rewards[i] == pytest.approx(1.0)
+    assert r.num_unaligned == 0 and r.token_label_signs[i] == 1

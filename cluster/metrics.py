@@ -38,7 +38,7 @@ CATALOGUE: dict[str, MetricSpec] = {m.name: m for m in [
                _LAT_BOUNDS),
     MetricSpec("rlfh_statements_total", "counter", "Atomic statements labelled, by label.", ("label",)),
     MetricSpec("rlfh_statements_per_response", "histogram", "Statements per verified response.", (),
-               (0, 1, 2, 3, 4, 6, 8, 12, 16, 32)),
+               (0.5, 1, 2, 3, 4, 6, 8, 12, 16, 32)),
     MetricSpec("rlfh_judge_fallbacks_total", "counter", "Statements labelled by the fallback after judge failures.",
                ("backend",)),
     MetricSpec("rlfh_unaligned_statements_total", "counter", "Statements whose span fell back to their sentence."),

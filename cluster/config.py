@@ -145,10 +145,12 @@ class RLFHConfig(BaseModel):
     info_weight: float = setting(0.5, "Weight of the informativeness reward.", env="INFO_WEIGHT", group="reward")
     truth_weight: float = setting(1.0, "Weight of the truthfulness reward.", env="TRUTH_WEIGHT", group="reward")
     reward_epsilon: float = setting(
-        0.0, "Reward added to every statement (epsilon in the paper; >0 encourages saying more).",
+        0.0, "Floor of a sentence's summed informativeness inside the log (the paper's epsilon; it uses -0.9): "
+        "r_info = INFO_WEIGHT * log(max(epsilon, sum of INFORMATIVE_MAP scores) + mu).",
         env="REWARD_EPSILON", group="reward")
     reward_mu: float = setting(
-        1.0, "Scale of the whole token reward (mu in the paper).", env="REWARD_MU", group="reward")
+        1.0, "Shift inside the informativeness log (the paper's mu = 1); epsilon + mu must be > 0.",
+        env="REWARD_MU", group="reward")
     reward_clip: float = setting(5.0, "Per-token reward clip |r| <= this.", env="REWARD_CLIP", group="reward", gt=0)
     abstain_reward: float = setting(
         0.0, "Reward for an abstention (\"I don't know\"), placed on its last token.",

@@ -111,6 +111,14 @@ class BaseActor:
         if dist.is_initialized():
             return
         backend = "nccl" if self.device.type == "cuda" else "gloo"
+        if self.device.type == "cpu" and os.environ.get("RLFH_DS_SHM_COMM") != "1":
+            # DeepSpeed JIT-compiles a shared-memory all-reduce op for CPU ranks (minutes of g++ on a fresh
+            # machine). gloo does the same job; opt back in with RLFH_DS_SHM_COMM=1.
+            try:
+                import deepspeed.ops as ds_ops
+                ds_ops.__compatible_ops__["deepspeed_shm_comm"] = False
+            except Exception:  # pragma: no cover - layout of older DeepSpeed
+                pass
         t0 = time.time()
         deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, rank=self.rank,
                                    world_size=self.world_size, distributed_port=self.master_port,

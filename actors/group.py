@@ -237,12 +237,10 @@ class ActorGroup:
         self._env = env
 
         def make(rank: int, addr, port):
-            opts = dict(num_cpus=self.num_cpus_per_actor, num_gpus=self.num_gpus_per_actor, runtime_env=self._env,
-                        name=None)
+            opts = dict(num_cpus=self.num_cpus_per_actor, num_gpus=self.num_gpus_per_actor, runtime_env=self._env)
             strat = _strategy(placement_group, bundle_indices[rank] if bundle_indices else None)
             if strat is not None:
                 opts["scheduling_strategy"] = strat
-            opts.pop("name")
             return remote_cls.options(**opts).remote(cfg, rank, self._world_size, addr, port)
 
         t0 = time.time()
@@ -369,11 +367,16 @@ def create_groups(cfg: RLFHConfig, init_models: bool = True) -> Groups:
     t0 = time.time()
     backend = resolve_rollout_backend(cfg)
     placement = plan_placement(cfg)
+    made: list = []   # what to tear down if anything below fails
+    engines: list = []
     try:
         policy = group_for(PolicyActor, "policy", cfg, placement["policy"])
+        made.append(policy)
         critic = group_for(CriticActor, "critic", cfg, placement["critic"]) if placement.get("critic") else None
+        made.append(critic)
         reference = (group_for(ReferenceActor, "reference", cfg, placement["reference"])
                      if placement.get("reference") else None)
+        made.append(reference)
         engines = create_rollout_engines(cfg, placement, backend)
         groups = Groups(policy=policy, critic=critic, reference=reference, rollout=engines, placement=placement,
                         rollout_backend=backend)
@@ -382,6 +385,11 @@ def create_groups(cfg: RLFHConfig, init_models: bool = True) -> Groups:
             refs["rollout"] = [e.info.remote() for e in engines]
             groups.init_info = {role: ray.get(r) for role, r in refs.items()}
     except Exception:
+        for g in made:
+            if g is not None:
+                g.shutdown()
+        for e in engines:
+            ray.kill(e)
         placement.remove()
         raise
     log.info("groups ready in %.1fs: %s, rollout=%s x%d", time.time() - t0,

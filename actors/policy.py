@@ -39,7 +39,10 @@ class TrainableLMActor(BaseActor):
         if self.cfg.gradient_checkpointing:
             inner = model.get_base_model() if hasattr(model, "get_base_model") else model
             target = getattr(inner, "backbone", inner)
-            target.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if hasattr(target, "activation_checkpointing_enable"):  # transformers >= 5.2x name
+                target.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                target.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if self.cfg.lora_rank > 0 and hasattr(target, "enable_input_require_grads"):
                 target.enable_input_require_grads()
         params = [p for p in model.parameters() if p.requires_grad]
@@ -90,18 +93,21 @@ class TrainableLMActor(BaseActor):
                 mb = {key: v[idx * micro:(idx + 1) * micro] for key, v in batch.items()}
                 mb, _, _ = trim_batch(mb)
                 mb = {key: v.to(self.device) for key, v in mb.items()}
-                self.engine.set_gradient_accumulation_boundary(k == len(group) - 1)
+                boundary = k == len(group) - 1
+                self.engine.set_gradient_accumulation_boundary(boundary)
                 loss, metrics = loss_fn(mb)
                 weight = (1.0 if real else 0.0) / len(group)
                 self.engine.backward(loss * weight, scale_wrt_gas=False)
+                if boundary and self.cfg.zero_stage < 2:
+                    grad_norms.append(self._grad_norm())  # grads are full (and all-reduced) here
                 self.engine.step()
                 if real:
                     for name, v in metrics.items():
                         sums[name] = sums.get(name, 0.0) + float(v)
                         counts[name] = counts.get(name, 0) + 1
-            gn = self.engine.get_global_grad_norm()
-            if gn is not None:
-                grad_norms.append(float(gn))
+            if self.cfg.zero_stage >= 2:
+                gn = self.engine.get_global_grad_norm()
+                grad_norms.append(float(gn) if gn is not None else float("nan"))
             steps += 1
         self._weights_version += steps
         out = {k: sums[k] / counts[k] for k in sums}
@@ -111,6 +117,14 @@ class TrainableLMActor(BaseActor):
         out["optimizer_steps"] = steps
         out["micro_batches"] = n_local
         return out
+
+    def _grad_norm(self) -> float:
+        """L2 norm of the accumulated gradients, before clipping."""
+        sq = torch.zeros((), dtype=torch.float64)
+        for p in self.module.parameters():
+            if p.grad is not None:
+                sq += p.grad.detach().double().pow(2).sum().cpu()
+        return float(sq.sqrt())
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, ckpt_dir: str, tag: Optional[str] = None, client_state: Optional[dict] = None) -> str:

@@ -427,7 +427,17 @@ class VLLMRolloutEngine(_EngineBase):
         sd = _resolve_state(state_dict_or_ref)
         t0 = time.time()
         self._ensure_awake(["weights"])
-        self.llm.collective_rpc("rlfh_load_weights", args=(list(sd.items()),))
+        from safetensors.torch import save as st_save
+        seen, flat = set(), {}
+        for k, t in sd.items():  # tied weights share storage: safetensors wants each storage once
+            t = t.detach().to("cpu").contiguous()
+            key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))
+            if key not in seen:
+                seen.add(key)
+                flat[k] = t
+        blob = st_save(flat)
+        self.llm.collective_rpc("rlfh_load_weights", args=(blob,))
+        del blob
         v = self._after_load(version)
         log.info("vllm engine %d: loaded %d tensors (version %d) in %.2fs", self.engine_index, len(sd), v,
                  time.time() - t0)

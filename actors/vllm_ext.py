@@ -7,8 +7,8 @@ module imports nothing from vLLM at import time: it is importable anywhere.
 
 Three ways weights arrive:
 
-* ``rlfh_load_weights(named)``: tensors shipped with the RPC (CPU path, via the
-  Ray object store then the engine's own IPC);
+* ``rlfh_load_weights(payload)``: a safetensors blob shipped with the RPC (CPU
+  path: Ray object store to the engine, then vLLM's own RPC to its workers);
 * ``rlfh_receive_nccl(metas)``: NCCL broadcast from policy rank 0 over a
   stateless process group set up by ``rlfh_init_weight_group`` (separate GPUs);
 * ``rlfh_receive_ipc(handles_by_uuid)``: CUDA IPC handles of the policy's
@@ -29,10 +29,15 @@ class RLFHWorkerExtension:
         runner = self.model_runner
         return runner.get_model() if hasattr(runner, "get_model") else runner.model
 
-    def rlfh_load_weights(self, named: list) -> int:
-        """Load ``[(hf_name, tensor), ...]`` (any device / dtype) into the model."""
-        model = self._rlfh_model()
-        model.load_weights(weights=[(n, t) for n, t in named])
+    def rlfh_load_weights(self, payload) -> int:
+        """Load weights shipped with the RPC: safetensors bytes (what the engine sends: vLLM's RPC encoder turns
+        bare tensors into lists) or ``[(hf_name, tensor), ...]``."""
+        if isinstance(payload, (bytes, bytearray, memoryview)):
+            from safetensors.torch import load as st_load
+            named = list(st_load(bytes(payload)).items())
+        else:
+            named = [(n, t) for n, t in payload]
+        self._rlfh_model().load_weights(weights=named)
         return len(named)
 
     def rlfh_device_uuid(self) -> str:

@@ -1,0 +1,319 @@
+#!/usr/bin/env python3
+"""GPU smoke test of the actor code paths: rollout -> log-probs/values -> PPO + critic step -> weight sync.
+
+Two modes:
+
+* ``--ray`` (needs Ray, DeepSpeed; vLLM optional): the real groups from :func:`actors.group.create_groups`
+  on the GPUs Ray sees (COLOCATE_ALL_MODELS on a single GPU), rollout on vLLM when importable, weight sync
+  by :func:`actors.weight_sync.sync_weights` (``cuda_ipc`` when the engines share the policy's GPUs,
+  ``nccl`` otherwise, ``object_store`` for HF engines).
+* default, in-process (needs only torch + transformers + DeepSpeed): the same actor classes built as plain
+  objects in this process on ``cuda:0``; the rollout engine is vLLM when importable, else HF ``generate``;
+  weights go engine-ward as a CPU state dict. For machines that have no Ray (the lent GPU boxes).
+
+The model: ``--model`` (a HF folder, or 'smollm2-135m-instruct' where the embedded cache exists), or
+``--random-model DIR``: SmolLM2's config + tokenizer from DIR with random weights (the timings are those of
+the real architecture). ``--prepare DIR`` (run on the CPU machine) writes that DIR: tokenizer + config of the
+embedded model and the wheels a bare CUDA image lacks (deepspeed, pydantic, hjson ...), small enough to carry.
+
+Prints a table of phase timings and a few equality checks; writes JSON to $OUT/gpu_smoke.json when OUT is set.
+
+    python scripts/gpu_smoke.py --prepare build/gpu_smoke            # on the CPU machine
+    pip install --no-index --no-deps build/gpu_smoke/wheels/*.whl    # on the GPU machine, then:
+    python scripts/gpu_smoke.py --random-model build/gpu_smoke/model --steps 2
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+TIMES: dict[str, list[float]] = {}
+CHECKS: dict[str, object] = {}
+QUESTIONS = ["What is the capital of France?", "Who wrote the play Hamlet?", "What is the boiling point of water?",
+             "Which planet is known as the red planet?", "Who painted the Mona Lisa?",
+             "What is the largest ocean on Earth?", "In which year did World War II end?",
+             "What gas do plants absorb from the air?"]
+
+
+@contextmanager
+def timed(name: str):
+    import torch
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    yield
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    TIMES.setdefault(name, []).append(time.perf_counter() - t0)
+
+
+# ----------------------------------------------------------------------------------------------- prepare
+
+PREP_WHEELS = ["deepspeed==0.19.8", "hjson", "pydantic", "pydantic-core", "annotated-types", "typing-inspection",
+               "msgpack", "ninja", "py-cpuinfo"]
+
+
+def prepare(out: str, python_version: str) -> int:
+    """Tokenizer + config of the embedded model, and wheels a bare CUDA image lacks, under ``out``."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from actors.model_loader import resolve_model_path
+    src = resolve_model_path("smollm2-135m-instruct")
+    mdir = os.path.join(out, "model")
+    os.makedirs(mdir, exist_ok=True)
+    AutoTokenizer.from_pretrained(src).save_pretrained(mdir)
+    AutoConfig.from_pretrained(src).save_pretrained(mdir)
+    wdir = os.path.join(out, "wheels")
+    os.makedirs(wdir, exist_ok=True)
+    # deepspeed ships as an sdist: build a pure-python wheel (its ops JIT-compile on the GPU machine)
+    env = dict(os.environ, DS_BUILD_OPS="0")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", wdir, PREP_WHEELS[0]], check=True,
+                   env=env)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
+                    python_version, "--platform", "manylinux2014_x86_64", "-d", wdir, *PREP_WHEELS[1:]], check=True)
+    size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(out) for f in fs)
+    print(f"prepared {out}: {size / 2**20:.1f} MiB (carry it; install the wheels with pip --no-index --no-deps)")
+    return 0
+
+
+def random_model(config_dir: str, dtype: str) -> str:
+    """SmolLM2's architecture with random weights, saved next to its tokenizer (once)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    if os.path.exists(os.path.join(config_dir, "model.safetensors")):
+        return config_dir
+    torch.manual_seed(0)
+    cfg = AutoConfig.from_pretrained(config_dir)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    model.save_pretrained(config_dir)
+    return config_dir
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+
+def make_cfg(args, model_path: str, n_gpus: int):
+    from cluster.config import RLFHConfig
+    gpus = max(1, n_gpus)
+    return RLFHConfig(
+        model_path=model_path, dtype=args.dtype, zero_stage=args.zero_stage, lora_rank=args.lora_rank,
+        actor_num_gpus_per_node=gpus, critic_num_gpus_per_node=gpus, ref_num_gpus_per_node=gpus,
+        vllm_num_engines=1 if args.colocate else max(1, n_gpus // 2), colocate_all_models=args.colocate,
+        vllm_gpu_memory_utilization=args.vllm_mem, vllm_enable_sleep=args.sleep, rollout_backend=args.backend,
+        micro_train_batch_size=args.micro, train_batch_size=args.prompts * args.n,
+        micro_rollout_batch_size=args.prompts * args.n, generate_max_len=args.tokens, prompt_max_len=256,
+        actor_lr=1e-5, critic_lr=1e-5, seed=1, num_cpus_per_actor=0.5, gradient_checkpointing=args.grad_ckpt)
+
+
+def fake_advantages(batch, samples):
+    """Length-normalised fake rewards: enough to drive a PPO step (the smoke test is about the plumbing)."""
+    import torch
+    mask = batch["action_mask"]
+    lens = mask.sum(1).float()
+    r = (lens - lens.mean()) / (lens.std() + 1e-6)
+    adv = r[:, None].expand_as(mask).float() * mask
+    return adv, adv.clone()
+
+
+def report(args, extra: dict) -> None:
+    rows = []
+    for k, v in TIMES.items():
+        rows.append({"phase": k, "calls": len(v), "first_s": round(v[0], 3), "mean_s": round(sum(v) / len(v), 3),
+                     "last_s": round(v[-1], 3)})
+    try:
+        from rich.console import Console
+        from rich.table import Table
+        t = Table(title="gpu smoke timings")
+        for c in ("phase", "calls", "first_s", "mean_s", "last_s"):
+            t.add_column(c)
+        for r in rows:
+            t.add_row(*[str(r[c]) for c in ("phase", "calls", "first_s", "mean_s", "last_s")])
+        Console().print(t)
+    except ImportError:
+        for r in rows:
+            print(r)
+    print(json.dumps({"checks": CHECKS, **extra}, indent=2, default=str))
+    out = os.environ.get("OUT")
+    if out:
+        with open(os.path.join(out, "gpu_smoke.json"), "w") as f:
+            json.dump({"args": vars(args), "timings": rows, "checks": CHECKS, **extra}, f, indent=2, default=str)
+
+
+def environment() -> dict:
+    import importlib.util
+
+    import torch
+    env = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpus": torch.cuda.device_count(),
+           "gpu_name": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+    for mod in ("deepspeed", "vllm", "ray", "transformers", "peft", "flash_attn"):
+        if importlib.util.find_spec(mod) is None:
+            env[mod] = None
+            continue
+        try:
+            env[mod] = __import__(mod).__version__
+        except Exception as e:  # importable but broken
+            env[mod] = f"broken: {e}"
+    return env
+
+
+# ----------------------------------------------------------------------------------------------- modes
+
+def run_in_process(args, cfg) -> dict:
+    import torch
+
+    from actors.critic import CriticActor
+    from actors.model_loader import load_tokenizer
+    from actors.policy import PolicyActor
+    from actors.reference import ReferenceActor
+    from actors.rollout import make_rollout_engine, resolve_rollout_backend
+    from actors.types import make_batch
+    from cluster.prompts import render_prompt
+    backend = resolve_rollout_backend(cfg, gpu_available=torch.cuda.is_available())
+    with timed("init_policy"):
+        policy = PolicyActor(cfg)
+        policy.init_model()
+    with timed("init_reference"):
+        ref = ReferenceActor(cfg)
+        ref.init_model()
+    with timed("init_critic"):
+        critic = CriticActor(cfg)
+        critic.init_model()
+    with timed(f"init_engine_{backend}"):
+        engine = make_rollout_engine(cfg, 0, backend=backend)
+    tok = load_tokenizer(cfg.model_path)
+    prompts = [render_prompt(tok, q) for q in (QUESTIONS * 8)[:args.prompts]]
+    for step in range(args.steps):
+        with timed("generate"):
+            samples = engine.generate(prompts, args.n, args.tokens, 1.0, 1.0, seed=step)
+        n_tok = sum(len(s.response_token_ids) for s in samples)
+        CHECKS.setdefault("rollout_tokens_per_s", []).append(round(n_tok / TIMES["generate"][-1], 1))
+        batch = make_batch(samples, tok.pad_token_id)
+        with timed("policy_logprobs"):
+            old = policy.logprobs(batch)
+        with timed("ref_logprobs"):
+            ref_lp = ref.logprobs(batch)
+        with timed("critic_values"):
+            values = critic.values(batch)
+        adv, ret = fake_advantages(batch, samples)
+        with timed("policy_train"):
+            pm = policy.train_step(dict(batch, old_logprobs=old, advantages=adv))
+        with timed("critic_train"):
+            cm = critic.train_step(dict(batch, old_values=values, returns=ret + values))
+        with timed("sync_export"):
+            sd = policy.state_dict_for_sync()
+        with timed("sync_load"):
+            engine.update_weights(sd, policy.weights_version())
+        with timed("engine_logprobs"):
+            eng = engine.logprobs(batch)
+        new = policy.logprobs(batch)
+        CHECKS.setdefault("engine_vs_policy_max_abs_logprob_diff", []).append(float((eng - new).abs().max()))
+        CHECKS.setdefault("ref_vs_old_policy_max_abs", []).append(float((ref_lp - old).abs().max()))
+        CHECKS.setdefault("policy_metrics", []).append(pm)
+        CHECKS.setdefault("critic_metrics", []).append(cm)
+        CHECKS["sync_bytes"] = policy.sync_meta().get("bytes")
+    CHECKS["gpu_mem_peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2) if torch.cuda.is_available() else 0
+    policy.shutdown()
+    return {"mode": "in-process", "backend": backend}
+
+
+def run_ray(args, cfg) -> dict:
+    import ray
+    import torch
+
+    from actors.group import create_groups
+    from actors.model_loader import load_tokenizer
+    from actors.rollout import generate_on_engines
+    from actors.types import make_batch
+    from actors.weight_sync import last_sync_stats, sync_weights
+    from cluster.prompts import render_prompt
+    ray.init(include_dashboard=False)
+    try:
+        with timed("create_groups"):
+            g = create_groups(cfg)
+        tok = load_tokenizer(cfg.model_path)
+        prompts = [render_prompt(tok, q) for q in (QUESTIONS * 8)[:args.prompts]]
+        for step in range(args.steps):
+            with timed("generate"):
+                samples = generate_on_engines(g.rollout, prompts, args.n, args.tokens, 1.0, 1.0, seed=step)
+            batch = make_batch(samples, tok.pad_token_id)
+            with timed("policy_logprobs"):
+                old = g.policy.dispatch_cat("logprobs", batch)
+            if g.reference is not None:
+                with timed("ref_logprobs"):
+                    g.reference.dispatch_cat("logprobs", batch)
+            adv, ret = fake_advantages(batch, samples)
+            values = None
+            if g.critic is not None:
+                with timed("critic_values"):
+                    values = g.critic.dispatch_cat("values", batch)
+            with timed("policy_train"):
+                pm = g.policy.dispatch("train_step", dict(batch, old_logprobs=old, advantages=adv))
+            if g.critic is not None:
+                with timed("critic_train"):
+                    g.critic.dispatch("train_step", dict(batch, old_values=values, returns=ret + values))
+            with timed("weight_sync"):
+                sync_weights(g.policy, g.rollout)
+            CHECKS.setdefault("sync", []).append(last_sync_stats(g.policy))
+            CHECKS.setdefault("policy_metrics", []).append(pm[0])
+            if hasattr(g.rollout[0], "logprobs"):
+                eng = ray.get(g.rollout[0].logprobs.remote(batch))
+                new = g.policy.dispatch_cat("logprobs", batch)
+                CHECKS.setdefault("engine_vs_policy_max_abs_logprob_diff", []).append(float((eng - new).abs().max()))
+        backend = g.rollout_backend
+        g.shutdown()
+    finally:
+        ray.shutdown()
+    return {"mode": "ray", "backend": backend, "torch_cuda": torch.cuda.is_available()}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prepare", metavar="DIR", help="write tokenizer/config + wheels to DIR (CPU machine) and exit")
+    ap.add_argument("--python-version", default="3.12", help="target Python of --prepare's wheels (default 3.12)")
+    ap.add_argument("--model", default="smollm2-135m-instruct", help="HF folder or the embedded model's name")
+    ap.add_argument("--random-model", metavar="DIR", help="random weights with the config/tokenizer in DIR")
+    ap.add_argument("--ray", action="store_true", help="use Ray groups (create_groups, sync_weights)")
+    ap.add_argument("--backend", default="auto", choices=["auto", "hf", "vllm"], help="rollout backend")
+    ap.add_argument("--steps", type=int, default=2, help="PPO steps")
+    ap.add_argument("--prompts", type=int, default=8, help="prompts per step")
+    ap.add_argument("--n", type=int, default=4, help="samples per prompt")
+    ap.add_argument("--tokens", type=int, default=64, help="max new tokens")
+    ap.add_argument("--micro", type=int, default=8, help="micro train batch size")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32", "fp16"])
+    ap.add_argument("--zero-stage", type=int, default=0, choices=[0, 1, 2, 3])
+    ap.add_argument("--lora-rank", type=int, default=0)
+    ap.add_argument("--grad-ckpt", action="store_true", help="gradient checkpointing")
+    ap.add_argument("--colocate", action=argparse.BooleanOptionalAction, default=None,
+                    help="COLOCATE_ALL_MODELS (default: on when there is one GPU)")
+    ap.add_argument("--sleep", action="store_true", help="VLLM_ENABLE_SLEEP")
+    ap.add_argument("--vllm-mem", type=float, default=0.3, help="VLLM_GPU_MEMORY_UTILIZATION")
+    args = ap.parse_args(argv)
+    if args.prepare:
+        return prepare(args.prepare, args.python_version)
+    import torch
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env = environment()
+    print("environment:", json.dumps(env))
+    n_gpus = torch.cuda.device_count()
+    if n_gpus == 0:
+        print("no CUDA GPU visible: this is a GPU smoke test (the CPU path is covered by tests/test_actors_ray.py)")
+        return 2
+    if args.colocate is None:
+        args.colocate = n_gpus == 1
+    model = random_model(args.random_model, args.dtype) if args.random_model else args.model
+    cfg = make_cfg(args, model, n_gpus)
+    t0 = time.time()
+    extra = run_ray(args, cfg) if args.ray else run_in_process(args, cfg)
+    extra.update({"environment": env, "total_s": round(time.time() - t0, 1)})
+    report(args, extra)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

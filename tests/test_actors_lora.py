@@ -1,0 +1,82 @@
+"""LoRA policy in-process (no Ray): the adapter trains, and the exported weights are the MERGED HF weights.
+
+A tiny random Llama with SmolLM2's tokenizer keeps this fast; the maths of the merge does not depend on size.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tiny_model_path(tmp_path_factory, embedded_model_path):
+    from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM
+    out = tmp_path_factory.mktemp("tiny-llama-lora")
+    c = AutoConfig.from_pretrained(embedded_model_path)
+    c.update({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 16})
+    torch.manual_seed(0)
+    LlamaForCausalLM(c).save_pretrained(out)
+    AutoTokenizer.from_pretrained(embedded_model_path).save_pretrained(out)
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_model_path):
+    from actors.policy import PolicyActor
+    from cluster.config import RLFHConfig
+    cfg = RLFHConfig(model_path=tiny_model_path, lora_rank=4, lora_alpha=8, actor_lr=5e-2, micro_train_batch_size=2,
+                     train_batch_size=4, gradient_checkpointing=True)
+    p = PolicyActor(cfg)
+    p.init_model()
+    yield p
+    p.shutdown()
+
+
+def make_tiny_batch(tok):
+    from actors.types import RolloutSample, make_batch
+    samples = []
+    for i, (q, a) in enumerate([("Capital of France?", " Paris."), ("Who wrote Hamlet?", " Shakespeare wrote it."),
+                                ("2+2?", " 4"), ("Sky colour?", " Blue, mostly.")]):
+        p = tok(q, add_special_tokens=False)["input_ids"]
+        r = tok(a, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        samples.append(RolloutSample(i, p, r, tok.decode(r, skip_special_tokens=True), [(0, 0)] * len(r), "stop"))
+    return make_batch(samples, tok.pad_token_id)
+
+
+def test_lora_trains_only_the_adapter_and_exports_merged_weights(policy, tiny_model_path, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from actors.base import causal_lm_response_logprobs
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+    total = sum(p.numel() for p in policy.module.parameters())
+    trainable = sum(p.numel() for p in policy.module.parameters() if p.requires_grad)
+    assert 0 < trainable < 0.2 * total
+    batch = make_tiny_batch(policy.tokenizer)
+    lp0 = policy.logprobs(batch)
+    with torch.no_grad():
+        torch.testing.assert_close(lp0, causal_lm_response_logprobs(base, batch), atol=1e-5, rtol=0)  # B = 0
+    adv = torch.where(batch["action_mask"], 1.0, 0.0)
+    for _ in range(2):
+        m = policy.train_step(dict(batch, old_logprobs=lp0, advantages=adv))
+    assert m["grad_norm"] > 0 and m["optimizer_steps"] == 1
+    lp1 = policy.logprobs(batch)
+    assert ((lp1 - lp0) * batch["action_mask"]).sum() > 0   # positive advantages: likelier now
+
+    sd = policy.state_dict_for_sync()
+    hf_names = {n for n, _ in base.named_parameters()}
+    assert set(sd) == hf_names  # HF names only: no lora_A/B, no base_layer, no peft prefix
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.allclose(sd[q], dict(base.named_parameters())[q])  # the adapter is merged in
+    merged = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+    merged.load_state_dict(sd, strict=False)
+    with torch.no_grad():
+        torch.testing.assert_close(causal_lm_response_logprobs(merged, batch), lp1, atol=1e-4, rtol=0)
+
+    out = str(tmp_path / "hf")
+    policy.save_hf(out)
+    reloaded = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(causal_lm_response_logprobs(reloaded, batch), lp1, atol=1e-4, rtol=0)

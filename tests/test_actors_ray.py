@@ -1,0 +1,297 @@
+"""The Ray actor groups end to end on CPU: real Ray, real DeepSpeed (gloo), the real SmolLM2-135M.
+
+One module-scoped cast (policy, critic, reference, one HF rollout engine) serves every test; the tests run in
+file order and later ones build on the state the earlier ones left (the policy is trained as they go).
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+
+GEN_TOKENS = 12
+QUESTIONS = ["What is the capital of France?", "Who wrote the play Hamlet?"]
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+    os.environ.setdefault("RLFH_TORCH_THREADS", "2")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             object_store_memory=2 * 1024 ** 3)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    from cluster.config import RLFHConfig
+    return RLFHConfig(micro_train_batch_size=2, train_batch_size=4, micro_rollout_batch_size=4, actor_lr=1e-4,
+                      critic_lr=1e-4, generate_max_len=GEN_TOKENS, prompt_max_len=128, seed=7, rollout_backend="hf",
+                      num_cpus_per_actor=0.25, vllm_num_engines=1)
+
+
+@pytest.fixture(scope="module")
+def groups(ray_local, cfg):
+    from actors.group import create_groups
+    g = create_groups(cfg)
+    yield g
+    g.shutdown()
+
+
+@pytest.fixture(scope="module")
+def tok(embedded_model_path):
+    from actors.model_loader import load_tokenizer
+    return load_tokenizer(embedded_model_path)
+
+
+@pytest.fixture(scope="module")
+def prompts(tok):
+    from cluster.prompts import render_prompt
+    return [render_prompt(tok, q) for q in QUESTIONS]
+
+
+@pytest.fixture(scope="module")
+def hf_model(embedded_model_path):
+    from actors.model_loader import load_causal_lm
+    return load_causal_lm(embedded_model_path).eval()
+
+
+@pytest.fixture(scope="module")
+def samples(groups, prompts, ray_local):
+    return ray_local.get(groups.rollout[0].generate.remote(prompts, 2, GEN_TOKENS, 1.0, 1.0, 11))
+
+
+@pytest.fixture(scope="module")
+def batch(samples, tok):
+    from actors.types import make_batch
+    return make_batch(samples, tok.pad_token_id)
+
+
+def direct_logprobs(model, sample) -> torch.Tensor:
+    """log p(response token j) from an unpadded HF forward of prompt + response: [r]."""
+    ids = torch.tensor([sample.prompt_token_ids + sample.response_token_ids])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0].float()
+    p, r = len(sample.prompt_token_ids), len(sample.response_token_ids)
+    logp = torch.log_softmax(logits[p - 1:p + r - 1], -1)
+    return logp.gather(1, torch.tensor(sample.response_token_ids)[:, None])[:, 0]
+
+
+# ------------------------------------------------------------------------------------------------ rollout
+
+def test_groups_and_placement(groups, cfg):
+    assert groups.rollout_backend == "hf"
+    assert groups.policy.world_size == 1 and groups.critic is not None and groups.reference is not None
+    assert set(groups.placement.roles) == {"policy", "critic", "reference", "rollout"}
+    pings = groups.policy.run("ping")
+    assert pings[0]["device"] == "cpu" and pings[0]["rank"] == 0
+    assert groups.init_info["policy"][0]["trainable_params"] > 100_000_000
+
+
+def test_rollout_samples_follow_the_contract(samples, prompts, tok, groups, ray_local):
+    assert [s.prompt_index for s in samples] == [0, 0, 1, 1]  # prompt-major
+    for s in samples:
+        assert s.prompt_token_ids == tok(prompts[s.prompt_index], add_special_tokens=False)["input_ids"]
+        assert 1 <= len(s.response_token_ids) <= GEN_TOKENS
+        assert s.response_text == tok.decode(s.response_token_ids, skip_special_tokens=True)
+        assert len(s.token_offsets) == len(s.response_token_ids)
+        spans = sorted(set(s.token_offsets))
+        assert "".join(s.response_text[a:b] for a, b in spans if b > a) == s.response_text
+        if s.finish_reason == "stop":
+            assert s.response_token_ids[-1] == tok.eos_token_id
+            assert s.token_offsets[-1] == (len(s.response_text), len(s.response_text))
+        else:
+            assert len(s.response_token_ids) == GEN_TOKENS and tok.eos_token_id not in s.response_token_ids
+    # seeded sampling is reproducible
+    again = ray_local.get(groups.rollout[0].generate.remote(prompts, 2, GEN_TOKENS, 1.0, 1.0, 11))
+    assert [s.response_token_ids for s in again] == [s.response_token_ids for s in samples]
+
+
+def test_chat_is_greedy_hf_generate(groups, hf_model, tok, ray_local):
+    msgs = [[{"role": "user", "content": "Name a colour."}], [{"role": "user", "content": "Say hi."}]]
+    out = ray_local.get(groups.rollout[0].chat.remote(msgs, 8))
+    assert len(out) == 2 and all(isinstance(o, str) and o for o in out)
+    text = tok.apply_chat_template(msgs[0], tokenize=False, add_generation_prompt=True)
+    ids = tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        g = hf_model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=8,
+                              do_sample=False, pad_token_id=tok.pad_token_id)
+    assert out[0] == tok.decode(g[0, ids.shape[1]:], skip_special_tokens=True)
+
+
+# ------------------------------------------------------------------------------------------------ log-probs
+
+def test_logprobs_align_with_a_direct_hf_forward(groups, batch, samples, hf_model, ray_local):
+    pol = groups.policy.dispatch_cat("logprobs", batch)
+    ref = groups.reference.dispatch_cat("logprobs", batch)
+    eng = ray_local.get(groups.rollout[0].logprobs.remote(batch))
+    R = batch["action_mask"].shape[1]
+    assert pol.shape == ref.shape == (len(samples), R)
+    for i, s in enumerate(samples):
+        r = len(s.response_token_ids)
+        want = direct_logprobs(hf_model, s)
+        torch.testing.assert_close(pol[i, :r], want, atol=2e-4, rtol=0)
+        assert torch.all(pol[i, r:] == 0)
+    torch.testing.assert_close(ref, pol, atol=2e-4, rtol=0)   # same initial weights
+    torch.testing.assert_close(eng, pol, atol=2e-4, rtol=0)
+    assert torch.all(pol[batch["action_mask"]] < 0)
+
+
+# ------------------------------------------------------------------------------------------------ training
+
+def test_ppo_step_moves_the_policy_and_not_the_reference(groups, batch):
+    lp_old = groups.policy.dispatch_cat("logprobs", batch)
+    ref_before = groups.reference.run("weights_fingerprint")[0]
+    ref_lp_before = groups.reference.dispatch_cat("logprobs", batch)
+    fp_before = groups.policy.run("weights_fingerprint")[0]
+    v0 = groups.policy.run("weights_version")[0]
+    adv = torch.zeros_like(lp_old)
+    adv[0::2] = 1.0   # reinforce samples 0 and 2, penalise 1 and 3
+    adv[1::2] = -1.0
+    adv = adv * batch["action_mask"]
+    m = groups.policy.dispatch("train_step", dict(batch, old_logprobs=lp_old, advantages=adv))[0]
+    for k in ("policy_loss", "clipfrac", "approx_kl", "entropy", "grad_norm", "lr"):
+        assert k in m and math.isfinite(m[k]), (k, m)
+    assert m["grad_norm"] > 0 and m["lr"] == pytest.approx(1e-4) and m["optimizer_steps"] == 1
+    assert m["entropy"] > 0
+    fp_after = groups.policy.run("weights_fingerprint")[0]
+    assert sum(fp_after[k] != fp_before[k] for k in fp_before) > 0.9 * len(fp_before)
+    assert groups.policy.run("weights_version")[0] == v0 + 1
+    lp_new = groups.policy.dispatch_cat("logprobs", batch)
+    mask = batch["action_mask"]
+    gain = ((lp_new - lp_old) * mask).sum(1) / mask.sum(1)
+    assert gain[0::2].mean() > gain[1::2].mean()  # PPO pushed up what had positive advantage
+    # the reference is frozen
+    assert groups.reference.run("weights_fingerprint")[0] == ref_before
+    assert torch.equal(groups.reference.dispatch_cat("logprobs", batch), ref_lp_before)
+
+
+def test_critic_step_moves_values_towards_returns(groups, batch):
+    v0 = groups.critic.dispatch_cat("values", batch)
+    mask = batch["action_mask"]
+    assert v0.shape == mask.shape and torch.all(v0[~mask] == 0)
+    fp0 = groups.critic.run("weights_fingerprint")[0]
+    returns = (v0 + 1.0) * mask
+    m = groups.critic.dispatch("train_step", dict(batch, old_values=v0, returns=returns))[0]
+    for k in ("value_loss", "vf_clipfrac", "grad_norm", "lr"):
+        assert k in m and math.isfinite(m[k]), (k, m)
+    assert m["value_loss"] == pytest.approx(0.5, rel=0.05)  # 0.5 * (v - (v + 1))^2 at the start
+    fp1 = groups.critic.run("weights_fingerprint")[0]
+    assert fp1["value_head.weight"] != fp0["value_head.weight"]
+    assert sum(fp1[k] != fp0[k] for k in fp0 if k.startswith("backbone.")) > 0
+    v1 = groups.critic.dispatch_cat("values", batch)
+    assert ((v1 - v0)[mask]).mean() > 0.01
+
+
+# ------------------------------------------------------------------------------------------------ weight sync
+
+def test_weight_sync_engine_generates_with_the_new_weights(groups, batch, prompts, ray_local):
+    from actors.weight_sync import last_sync_stats, sync_weights
+    engine = groups.rollout[0]
+    greedy_before = ray_local.get(engine.generate.remote(prompts[:1], 1, GEN_TOKENS, 0.0, 1.0))
+    version = groups.policy.run("_test_perturb_weights", 0.5, 3)[0]
+    pol = groups.policy.dispatch_cat("logprobs", batch)
+    stale = ray_local.get(engine.logprobs.remote(batch))
+    assert (stale - pol).abs().max() > 1e-2  # the engine still has the old weights
+    new_version = sync_weights(groups.policy, groups.rollout)
+    assert new_version == version == ray_local.get(engine.weights_version.remote())
+    stats = last_sync_stats(groups.policy)
+    assert stats["method"] == "object_store" and stats["bytes"] > 100e6 and stats["seconds"] > 0
+    fresh = ray_local.get(engine.logprobs.remote(batch))
+    torch.testing.assert_close(fresh, pol, atol=2e-4, rtol=0)
+    greedy_after = ray_local.get(engine.generate.remote(prompts[:1], 1, GEN_TOKENS, 0.0, 1.0))
+    assert greedy_after[0].extra["weights_version"] == new_version
+    # the perturbation is large: the greedy answer changes with the weights
+    assert greedy_after[0].response_token_ids != greedy_before[0].response_token_ids
+
+
+# ------------------------------------------------------------------------------------------------ checkpoints
+
+def test_checkpoint_round_trip_restores_model_and_optimizer(groups, batch, tmp_path, hf_model):
+    ckpt = str(tmp_path / "ckpt")
+    pol = groups.policy
+    lp_old = pol.dispatch_cat("logprobs", batch)
+    adv = torch.where(batch["action_mask"], torch.linspace(-1, 1, lp_old.numel()).view_as(lp_old), 0.0)
+    train = dict(batch, old_logprobs=lp_old, advantages=adv)
+    pol.run("save_checkpoint", ckpt)
+    saved = {"lp": lp_old, "opt": pol.run("optimizer_fingerprint")[0], "ver": pol.run("weights_version")[0]}
+    assert saved["opt"]["step"] >= 1  # the earlier PPO step left Adam state to save
+    pol.dispatch("train_step", train)
+    lp_after_step = pol.dispatch_cat("logprobs", batch)
+    assert not torch.allclose(lp_after_step, lp_old)
+    assert pol.run("optimizer_fingerprint")[0] != saved["opt"]
+    pol.run("load_checkpoint", ckpt)
+    assert pol.run("weights_version")[0] == saved["ver"]
+    assert torch.equal(pol.dispatch_cat("logprobs", batch), saved["lp"])
+    assert pol.run("optimizer_fingerprint")[0] == saved["opt"]
+    # same state + same batch -> the same step again (proves Adam's moments came back too)
+    pol.dispatch("train_step", train)
+    torch.testing.assert_close(pol.dispatch_cat("logprobs", batch), lp_after_step, atol=1e-5, rtol=0)
+
+    # HF export loads with plain transformers and scores like the policy
+    out = str(tmp_path / "hf")
+    pol.run("save_hf", out)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    m = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    assert AutoTokenizer.from_pretrained(out).eos_token_id is not None
+    from actors.base import causal_lm_response_logprobs
+    with torch.no_grad():
+        lp_hf = causal_lm_response_logprobs(m, batch)
+    torch.testing.assert_close(lp_hf, pol.dispatch_cat("logprobs", batch), atol=2e-4, rtol=0)
+    with pytest.raises(Exception, match="no policy checkpoint"):
+        pol.run("load_checkpoint", str(tmp_path / "nothing-here"))
+
+
+# ------------------------------------------------------------------------------------------------ 2 ranks
+
+@pytest.fixture(scope="module")
+def tiny_model_path(tmp_path_factory, embedded_model_path):
+    """A 2-layer random Llama with SmolLM2's tokenizer: the 2-rank test is about dispatch, not the model."""
+    from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM
+    out = tmp_path_factory.mktemp("tiny-llama")
+    c = AutoConfig.from_pretrained(embedded_model_path)
+    c.update({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 16})
+    torch.manual_seed(0)
+    LlamaForCausalLM(c).save_pretrained(out)
+    AutoTokenizer.from_pretrained(embedded_model_path).save_pretrained(out)
+    return str(out)
+
+
+def test_dispatch_over_two_gloo_ranks(cfg, batch, samples, tiny_model_path, ray_local):
+    """world_size 2 on CPU (gloo): per-rank results come back in rank order; a train step keeps ranks in lockstep."""
+    from actors.group import ActorGroup
+    from actors.policy import PolicyActor
+    from transformers import AutoModelForCausalLM
+    tiny = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+    want = [direct_logprobs(tiny, s) for s in samples]
+    tiny_cfg = cfg.model_copy(update={"model_path": tiny_model_path, "micro_train_batch_size": 1})
+    g = ActorGroup(PolicyActor, role="policy", cfg=tiny_cfg, num_nodes=2, num_gpus_per_node=0)
+    try:
+        assert g.world_size == 2
+        g.run("init_model")
+        assert [p["rank"] for p in g.run("ping")] == [0, 1]
+        parts = g.dispatch("logprobs", batch)
+        assert [p.shape[0] for p in parts] == [2, 2]   # rank 0 got rows 0-1, rank 1 rows 2-3
+        for i, s in enumerate(samples):
+            got = parts[i // 2][i % 2, :len(s.response_token_ids)]
+            torch.testing.assert_close(got, want[i], atol=1e-4, rtol=0)
+        # 3 samples over 2 ranks, micro batch 1: 2 micro batches on rank 0, 1 on rank 1, one optimizer step each
+        b3 = {k: v[:3] for k, v in batch.items()}
+        old = torch.cat(parts)[:3]
+        adv = torch.where(b3["action_mask"], 1.0, 0.0)
+        metrics = g.dispatch("train_step", dict(b3, old_logprobs=old, advantages=adv))
+        assert [m["optimizer_steps"] for m in metrics] == [1, 1]
+        assert [m["micro_batches"] for m in metrics] == [2, 1]
+        f0, f1 = g.run("weights_fingerprint")
+        assert f0 == f1  # gradients were all-reduced: both replicas took the same step
+        assert torch.cat(g.dispatch("logprobs", batch)).sub(torch.cat(parts)).abs().max() > 0
+        sd = g.run("state_dict_for_sync")
+        assert sd[1] == {} and "model.embed_tokens.weight" in sd[0]
+    finally:
+        g.shutdown()

@@ -47,6 +47,7 @@ episodes long old tall far high big
 WORK_HEADS = frozenset("""
 film movie album song single book novel series show play game opera musical poem documentary sitcom episode
 track record comic manga anime video program programme franchise painting artwork work title soundtrack
+publication poster
 """.split())
 ORG_HEADS = frozenset("""
 band group company team university college school club label organization organisation party network channel
@@ -116,7 +117,12 @@ class QuestionInfo:
         return bool(n) and f" {n} " in self.norm
 
 
+OCCUPATION_HEADS = frozenset("occupation profession job career field role trade vocation".split())
+
+
 def _head_type(head: str) -> str:
+    if head in OCCUPATION_HEADS:
+        return "occupation"
     if head in PERSON_HEADS:
         return "person"
     if head in LOCATION_HEADS:
@@ -135,9 +141,16 @@ def _head_type(head: str) -> str:
 _OPTION_SPLIT_RE = re.compile(r"\s*,?\s+or\s+", re.IGNORECASE)
 
 
+_BETWEEN_RE = re.compile(r"\b(?:between|of)\s+(.{2,60}?)\s+and\s+(.{2,60}?)\s*,\s*(?:which|who)\b", re.IGNORECASE)
+
+
 def _options(q: str) -> list[str]:
-    """The two named options of an 'A or B' question ("Who is older, Ann Lee or Bob Ray?")."""
+    """The two named options of an 'A or B' question ("Who is older, Ann Lee or Bob Ray?"; also
+    "Between A and B, which one ...")."""
     body = q.strip().rstrip("?").strip()
+    m2 = _BETWEEN_RE.search(body)
+    if m2:
+        return [m2.group(1).strip(), m2.group(2).strip()]
     ms = list(_OPTION_SPLIT_RE.finditer(body))
     if not ms:
         return []
@@ -159,6 +172,29 @@ def _options(q: str) -> list[str]:
     return [a, right]
 
 
+_PREPS = frozenset("in at on for from by of to with during under since after before about".split())
+_VERBISH = frozenset("is was are were has had have did does do won wrote played became made served".split())
+
+
+def _question_word(ws: list[str]) -> Optional[int]:
+    """Position of the word that asks: a leading wh-word ("Who ...", "In which year ..."); else the last
+    "what/which X" or "how many" (a mid-sentence "who"/"which is" is usually a relative pronoun:
+    "the band member who got his debut as a singer for what band?")."""
+    if ws[0] in _WH:
+        return 0
+    if len(ws) > 1 and ws[0] in _PREPS and ws[1] in _WH:
+        return 1
+    for i in range(len(ws) - 1, -1, -1):
+        w = ws[i]
+        nxt = ws[i + 1] if i + 1 < len(ws) else ""
+        if w == "what" or (w == "which" and nxt not in _VERBISH) or (w == "how" and nxt in (
+                "many", "much", "old", "long", "tall", "far", "high", "big", "large")):
+            return i
+        if w in ("when", "where", "whom") and i + 1 >= len(ws) - 1:
+            return i
+    return next((i for i, w in enumerate(ws) if w in _WH), None)
+
+
 @lru_cache(maxsize=4096)
 def analyze_question(q: str) -> QuestionInfo:
     ws = T.words(q)
@@ -174,7 +210,11 @@ def analyze_question(q: str) -> QuestionInfo:
         info.direction = "max"
     info.year_compare = bool(wset & _YEAR_ATTR) and bool(info.direction)
     opts = _options(q)
-    wh_pos = next((i for i, w in enumerate(ws) if w in _WH), None)
+    wh_pos = _question_word(ws)
+    if wh_pos is None and re.search(r",\s*(?:are|is|was|were|do|does|did|have|has|can)\b[^,]*\?\s*$", q,
+                                    re.IGNORECASE):
+        info.qtype = "yesno"  # "Dicksonia and Hardenbergia, are found in Australia?"
+        return info
     if ws[0] in _AUX and (wh_pos is None or wh_pos > 3):
         info.qtype = "choice" if opts and not {"both", "same"} & wset else "yesno"
         info.options = opts if info.qtype == "choice" else []
@@ -256,6 +296,8 @@ def candidate_types(x: str, idx: MaterialIndex, occ: list[tuple[int, int, int]])
         types.add("date")
     if T.numbers(x) and not types:
         types.add("number")
+    if not any(w[:1].isupper() for w in x.split()) and ws and T.stem(ws[-1]) in PERSON_HEADS:
+        return {"occupation"}
     if len(ws) <= 2 and wl <= NATIONALITIES | {"south", "north", "new", "zealand", "korean"} and wl & NATIONALITIES:
         return {"nationality"}
     if x[:1] in "\"\u201c'":
@@ -314,6 +356,8 @@ _COMPAT = {
              "date": -1.0, "number": -0.8, "phrase": 0.0, "nationality": -1.0},
     "org": {"org": 1.0, "name": 0.4, "person?": 0.0, "work": 0.0, "person": -0.5, "location": -0.3,
             "date": -1.0, "number": -0.8, "phrase": 0.0, "nationality": -1.0},
+    "occupation": {"occupation": 1.0, "phrase": 0.2, "name": -1.0, "person": -1.0, "person?": -1.0,
+                   "location": -1.0, "org": -1.0, "work": -1.0, "date": -1.0, "number": -1.0, "nationality": -0.5},
     "entity": {"name": 0.2, "person": 0.1, "person?": 0.1, "location": 0.1, "org": 0.1, "work": 0.1,
                "date": -0.3, "number": -0.3, "phrase": 0.0, "nationality": -0.3},
 }
@@ -402,12 +446,14 @@ class AnswerRanker:
         """1.0 when ``x`` is part of the question (typos tolerated), 0.5 when all its words are, else 0."""
         if self.qi.mentions(x):
             return 1.0
-        xs = [w for w in T.normalize(x).split() if w not in T.STOPWORDS]
+        xs = [w for w in T.normalize(x).split() if w not in T.STOPWORDS and len(w) > 1]
         if not xs:
             return 0.0
-        hits = sum(1 for w in xs if any(_similar(w, q) for q in self.qwords))
-        if hits == len(xs):
+        found = [any(_similar(w, q) for q in self.qwords) for w in xs]
+        if all(found):
             return 1.0 if len(xs) >= 2 else 0.5
+        if len(xs) >= 3 and found[0] and found[-1]:
+            return 1.0  # "Jodi Lynn Picoult" for the question's "Jodi Picoult"
         return 0.0
 
     def _passage_subjects(self) -> dict[str, float]:

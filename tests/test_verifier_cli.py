@@ -1,0 +1,99 @@
+"""`rlfh verify` and `rlfh bench verifier` through the real CLI entry point."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cluster.cli import build_parser, main
+
+
+def _run(args: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_verify_help_explains_every_option():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices["verify"]
+    for action in sub._actions:
+        if action.dest != "help":
+            assert action.help and len(action.help) > 10, action.dest
+    bench = next(a for a in parser._actions if a.dest == "command").choices["bench"]
+    bv = next(a for a in bench._actions if a.dest == "bench").choices["verifier"]
+    for action in bv._actions:
+        if action.dest != "help":
+            assert action.help and len(action.help) > 10, action.dest
+
+
+def test_verify_one_response_json(capsys):
+    rc = main(["verify", "--question", "Where is Jonathan Stark from?",
+               "--response", "I think he is from Canada. He won two titles.",
+               "--knowledge", "Jonathan Stark is a tennis player from the United States. He won two titles.",
+               "--json"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    labels = [st["label"] for s in out["sentences"] for st in s["statements"]]
+    assert labels == ["Hedged wrong", "Correct"]
+    assert out["backend"] == "evidence" and out["num_statements"] == 2
+
+
+def test_verify_table_and_materials_file(tmp_path, capsys):
+    mat = tmp_path / "m.json"
+    mat.write_text(json.dumps(["Jonathan Stark is a tennis player from the United States."]))
+    rc = main(["verify", "-q", "Where is Jonathan Stark from?", "-r", "The United States.", "-m", str(mat),
+               "--gold", "United States"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "Correct" in out and "statement" in out
+
+
+def test_verify_bad_input_is_a_clear_error(tmp_path, capsys):
+    assert main(["verify", "--question", "q"]) == 2
+    assert "--response" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(SystemExit, match="list of strings"):
+        main(["verify", "-q", "q", "-r", "r", "-m", str(bad)])
+    assert main(["verify", "-q", "q", "-r", "x" * 30000]) == 2
+    assert "response" in capsys.readouterr().err
+    assert main(["verify", "-q", "q", "-r", "r", "--backend", "llm"]) == 2  # no MODEL_URL: ConfigError
+    assert "MODEL_URL" in capsys.readouterr().err
+
+
+def test_verify_data_summary_json():
+    p = _run(["verify", "--data", "halueval:dev", "--limit", "5", "--json"])
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["summary"]["right"]["responses"] == 5 and out["summary"]["hallucinated"]["responses"] == 5
+    assert len(out["results"]) == 10
+
+
+def test_bench_verifier_small(tmp_path):
+    out = tmp_path / "bench.json"
+    p = _run(["bench", "verifier", "--split", "dev", "--limit", "40", "--json", str(out)])
+    assert p.returncode == 0, p.stderr
+    for row in ("(1) length-only rule", "(3) evidence, no gold", "(4) evidence, with gold", "not configured"):
+        assert row in p.stdout
+    data = json.loads(out.read_text())
+    rows = {r["row"]: r for r in data["rows"]}
+    gold = rows["(4) evidence, with gold"]
+    assert gold["a_n"] == 80 and 0.0 <= gold["a_accuracy"] <= 1.0 and gold["b_n"] > 20
+    assert gold["b_pairwise"] > rows["(b-baseline) q-word proximity"]["b_pairwise"]
+
+
+def test_swap_entity_is_deterministic_and_never_the_answer(halueval_test_items):
+    from bench.verifier import swap_entity
+    from verifier_service.text import normalize
+    n = 0
+    for it in halueval_test_items[:200]:
+        d = swap_entity(it)
+        assert d == swap_entity(it)
+        if d is None:
+            continue
+        n += 1
+        rn, dn = normalize(it.right_answer), normalize(d)
+        assert dn and dn not in rn and rn not in dn
+        assert dn in normalize(" ".join(it.knowledge))
+    assert n > 150

@@ -203,7 +203,7 @@ def causal_lm_response_logprobs(model, batch: Batch, temperature: float = 1.0, w
     lp = torch.where(mask, lp, torch.zeros((), dtype=lp.dtype, device=lp.device))
     if not with_entropy:
         return lp
-    ent = entropy_from_logits(logits.detach() if not torch.is_grad_enabled() else logits)
+    ent = entropy_from_logits(logits.detach())  # a metric: no graph through the [B, R, V] softmax
     return lp, torch.where(mask, ent, torch.zeros((), dtype=ent.dtype, device=ent.device))
 
 

@@ -157,6 +157,9 @@ class _EngineBase:
     def device_uuid(self) -> str:
         return "cpu"
 
+    def shutdown(self) -> bool:
+        return True
+
 
 # ================================================================================================ HF
 
@@ -445,6 +448,13 @@ class VLLMRolloutEngine(_EngineBase):
 
     def device_uuid(self) -> list[str]:
         return self.llm.collective_rpc("rlfh_device_uuid")
+
+    def shutdown(self) -> bool:
+        """Stop vLLM's engine-core and worker processes now (instead of at interpreter exit)."""
+        core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+        return True
 
     def init_weight_group(self, master_addr: str, master_port: int, rank_offset: int, world_size: int) -> bool:
         """Every worker joins the NCCL group of policy rank 0 at rank ``rank_offset + tp_rank``."""

@@ -29,6 +29,19 @@ class RLFHWorkerExtension:
         runner = self.model_runner
         return runner.get_model() if hasattr(runner, "get_model") else runner.model
 
+    def _rlfh_reload(self, weights) -> None:
+        """Load an iterable of ``(hf_name, tensor)`` in place.
+
+        vLLM's ``Worker.reload_weights`` re-runs each layer's post-load processing (the CPU backend repacks
+        linear weights into kernel layouts and leaves the original parameters empty, so a bare
+        ``model.load_weights`` would fail there). Older vLLMs without it get ``model.load_weights``.
+        The iterable may be lazy (NCCL receives stream through it).
+        """
+        if hasattr(self, "reload_weights"):
+            self.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
+        else:
+            self._rlfh_model().load_weights(weights=weights)
+
     def rlfh_load_weights(self, payload) -> int:
         """Load weights shipped with the RPC: safetensors bytes (what the engine sends: vLLM's RPC encoder turns
         bare tensors into lists) or ``[(hf_name, tensor), ...]``."""
@@ -37,7 +50,7 @@ class RLFHWorkerExtension:
             named = list(st_load(bytes(payload)).items())
         else:
             named = [(n, t) for n, t in payload]
-        self._rlfh_model().load_weights(weights=named)
+        self._rlfh_reload(named)
         return len(named)
 
     def rlfh_device_uuid(self) -> str:
@@ -53,13 +66,15 @@ class RLFHWorkerExtension:
 
     def rlfh_receive_nccl(self, metas: list) -> int:
         """Receive ``metas = [(name, dtype, shape), ...]`` in order from rank 0 and load each tensor."""
-        model = self._rlfh_model()
         t0 = time.time()
-        for name, dtype, shape in metas:
-            buf = torch.empty(shape, dtype=getattr(torch, dtype), device=self.device)
-            self._rlfh_group.broadcast(buf, src=0, stream=torch.cuda.current_stream())
-            model.load_weights(weights=[(name, buf)])
-            del buf
+
+        def received():
+            for name, dtype, shape in metas:
+                buf = torch.empty(shape, dtype=getattr(torch, dtype), device=self.device)
+                self._rlfh_group.broadcast(buf, src=0, stream=torch.cuda.current_stream())
+                yield name, buf
+
+        self._rlfh_reload(received())
         torch.cuda.synchronize()
         log.info("rank %s received %d tensors by NCCL in %.2fs", getattr(self, "rank", "?"), len(metas),
                  time.time() - t0)
@@ -72,14 +87,12 @@ class RLFHWorkerExtension:
             raise RuntimeError(f"no policy rank shares GPU {uuid} with this vLLM worker (have "
                                f"{sorted(handles_by_uuid)}): colocate every engine worker with a policy rank, "
                                "or use the NCCL weight sync")
-        model = self._rlfh_model()
         dev = torch.cuda.current_device()
-        n = 0
+        named = []
         for name, (rebuild, args) in handles_by_uuid[uuid]:
             args = list(args)
             args[6] = dev  # the device ordinal as this process numbers the GPU
-            t = rebuild(*args)
-            model.load_weights(weights=[(name, t)])
-            n += 1
+            named.append((name, rebuild(*args)))
+        self._rlfh_reload(named)
         torch.cuda.synchronize()
-        return n
+        return len(named)

@@ -137,7 +137,9 @@ def _sync_nccl(policy_group, engines, state) -> tuple[int, int, list[int]]:
     return version, int(sent["bytes"]), versions
 
 
-def _sync_cuda_ipc(policy_group, engines, bucket_bytes: int = 1 << 30) -> tuple[int, int, list[int]]:
+def _sync_cuda_ipc(policy_group, engines, bucket_bytes: int = 1 << 62) -> tuple[int, int, list[int]]:
+    """One bucket by default: vLLM's in-place reload finalizes each layer per call, so a layer must not be
+    split across calls. Lower ``bucket_bytes`` only for models whose extra full copy does not fit."""
     import ray
     version = ray.get(policy_group.actors[0].weights_version.remote())
     start, nbytes, versions = 0, 0, []

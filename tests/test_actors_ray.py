@@ -210,43 +210,6 @@ def test_weight_sync_engine_generates_with_the_new_weights(groups, batch, prompt
     assert greedy_after[0].response_token_ids != greedy_before[0].response_token_ids
 
 
-# ------------------------------------------------------------------------------------------------ checkpoints
-
-def test_checkpoint_round_trip_restores_model_and_optimizer(groups, batch, tmp_path, hf_model):
-    ckpt = str(tmp_path / "ckpt")
-    pol = groups.policy
-    lp_old = pol.dispatch_cat("logprobs", batch)
-    adv = torch.where(batch["action_mask"], torch.linspace(-1, 1, lp_old.numel()).view_as(lp_old), 0.0)
-    train = dict(batch, old_logprobs=lp_old, advantages=adv)
-    pol.run("save_checkpoint", ckpt)
-    saved = {"lp": lp_old, "opt": pol.run("optimizer_fingerprint")[0], "ver": pol.run("weights_version")[0]}
-    assert saved["opt"]["step"] >= 1  # the earlier PPO step left Adam state to save
-    pol.dispatch("train_step", train)
-    lp_after_step = pol.dispatch_cat("logprobs", batch)
-    assert not torch.allclose(lp_after_step, lp_old)
-    assert pol.run("optimizer_fingerprint")[0] != saved["opt"]
-    pol.run("load_checkpoint", ckpt)
-    assert pol.run("weights_version")[0] == saved["ver"]
-    assert torch.equal(pol.dispatch_cat("logprobs", batch), saved["lp"])
-    assert pol.run("optimizer_fingerprint")[0] == saved["opt"]
-    # same state + same batch -> the same step again (proves Adam's moments came back too)
-    pol.dispatch("train_step", train)
-    torch.testing.assert_close(pol.dispatch_cat("logprobs", batch), lp_after_step, atol=1e-5, rtol=0)
-
-    # HF export loads with plain transformers and scores like the policy
-    out = str(tmp_path / "hf")
-    pol.run("save_hf", out)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    m = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
-    assert AutoTokenizer.from_pretrained(out).eos_token_id is not None
-    from actors.base import causal_lm_response_logprobs
-    with torch.no_grad():
-        lp_hf = causal_lm_response_logprobs(m, batch)
-    torch.testing.assert_close(lp_hf, pol.dispatch_cat("logprobs", batch), atol=2e-4, rtol=0)
-    with pytest.raises(Exception, match="no policy checkpoint"):
-        pol.run("load_checkpoint", str(tmp_path / "nothing-here"))
-
-
 # ------------------------------------------------------------------------------------------------ 2 ranks
 
 @pytest.fixture(scope="module")

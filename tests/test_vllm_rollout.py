@@ -26,7 +26,7 @@ def engine(cfg, embedded_model_path):
     from actors.rollout import VLLMRolloutEngine
     e = VLLMRolloutEngine(cfg, 0)
     yield e
-    del e
+    e.shutdown()
 
 
 @pytest.fixture(scope="module")

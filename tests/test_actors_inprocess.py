@@ -1,6 +1,6 @@
-"""LoRA policy in-process (no Ray): the adapter trains, and the exported weights are the MERGED HF weights.
-
-A tiny random Llama with SmolLM2's tokenizer keeps this fast; the maths of the merge does not depend on size.
+"""Actors built in-process (no Ray) on a tiny random Llama with SmolLM2's tokenizer: checkpoint round trips
+(model + optimizer) for the policy and the critic, HF export, and LoRA (the adapter trains; the exported weights
+are the MERGED HF weights). Size does not change these mechanics; tests/test_actors_ray.py covers the real model.
 """
 from __future__ import annotations
 
@@ -80,3 +80,73 @@ def test_lora_trains_only_the_adapter_and_exports_merged_weights(policy, tiny_mo
     reloaded = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
     with torch.no_grad():
         torch.testing.assert_close(causal_lm_response_logprobs(reloaded, batch), lp1, atol=1e-4, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------------ checkpoints
+
+@pytest.fixture(scope="module")
+def full_actors(tiny_model_path):
+    from actors.critic import CriticActor
+    from actors.policy import PolicyActor
+    from cluster.config import RLFHConfig
+    cfg = RLFHConfig(model_path=tiny_model_path, actor_lr=1e-2, critic_lr=1e-2, micro_train_batch_size=2,
+                     train_batch_size=4)
+    p, c = PolicyActor(cfg), CriticActor(cfg)
+    p.init_model()
+    c.init_model()
+    yield p, c
+    p.shutdown()
+
+
+def test_checkpoint_round_trip_restores_model_and_optimizer(full_actors, tmp_path):
+    pol, critic = full_actors
+    batch = make_tiny_batch(pol.tokenizer)
+    lp0 = pol.logprobs(batch)
+    adv = torch.where(batch["action_mask"], torch.linspace(-1, 1, lp0.numel()).view_as(lp0), 0.0)
+    train = dict(batch, old_logprobs=lp0, advantages=adv)
+    pol.train_step(train)  # Adam state to save
+    ckpt = str(tmp_path / "ckpt")
+    pol.save_checkpoint(ckpt)
+    saved_lp, saved_opt, saved_ver = pol.logprobs(batch), pol.optimizer_fingerprint(), pol.weights_version()
+    assert saved_opt["step"] >= 1 and saved_ver == 1
+    pol.train_step(train)
+    after = pol.logprobs(batch)
+    assert not torch.allclose(after, saved_lp) and pol.optimizer_fingerprint() != saved_opt
+    pol.load_checkpoint(ckpt)
+    assert pol.weights_version() == saved_ver
+    assert torch.equal(pol.logprobs(batch), saved_lp)
+    assert pol.optimizer_fingerprint() == saved_opt
+    pol.train_step(train)  # same state + same batch -> the same step (Adam's moments came back too)
+    torch.testing.assert_close(pol.logprobs(batch), after, atol=1e-6, rtol=0)
+    with pytest.raises(FileNotFoundError, match="no policy checkpoint"):
+        pol.load_checkpoint(str(tmp_path / "nothing-here"))
+
+    v = critic.values(batch)
+    critic.save_checkpoint(ckpt)
+    opt = critic.optimizer_fingerprint()
+    critic.train_step(dict(batch, old_values=v, returns=v + 1))
+    assert not torch.allclose(critic.values(batch), v)
+    critic.load_checkpoint(ckpt)
+    assert torch.equal(critic.values(batch), v) and critic.optimizer_fingerprint() == opt
+
+
+def test_hf_export_of_policy_and_critic(full_actors, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from actors.base import causal_lm_response_logprobs
+    from actors.critic import VALUE_HEAD_FILE, CriticActor
+    pol, critic = full_actors
+    batch = make_tiny_batch(pol.tokenizer)
+    out = str(tmp_path / "policy")
+    pol.save_hf(out)
+    m = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(causal_lm_response_logprobs(m, batch), pol.logprobs(batch), atol=1e-5, rtol=0)
+    cout = str(tmp_path / "critic")
+    critic.save_hf(cout)
+    import os
+    assert os.path.exists(os.path.join(cout, VALUE_HEAD_FILE))
+    # a critic initialised from the export (CRITIC_PRETRAIN) gives the same values
+    again = CriticActor(critic.cfg.model_copy(update={"critic_pretrain": cout}))
+    again.init_model()
+    torch.testing.assert_close(again.values(batch), critic.values(batch), atol=1e-5, rtol=0)

@@ -113,8 +113,11 @@ def test_empty_response_and_no_materials(verifier):
     for resp in ("", "   ", "\n\n"):
         res = verifier.verify(VerifyRequest(question="Who?", response=resp))
         assert res.sentences == [] and res.num_statements == 0 and not res.abstained
-    res = verifier.verify(VerifyRequest(question="Who?", response="Paris is big.", materials=[]))
-    assert res.num_statements == 1 and res.statements()[0].label in LABELS
+    # nothing to check against (no materials, no gold): uncheckable, hence Vague - not Correct, not Wrong
+    res = verifier.verify(VerifyRequest(question="Who?", response="Paris is big. I think it is Lyon.", materials=[]))
+    assert res.num_statements == 2 and [s.label for s in res.statements()] == ["Vague", "Vague"]
+    res = verifier.verify(VerifyRequest(question="Who?", response="Paris.", materials=[], gold_answer="Paris"))
+    assert res.statements()[0].label == "Correct"
 
 
 def test_bad_requests_name_the_field():

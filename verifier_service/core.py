@@ -33,7 +33,10 @@ log = logging.getLogger(__name__)
 
 #: Batched chat completions: a list of conversations (each a list of
 #: ``{"role": ..., "content": ...}`` messages) -> one reply text per conversation,
-#: in order. A ChatFn may raise; the llm/self backends retry and then fall back.
+#: in order. A ChatFn may raise (the whole batch failed) or put ``None`` in the slot
+#: of one conversation that failed; the llm/self backends retry the failed ones
+#: (``JUDGE_MAX_RETRIES``, exponential backoff) and then use the counted fallback label.
+#: Greedy decoding is expected (verdicts should be reproducible).
 ChatFn = Callable[[list[list[dict]]], list[str]]
 
 BACKENDS = ("evidence", "llm", "self")

@@ -18,7 +18,8 @@ Per request (all CPU, linear in the text):
      against :func:`~verifier_service.question.predict_yesno`;
    * **lexical support** - the share of the statement's new content words found in the evidence;
 
-4. hedged statements get the hedged labels; statements without checkable content are ``Vague``;
+4. hedged statements get the hedged labels; statements without checkable content are ``Vague`` (so are all
+   statements of a request with neither materials nor a gold answer: there is nothing to check against);
    informativeness (1-5) follows the statement's role for the question (restating it = 1, background = 2-4,
    a specific answer of the asked type = 5).
 """
@@ -437,7 +438,10 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
             truth_ans, conf_ans = -1.0, 0.6
 
     # ---- combine
-    if unsup_ents or unsup_nums:
+    no_evidence = False
+    if not idx.sents and not ctx.gold:
+        truth, conf, no_evidence = 0.0, 0.3, True  # nothing to check against: uncheckable, not wrong
+    elif unsup_ents or unsup_nums:
         k = len(unsup_ents) + len(unsup_nums)
         if truth_ans is not None and truth_ans > 0:
             truth, conf = -1.0, 0.6  # the right answer wrapped in an unsupported name/number
@@ -449,13 +453,10 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
             # right answer wrapped in unsupported claims
             truth, conf = -1.0, 0.6 + 0.3 * (0.5 - word_support)
     else:
-        if not idx.sents and not ctx.gold:
-            truth, conf = 0.0, 0.3  # nothing to check against
-        else:
-            truth = 1.0 if word_support >= 0.6 else -1.0
-            conf = 0.5 + 0.45 * abs(word_support - 0.6) / 0.6
-            if new_ents and not unsup_ents:
-                conf = min(0.95, conf + 0.1)
+        truth = 1.0 if word_support >= 0.6 else -1.0
+        conf = 0.5 + 0.45 * abs(word_support - 0.6) / 0.6
+        if new_ents and not unsup_ents:
+            conf = min(0.95, conf + 0.1)
 
     # ---- informativeness
     if is_answer and (ans_fit >= 0.5 or stance is not None or option is not None
@@ -470,4 +471,4 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
     else:
         info = 2
     return Verdict(truth=truth, confidence=max(0.0, min(1.0, conf)), informativeness=info,
-                   evidence=list(dict.fromkeys(evidence)))
+                   evidence=list(dict.fromkeys(evidence)), vague=no_evidence)

@@ -424,6 +424,7 @@ class AnswerRanker:
         self.qrel = [s / top if top > 0 else 0.0 for s in self.qscores]
         self.qstems = {s for s in qi.stem_list}
         self.qwords = [w for w in T.normalize(qi.text).split() if w not in T.STOPWORDS]
+        self.qword_set = set(self.qwords)
         self._cands: Optional[list[str]] = None
         self._cache: dict[str, tuple[float, float, list[int]]] = {}
         self._cmp: Optional[dict[str, float]] = None
@@ -449,7 +450,7 @@ class AnswerRanker:
         xs = [w for w in T.normalize(x).split() if w not in T.STOPWORDS and len(w) > 1]
         if not xs:
             return 0.0
-        found = [any(_similar(w, q) for q in self.qwords) for w in xs]
+        found = [w in self.qword_set or any(_similar(w, q) for q in self.qwords) for w in xs]
         if all(found):
             return 1.0 if len(xs) >= 2 else 0.5
         if len(xs) >= 3 and found[0] and found[-1]:

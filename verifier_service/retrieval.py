@@ -12,11 +12,17 @@ from functools import cached_property
 from verifier_service import text as T
 
 
+_BM25 = None
+
+
 def _bm25():
     """Import bm25s once; it sets its own logger to DEBUG on import, which we turn back down."""
-    import bm25s
-    logging.getLogger("bm25s").setLevel(logging.WARNING)
-    return bm25s
+    global _BM25
+    if _BM25 is None:
+        import bm25s
+        logging.getLogger("bm25s").setLevel(logging.WARNING)
+        _BM25 = bm25s
+    return _BM25
 
 
 @dataclass

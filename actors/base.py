@@ -73,6 +73,9 @@ class BaseActor:
         self.device = pick_device()
         if self.device.type == "cpu":
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        # Intra-op threads: Ray gives fractional-CPU actors OMP_NUM_THREADS=1, and that is what a shared CPU box
+        # wants (2 threads per actor on 2 busy cores ran a train step ~10x slower in OpenMP barriers).
+        # RLFH_TORCH_THREADS overrides it for dedicated machines.
         threads = os.environ.get("RLFH_TORCH_THREADS")
         if threads:
             torch.set_num_threads(int(threads))

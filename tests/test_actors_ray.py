@@ -6,7 +6,6 @@ file order and later ones build on the state the earlier ones left (the policy i
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 import torch
@@ -20,7 +19,6 @@ QUESTIONS = ["What is the capital of France?", "Who wrote the play Hamlet?"]
 @pytest.fixture(scope="module")
 def ray_local():
     import ray
-    os.environ.setdefault("RLFH_TORCH_THREADS", "2")
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              object_store_memory=2 * 1024 ** 3)
     yield ray

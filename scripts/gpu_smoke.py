@@ -20,7 +20,7 @@ Prints a table of phase timings and a few equality checks; writes JSON to $OUT/g
 
     python scripts/gpu_smoke.py --prepare build/gpu_smoke            # on the CPU machine
     pip install --no-index --no-deps build/gpu_smoke/wheels/*.whl    # on the GPU machine, then:
-    python scripts/gpu_smoke.py --random-model build/gpu_smoke/model --steps 2
+    python scripts/gpu_smoke.py --random-model build/gpu_smoke/model --steps 2   # [--ray] [--backend vllm]
 """
 from __future__ import annotations
 
@@ -74,8 +74,9 @@ def prepare(out: str, python_version: str) -> int:
     os.makedirs(wdir, exist_ok=True)
     # deepspeed ships as an sdist: build a pure-python wheel (its ops JIT-compile on the GPU machine)
     env = dict(os.environ, DS_BUILD_OPS="0")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", wdir, PREP_WHEELS[0]], check=True,
-                   env=env)
+    # --no-build-isolation: its setup.py imports torch; an isolated build would fetch a CUDA torch (GBs)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", wdir,
+                    PREP_WHEELS[0]], check=True, env=env)
     subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
                     python_version, "--platform", "manylinux2014_x86_64", "-d", wdir, *PREP_WHEELS[1:]], check=True)
     size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(out) for f in fs)
@@ -84,16 +85,19 @@ def prepare(out: str, python_version: str) -> int:
 
 
 def random_model(config_dir: str, dtype: str) -> str:
-    """SmolLM2's architecture with random weights, saved next to its tokenizer (once)."""
+    """The architecture in ``config_dir`` with random weights, saved with its tokenizer to a temp folder."""
+    import tempfile
+
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-    if os.path.exists(os.path.join(config_dir, "model.safetensors")):
-        return config_dir
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    out = os.path.join(tempfile.gettempdir(), "rlfh-gpu-smoke-model")
+    if os.path.exists(os.path.join(out, "model.safetensors")):
+        return out
     torch.manual_seed(0)
     cfg = AutoConfig.from_pretrained(config_dir)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-    model.save_pretrained(config_dir)
-    return config_dir
+    AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).save_pretrained(out)
+    AutoTokenizer.from_pretrained(config_dir).save_pretrained(out)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------- helpers
@@ -111,12 +115,12 @@ def make_cfg(args, model_path: str, n_gpus: int):
         actor_lr=1e-5, critic_lr=1e-5, seed=1, num_cpus_per_actor=0.5, gradient_checkpointing=args.grad_ckpt)
 
 
-def fake_advantages(batch, samples):
-    """Length-normalised fake rewards: enough to drive a PPO step (the smoke test is about the plumbing)."""
+def fake_advantages(batch, samples, seed: int = 0):
+    """Seeded random per-sample rewards spread over the tokens: enough to drive a PPO step (the smoke test is
+    about the plumbing, not the learning). Returns (advantages [B, R], returns-minus-values [B, R])."""
     import torch
     mask = batch["action_mask"]
-    lens = mask.sum(1).float()
-    r = (lens - lens.mean()) / (lens.std() + 1e-6)
+    r = torch.randn(mask.shape[0], generator=torch.Generator().manual_seed(seed))
     adv = r[:, None].expand_as(mask).float() * mask
     return adv, adv.clone()
 
@@ -200,7 +204,7 @@ def run_in_process(args, cfg) -> dict:
             ref_lp = ref.logprobs(batch)
         with timed("critic_values"):
             values = critic.values(batch)
-        adv, ret = fake_advantages(batch, samples)
+        adv, ret = fake_advantages(batch, samples, step)
         with timed("policy_train"):
             pm = policy.train_step(dict(batch, old_logprobs=old, advantages=adv))
         with timed("critic_train"):
@@ -232,7 +236,9 @@ def run_ray(args, cfg) -> dict:
     from actors.types import make_batch
     from actors.weight_sync import last_sync_stats, sync_weights
     from cluster.prompts import render_prompt
-    ray.init(include_dashboard=False)
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(address=os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False)
     try:
         with timed("create_groups"):
             g = create_groups(cfg)
@@ -247,7 +253,7 @@ def run_ray(args, cfg) -> dict:
             if g.reference is not None:
                 with timed("ref_logprobs"):
                     g.reference.dispatch_cat("logprobs", batch)
-            adv, ret = fake_advantages(batch, samples)
+            adv, ret = fake_advantages(batch, samples, step)
             values = None
             if g.critic is not None:
                 with timed("critic_values"):
@@ -293,6 +299,7 @@ def main(argv=None) -> int:
                     help="COLOCATE_ALL_MODELS (default: on when there is one GPU)")
     ap.add_argument("--sleep", action="store_true", help="VLLM_ENABLE_SLEEP")
     ap.add_argument("--vllm-mem", type=float, default=0.3, help="VLLM_GPU_MEMORY_UTILIZATION")
+    ap.add_argument("--allow-cpu", action="store_true", help="dry-run the script's logic on CPU (no GPU paths)")
     args = ap.parse_args(argv)
     if args.prepare:
         return prepare(args.prepare, args.python_version)
@@ -301,13 +308,19 @@ def main(argv=None) -> int:
     env = environment()
     print("environment:", json.dumps(env))
     n_gpus = torch.cuda.device_count()
-    if n_gpus == 0:
-        print("no CUDA GPU visible: this is a GPU smoke test (the CPU path is covered by tests/test_actors_ray.py)")
+    if n_gpus == 0 and not args.allow_cpu:
+        print("no CUDA GPU visible: this is a GPU smoke test (the CPU path is covered by tests/test_actors_ray.py;"
+              " --allow-cpu dry-runs this script on CPU)")
         return 2
+    if n_gpus == 0:
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
     if args.colocate is None:
         args.colocate = n_gpus == 1
     model = random_model(args.random_model, args.dtype) if args.random_model else args.model
     cfg = make_cfg(args, model, n_gpus)
+    if n_gpus == 0:  # CPU dry run: no GPU placement
+        cfg = cfg.model_copy(update={"actor_num_gpus_per_node": 0, "critic_num_gpus_per_node": 0,
+                                     "ref_num_gpus_per_node": 0, "num_cpus_per_actor": 0.25})
     t0 = time.time()
     extra = run_ray(args, cfg) if args.ray else run_in_process(args, cfg)
     extra.update({"environment": env, "total_s": round(time.time() - t0, 1)})

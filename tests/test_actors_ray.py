@@ -254,5 +254,27 @@ def test_dispatch_over_two_gloo_ranks(cfg, batch, samples, tiny_model_path, ray_
         assert torch.cat(g.dispatch("logprobs", batch)).sub(torch.cat(parts)).abs().max() > 0
         sd = g.run("state_dict_for_sync")
         assert sd[1] == {} and "model.embed_tokens.weight" in sd[0]
+
+        # two rollout engines: prompts are sharded over them and merged back prompt-major; one sync feeds both
+        from actors.group import create_rollout_engines
+        from actors.rollout import generate_on_engines
+        from actors.weight_sync import sync_weights
+        engines = create_rollout_engines(tiny_cfg.model_copy(update={"vllm_num_engines": 2}), backend="hf")
+        try:
+            version = sync_weights(g, engines)
+            assert version == g.run("weights_version")[0] == 1
+            want = torch.cat(g.dispatch("logprobs", batch))
+            for e in engines:
+                torch.testing.assert_close(ray_local.get(e.logprobs.remote(batch)), want, atol=1e-5, rtol=0)
+            prompts = ["<|im_start|>user\nA?<|im_end|>\n", "<|im_start|>user\nB?<|im_end|>\n",
+                       "<|im_start|>user\nC?<|im_end|>\n"]
+            out = generate_on_engines(engines, prompts, 2, 4, 1.0, 1.0, seed=1)
+            assert [s.prompt_index for s in out] == [0, 0, 1, 1, 2, 2]
+            assert {s.extra["engine"] for s in out} == {0, 1}
+            tok_ids = [s.prompt_token_ids for s in out]
+            assert tok_ids[0] == tok_ids[1] != tok_ids[2] == tok_ids[3] != tok_ids[4]
+        finally:
+            for e in engines:
+                ray_local.kill(e)
     finally:
         g.shutdown()

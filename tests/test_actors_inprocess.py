@@ -10,6 +10,25 @@ import torch
 pytestmark = pytest.mark.slow
 
 
+DIST_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def restore_process_state():
+    """The actors set torch.distributed env vars and a process group in THIS process: undo both afterwards."""
+    import os
+    saved = {k: os.environ.get(k) for k in DIST_ENV}
+    yield
+    import torch.distributed as dist
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @pytest.fixture(scope="module")
 def tiny_model_path(tmp_path_factory, embedded_model_path):
     from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM

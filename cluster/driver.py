@@ -27,6 +27,7 @@ clear error (a checkpoint is written first).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -131,6 +132,24 @@ def _mean_dicts(dicts: Sequence[dict]) -> dict[str, float]:
     return {k: sum(v) / len(v) for k, v in out.items()}
 
 
+def _gather_timed(launched: dict[str, list], timer: PhaseTimer) -> dict[str, torch.Tensor]:
+    """Wait for concurrently launched per-rank calls; each phase's time runs from launch to its last rank's
+    answer (phases overlap, so their times add up to more than the wall time). Returns ``{phase: [B, ...]}``."""
+    import ray
+    t0 = time.perf_counter()
+    owner = {ref: phase for phase, refs in launched.items() for ref in refs}
+    left = {phase: len(refs) for phase, refs in launched.items()}
+    pending = list(owner)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        for ref in done:
+            phase = owner[ref]
+            left[phase] -= 1
+            if left[phase] == 0:
+                timer.times[phase] = timer.times.get(phase, 0.0) + time.perf_counter() - t0
+    return {phase: torch.cat(ray.get(refs), 0) for phase, refs in launched.items()}
+
+
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
     from cluster.core_algos import masked_mean
     return float(masked_mean(x, mask))
@@ -214,6 +233,7 @@ class Trainer:
         self._tb = None
         self.resumed_from: Optional[str] = None
         self.last_checkpoint: Optional[str] = None
+        self._saved_step = -1
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> "Trainer":
@@ -270,6 +290,7 @@ class Trainer:
         self.skips.total = self.state.skipped_batches
         self.resumed_from = str(ckpt)
         self.last_checkpoint = str(ckpt)
+        self._saved_step = self.state.step
         # the engines generate with the restored policy
         from actors.weight_sync import sync_weights
         sync_weights(self.groups.policy, self.groups.rollout)
@@ -321,10 +342,9 @@ class Trainer:
                 bar.close()
         self.state.wall_time_s = wall_before + time.time() - t_start
         ran = self.state.step - start_step
-        if ran > 0 or self.last_checkpoint is None:
+        if ran > 0 and self._saved_step != self.state.step:  # end of run, or Ctrl-C
             self.save()
-        model_dir = self._save_final() if (completed and (ran > 0 or not (self.save_path / "final").exists())) \
-            else (str(self.save_path / "final") if (self.save_path / "final").exists() else None)
+        model_dir = self._export_final() if completed else None
         return self._report(completed, model_dir, ran, time.time() - t_start)
 
     def step(self) -> dict[str, Any]:
@@ -370,6 +390,7 @@ class Trainer:
             batch = make_batch(samples, self.pad_id)
         mask = batch["action_mask"]
         n_tokens = int(mask.sum())
+        row["rollout_digest"] = hashlib.sha1(batch["sequences"].numpy().tobytes()).hexdigest()[:16]
         row["rollout_tokens"] = n_tokens
         row["rollout_tokens_per_s"] = n_tokens / max(timer.times["generate"], 1e-9)
         row["response_length"] = n_tokens / len(samples)
@@ -393,16 +414,14 @@ class Trainer:
         if cfg.caution_reward:  # correct = 1; "I don't know" = 1 when no sample of the prompt is correct
             token_rewards = last_token_rewards(algo.caution_rewards(is_correct, abstained, n), mask)
 
-        # 3. forwards: reference log-probs, old log-probs, values
+        # 3. forwards: reference log-probs, values, old log-probs; different actors, so they run concurrently
+        launched = {"policy_forward": g.policy.dispatch_async("logprobs", batch)}
         if g.reference is not None:
-            with timer("reference"):
-                ref_logprobs = g.reference.dispatch_cat("logprobs", batch)
-        values = None
+            launched["reference"] = g.reference.dispatch_async("logprobs", batch)
         if g.critic is not None:
-            with timer("critic"):
-                values = g.critic.dispatch_cat("values", batch)
-        with timer("policy_forward"):
-            old_logprobs = g.policy.dispatch_cat("logprobs", batch)
+            launched["critic"] = g.critic.dispatch_async("values", batch)
+        fwd = _gather_timed(launched, timer)
+        old_logprobs, ref_logprobs, values = fwd["policy_forward"], fwd.get("reference"), fwd.get("critic")
 
         # 4. KL and shaped per-token rewards: r_t = clip(token reward) - kl_coef * KL_t
         if g.reference is not None:
@@ -525,19 +544,30 @@ class Trainer:
         self.state.skipped_batches = self.skips.total
         path = save_checkpoint(self.cfg.effective_ckpt_path, self.state, self.groups, self.cfg, self.cfg.max_ckpt_num)
         self.last_checkpoint = str(path)
+        self._saved_step = self.state.step
         return self.last_checkpoint
 
-    def _save_final(self) -> str:
+    def _export_final(self) -> str:
+        """SAVE_PATH/final: the policy's HF folder of the last checkpoint (hard links when possible)."""
+        import shutil
         out = self.save_path / "final"
         tmp = self.save_path / ".final.tmp"
-        import shutil
         if tmp.exists():
             shutil.rmtree(tmp)
-        self.groups.policy.run("save_hf", str(tmp))
+        src = Path(self.last_checkpoint) / "policy_hf" if self.last_checkpoint else None
+        if src is not None and src.is_dir():
+            def link_or_copy(a, b):
+                try:
+                    os.link(a, b)
+                except OSError:
+                    shutil.copy2(a, b)
+            shutil.copytree(src, tmp, copy_function=link_or_copy)
+        else:
+            self.groups.policy.run("save_hf", str(tmp))
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)
-        log.info("final policy (HF format) saved to %s", out)
+        log.info("final policy (HF format) at %s", out)
         return str(out)
 
     def _report(self, completed: bool, model_dir: Optional[str], ran: int, wall: float) -> TrainResult:

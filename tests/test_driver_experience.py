@@ -14,7 +14,7 @@ from cluster.driver import epoch_order, load_prompts, next_prompt_indices, plan_
 from cluster.checkpoint import TrainerState
 from cluster.experience import (KeywordReward, RewardUnavailable, ServiceReward, SkipCounter, TokenRewards,
                                 fetch_rewards, label_mix, last_token_rewards, reward_items, rewards_to_tensors)
-from tests.conftest import free_port
+from conftest import free_port
 
 
 @pytest.fixture(scope="module")

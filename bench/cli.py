@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import argparse
-import importlib
+
+from cluster.cli import add_subcommands
 
 BENCHES = ["bench.verifier", "bench.rewards", "bench.train"]
 
@@ -11,12 +12,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="Benchmarks: verifier accuracy, reward-service throughput, train step time.",
                        description="Benchmarks that print tables. Speed and accuracy goals are measured here.")
     bsub = p.add_subparsers(dest="bench", metavar="BENCH")
-    for name in BENCHES:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name and name.startswith(e.name):
-                continue
-            raise
-        mod.add_parser(bsub)
+    add_subcommands(bsub, BENCHES)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])

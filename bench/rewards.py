@@ -26,17 +26,19 @@ from typing import Any, Optional
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
+    from cluster.cli import plain_doc
+    from cluster.config import positive_int
     p = bsub.add_parser(
         "rewards", help="Reward service: responses/s, p50/p99 latency, alignment cost, cache speed-up.",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--requests", type=int, default=32,
+        description=plain_doc(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--requests", type=positive_int, default=32,
                    help="HTTP requests per concurrency level (bounded load; default 32).")
-    p.add_argument("--batch", type=int, default=4, help="Responses per /v1/rewards request (default 4).")
-    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16],
+    p.add_argument("--batch", type=positive_int, default=4, help="Responses per /v1/rewards request (default 4).")
+    p.add_argument("--concurrency", type=positive_int, nargs="+", default=[1, 16],
                    help="Concurrency levels: requests in flight at once (default: 1 16).")
-    p.add_argument("--cache-batch", type=int, default=16,
+    p.add_argument("--cache-batch", type=positive_int, default=16,
                    help="Responses per request in the cache speed-up test (default 16).")
-    p.add_argument("--align-repeats", type=int, default=200,
+    p.add_argument("--align-repeats", type=positive_int, default=200,
                    help="Calls per response length when timing the pure alignment (default 200).")
     p.add_argument("--split", default="test", choices=["train", "dev", "test"],
                    help="HaluEval-QA split the responses come from (default test).")
@@ -179,12 +181,7 @@ def _cache_speedup(url: str, token: Optional[str], pool: list[dict], batch: int,
 # ----------------------------------------------------------------------------- command
 
 def _cmd(args: argparse.Namespace) -> int:
-    for k, v in (("RAY_AUTH_MODE", "disabled"), ("RAY_USAGE_STATS_ENABLED", "0"), ("TOKENIZERS_PARALLELISM", "false")):
-        os.environ.setdefault(k, v)
-    if min(args.requests, args.batch, args.cache_batch, args.align_repeats, *args.concurrency) < 1:
-        print("rlfh bench rewards: --requests, --batch, --cache-batch, --align-repeats and --concurrency "
-              "must be >= 1")
-        return 2
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")   # (start_ray sets the local Ray defaults)
     import ray
     from ray import serve
     from rich.console import Console

@@ -325,18 +325,20 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def add_parser(bench_sub: argparse._SubParsersAction) -> None:
-    from cluster.config import RLFHConfig
+    from cluster.cli import plain_doc
+    from cluster.config import RLFHConfig, positive_int
     p = bench_sub.add_parser(
         "verifier", help="Verifier accuracy on HaluEval-QA (original and entity-swap pairs).",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=plain_doc(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--split", default="test", choices=["train", "dev", "test"],
                    help="HaluEval-QA split to evaluate (default: test, 1,504 items; tune on dev).")
-    p.add_argument("--limit", type=int, default=None, metavar="N",
+    p.add_argument("--limit", type=positive_int, default=None, metavar="N",
                    help="Use only the first N items of the split (default: all).")
     p.add_argument("--json", default=None, metavar="OUT",
                    help="Also write the metrics (per row: accuracy, precision, recall, pairwise, ties, label "
                         "counts, ms/response) to this JSON file.")
     p.add_argument("--no-llm", action="store_true",
                    help="Skip the llm-backend row even when MODEL_URL is configured.")
-    RLFHConfig.add_cli_args(p, groups={"verifier"})
+    # the rows are fixed (evidence without / with gold, llm when MODEL_URL is set): no backend choice
+    RLFHConfig.add_cli_args(p, groups={"verifier"}, exclude=("verifier_backend",))
     p.set_defaults(func=_run)

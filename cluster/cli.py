@@ -11,6 +11,7 @@ import argparse
 import importlib
 import logging
 import os
+import re
 import sys
 
 # (module, required) in --help order. A module that is not there yet is skipped
@@ -35,7 +36,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default=os.environ.get("RLFH_LOG_LEVEL", "INFO"),
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="Logging verbosity [env RLFH_LOG_LEVEL].")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for mod_name in SUBCOMMANDS:
+    add_subcommands(sub, SUBCOMMANDS)
+    return parser
+
+
+def plain_doc(doc: str) -> str:
+    """A module docstring as ``--help`` text: ````code```` becomes 'code', ``:func:`name``` becomes name."""
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", doc)
+    return text.replace("``", "'")
+
+
+def add_subcommands(sub: argparse._SubParsersAction, module_names: list[str]) -> None:
+    """Call ``add_parser(sub)`` of every module in ``module_names`` (in order).
+
+    A module that is not in this checkout is skipped; an import error *inside* a module is raised.
+    """
+    for mod_name in module_names:
         try:
             mod = importlib.import_module(mod_name)
         except ModuleNotFoundError as e:
@@ -43,7 +59,6 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         mod.add_parser(sub)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,7 +18,7 @@ import argparse
 import json
 import math
 import os
-from typing import Any, Literal, Optional
+from typing import Any, Iterable, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -45,6 +45,26 @@ DEFAULT_INFORMATIVE_MAP: dict[str, float] = {"1": -0.5, "2": -0.2, "3": 0.0, "4"
 EMBEDDED_MODEL = "smollm2-135m-instruct"
 EMBEDDED_DATA = "halueval:train"
 
+#: Settings that hold secrets (REDIS_URL may carry a password). They are masked when printed
+#: (``rlfh config``, ``rlfh serve``, ``rlfh submit --dry-run``) and are not put into a Serve config
+#: or a job's runtime env unless asked for (``cluster.serve_config``, ``cluster.submit``).
+SECRET_ENVS: tuple[str, ...] = ("REWARD_API_TOKEN", "MODEL_API_KEY", "REDIS_URL")
+
+
+def redact_url(url: str) -> str:
+    """Hide the credentials of ``scheme://user:pass@host...`` (``scheme://***@host...``); other text unchanged."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.rsplit('@', 1)[1]}"
+    return url
+
+
+def masked_value(env: str, value: str) -> str:
+    """``value`` of setting ``env`` as safe to print: secrets become ``***`` (a URL keeps its host)."""
+    if env not in SECRET_ENVS or not value:
+        return value
+    return redact_url(value) if "://" in value else "***"
+
 
 class ConfigError(ValueError):
     """A setting has a bad value. The message names the variable and the fix."""
@@ -64,37 +84,35 @@ def _finite(name: str, v: float) -> float:
     return v
 
 
+def _parse_score_map(value: Any, defaults: dict[str, float], keys: tuple[str, ...], what: str) -> dict[str, float]:
+    """A JSON object (or mapping) of ``key -> number`` merged over ``defaults``; ValueError names the bad key.
+
+    Keys are compared as strings (``{5: 1.0}`` is score ``"5"``); values must be finite numbers (not bool).
+    """
+    data = json.loads(value) if isinstance(value, str) else value
+    if not isinstance(data, Mapping):
+        raise ValueError(f"must be a JSON object mapping {what} to numbers, got {type(data).__name__}")
+    out = dict(defaults)
+    for k, v in data.items():
+        key = str(k)
+        if key not in keys:
+            raise ValueError(f"unknown {what[:-1] if what.endswith('s') else what} {k!r}; "
+                             f"{what} are {', '.join(keys)}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"value for {key!r} must be a number, got {v!r}")
+        out[key] = _finite(key, float(v))
+    return out
+
+
 def parse_verification_map(value: Any) -> dict[str, float]:
     """Parse and check a VERIFICATION_MAP (JSON object or dict). Missing labels keep their default."""
-    data = json.loads(value) if isinstance(value, str) else dict(value)
-    if not isinstance(data, dict):
-        raise ValueError("must be a JSON object mapping labels to numbers")
-    unknown = [k for k in data if k not in LABELS]
-    if unknown:
-        raise ValueError(f"unknown label(s) {unknown}; labels are {list(LABELS)}")
-    out = dict(DEFAULT_VERIFICATION_MAP)
-    for k, v in data.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ValueError(f"value for {k!r} must be a number, got {v!r}")
-        out[k] = _finite(k, float(v))
-    return out
+    return _parse_score_map(value, DEFAULT_VERIFICATION_MAP, LABELS, "labels")
 
 
 def parse_informative_map(value: Any) -> dict[str, float]:
     """Parse and check an INFORMATIVE_MAP: keys "1".."5" (ints accepted). Missing scores keep their default."""
-    data = json.loads(value) if isinstance(value, str) else dict(value)
-    if not isinstance(data, dict):
-        raise ValueError("must be a JSON object mapping scores 1-5 to numbers")
-    out = dict(DEFAULT_INFORMATIVE_MAP)
-    valid = {str(s) for s in INFO_SCORES}
-    for k, v in data.items():
-        key = str(k)
-        if key not in valid:
-            raise ValueError(f"unknown informativeness score {k!r}; scores are 1, 2, 3, 4, 5")
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ValueError(f"value for score {key} must be a number, got {v!r}")
-        out[key] = _finite(key, float(v))
-    return out
+    return _parse_score_map(value, DEFAULT_INFORMATIVE_MAP, tuple(str(s) for s in INFO_SCORES),
+                            "informativeness scores")
 
 
 class RLFHConfig(BaseModel):
@@ -366,12 +384,18 @@ class RLFHConfig(BaseModel):
             raise ConfigError(_explain(e, raw)) from None
 
     @classmethod
-    def add_cli_args(cls, parser: argparse.ArgumentParser, groups: Optional[set[str]] = None) -> None:
-        """Add one ``--flag`` per setting (help shows the env var and default)."""
+    def add_cli_args(cls, parser: argparse.ArgumentParser, groups: Optional[set[str]] = None,
+                     exclude: Iterable[str] = ()) -> None:
+        """Add one ``--flag`` per setting (help shows the env var and default).
+
+        ``groups``: only settings of these groups (all when None). ``exclude``: field names to leave out
+        (settings the command does not read, so that its ``--help`` lists only what it uses).
+        """
         by_group: dict[str, argparse._ArgumentGroup] = {}
+        skip = set(exclude)
         for name, info in cls.model_fields.items():
             group = (info.json_schema_extra or {}).get("group", "general")
-            if groups is not None and group not in groups:
+            if (groups is not None and group not in groups) or name in skip:
                 continue
             g = by_group.setdefault(group, parser.add_argument_group(f"{group} settings"))
             default = info.default
@@ -401,6 +425,17 @@ def env_name(field: str) -> str:
 
 def flag_name(field: str) -> str:
     return "--" + field.replace("_", "-")
+
+
+def positive_int(text: str) -> int:
+    """argparse ``type=`` for counts that must be >= 1 (a clear usage error instead of a hang or a silent slice)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def _coerce_env(name: str, annotation: Any, text: str) -> Any:
@@ -457,7 +492,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Print every setting with its environment variable, CLI flag, type, default "
                                    "and the value the current environment gives it. Exit code 2 on a bad value.")
     p.add_argument("--format", choices=["table", "env", "json", "markdown"], default="table",
-                   help="table (human), env (KEY=value lines for a .env/ConfigMap), json, or markdown (README).")
+                   help="table (human), env (KEY=value lines for a .env file; secrets in clear), json (secrets "
+                        "masked), or markdown (the README's reference table of defaults).")
     p.set_defaults(func=_cmd_config)
 
 
@@ -469,7 +505,8 @@ def _cmd_config(args: argparse.Namespace) -> int:
         for r in rows:
             print(f"{r['env']}={current[r['env']]}")
     elif args.format == "json":
-        print(json.dumps({r["env"]: {**r, "value": current[r["env"]]} for r in rows}, indent=2))
+        print(json.dumps({r["env"]: {**r, "value": masked_value(r["env"], current[r["env"]])} for r in rows},
+                         indent=2))
     elif args.format == "markdown":
         print("| variable | flag | type | default | meaning |\n|---|---|---|---|---|")
         for r in rows:
@@ -482,9 +519,8 @@ def _cmd_config(args: argparse.Namespace) -> int:
             t.add_column(col, overflow="fold")
         for r in rows:
             val = current[r["env"]]
-            if r["env"] in ("REWARD_API_TOKEN", "MODEL_API_KEY") and val:
-                val = "***"
             mark = "" if val == r["default"] else " *"
+            val = masked_value(r["env"], val)
             t.add_row(r["env"], r["type"], val + mark, r["help"])
         Console(width=160).print(t)
         print("(* = differs from the default)")

@@ -29,6 +29,7 @@ from collections import OrderedDict
 from typing import Any, Optional, Sequence
 
 from cluster import metrics
+from cluster.config import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +164,7 @@ class RedisCache:
                 self._outages += 1
                 self._backoff = self._backoff0
                 log.warning("Redis cache at %s is unreachable (%s): serving without cache until it is back",
-                            _redact(self.url), self._last_error)
+                            redact_url(self.url), self._last_error)
             else:
                 self._backoff = min(self._backoff * 2, self._max_backoff)
             self._retry_at = now + self._backoff
@@ -173,7 +174,7 @@ class RedisCache:
             return
         with self._state_lock:
             if self._down_since is not None:
-                log.warning("Redis cache at %s is back after %.1f s", _redact(self.url),
+                log.warning("Redis cache at %s is back after %.1f s", redact_url(self.url),
                             time.monotonic() - self._down_since)
                 self._down_since = None
                 self._backoff = self._backoff0
@@ -231,7 +232,7 @@ class RedisCache:
         d = self.counters.snapshot()
         with self._state_lock:
             d.update(available=self._down_since is None, outages=self._outages, last_error=self._last_error,
-                     url=_redact(self.url), ttl_s=self.ttl_s,
+                     url=redact_url(self.url), ttl_s=self.ttl_s,
                      down_for_s=(time.monotonic() - self._down_since) if self._down_since else 0.0)
         return d
 
@@ -240,14 +241,6 @@ class RedisCache:
             self._client.close()
         except Exception:  # pragma: no cover - best effort
             pass
-
-
-def _redact(url: str) -> str:
-    """Hide a password in ``redis://user:pass@host``."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return url
 
 
 def make_cache(cfg: Any) -> "RedisCache | MemoryCache":

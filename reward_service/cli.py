@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
 
-from cluster.config import RLFHConfig, env_name, flag_name
+from cluster.config import RLFHConfig, env_name, flag_name, redact_url
 
 log = logging.getLogger(__name__)
 
 _EXTRA_FIELDS = ("model_path", "ray_address", "dashboard_port")
+#: Settings of the service group that only the trainer-side reward client reads (not the service).
+_CLIENT_FIELDS = ("reward_url", "reward_timeout_s", "reward_max_retries")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "RAY_ADDRESS. Verification results are cached in Redis when REDIS_URL is set (shared by all "
                     "replicas), in memory otherwise. Every flag is also an environment variable.",
         epilog="Example: rlfh serve --serve-port 8000 --redis-url redis://127.0.0.1:6379/0 --reward-replicas 2")
-    RLFHConfig.add_cli_args(p, groups={"service", "reward", "verifier"})
+    RLFHConfig.add_cli_args(p, groups={"service", "reward", "verifier"}, exclude=_CLIENT_FIELDS)
     g = p.add_argument_group("cluster settings")
     for name in _EXTRA_FIELDS:
         info = RLFHConfig.model_fields[name]
@@ -41,9 +42,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     cfg = RLFHConfig.from_args(args)
-    for k, v in (("RAY_AUTH_MODE", "disabled"), ("RAY_USAGE_STATS_ENABLED", "0")):
-        if not cfg.ray_address:
-            os.environ.setdefault(k, v)
     import time
 
     import ray
@@ -52,6 +50,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from cluster.ray_bootstrap import start_ray
     from reward_service.app import deploy
 
+    # an embedded Ray gets the local defaults (no token auth, no usage stats) from start_ray
     handle = start_ray(cfg, num_cpus=args.num_cpus, include_dashboard=not args.no_dashboard)
     try:
         url = deploy(cfg, cfg.serve_host, cfg.serve_port)
@@ -63,7 +62,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"  API docs  {url}/docs")
         if handle.dashboard_url:
             print(f"  Ray dashboard {handle.dashboard_url}")
-        print(f"  cache: {'Redis ' + cfg.redis_url if cfg.redis_url else 'in-process LRU (no REDIS_URL)'}; "
+        print(f"  cache: {'Redis ' + redact_url(cfg.redis_url) if cfg.redis_url else 'in-process LRU (no REDIS_URL)'}; "
               f"auth: {'bearer token' if cfg.reward_api_token else 'none'}")
         print("Ctrl-C to stop.", flush=True)
         while True:

@@ -38,11 +38,56 @@ def test_env_values_are_typed():
     ({"FSPO": "maybe"}, "true/false"),
     ({"ADVANTAGE_ESTIMATOR": "grpo", "N_SAMPLES_PER_PROMPT": "1"}, "N_SAMPLES_PER_PROMPT >= 2"),
     ({"VERIFIER_BACKEND": "llm"}, "MODEL_URL"),
+    ({"VERIFICATION_MAP": "[1, 2]"}, "VERIFICATION_MAP (--verification-map)"),
+    ({"INFORMATIVE_MAP": '"5"'}, "must be a JSON object"),
 ])
 def test_bad_values_name_the_variable(env, needle):
     with pytest.raises(ConfigError) as e:
         RLFHConfig.load(env)
     assert needle in str(e.value)
+
+
+@pytest.mark.parametrize("override", [{"verification_map": 5}, {"verification_map": [1, 2]},
+                                      {"informative_map": ["5", 1.0]}, {"informative_map": {"5": True}}])
+def test_bad_map_objects_are_config_errors_not_crashes(override):
+    """A map given as a Python object (a caller's override, not JSON text) of the wrong type names the field."""
+    name = next(iter(override))
+    with pytest.raises(ConfigError, match=name.upper()):
+        RLFHConfig.load({}, **override)
+
+
+def test_secrets_are_masked_when_printed(monkeypatch, capsys):
+    from cluster.cli import main
+    from cluster.config import SECRET_ENVS, masked_value, redact_url
+    assert set(SECRET_ENVS) == {"REWARD_API_TOKEN", "MODEL_API_KEY", "REDIS_URL"}
+    assert redact_url("redis://:p@ss@cache:6379/0") == "redis://***@cache:6379/0"
+    assert redact_url("redis://cache:6379/0") == "redis://cache:6379/0"
+    assert masked_value("MODEL_API_KEY", "sk-123") == "***" and masked_value("MODEL_API_KEY", "") == ""
+    assert masked_value("GRANULARITY", "sentence") == "sentence"
+    monkeypatch.setenv("REDIS_URL", "redis://user:hunter2@cache:6379/0")
+    monkeypatch.setenv("REWARD_API_TOKEN", "tok-hunter2")
+    for fmt in ("json", "table"):
+        assert main(["config", "--format", fmt]) == 0
+        out = capsys.readouterr().out
+        assert "hunter2" not in out, fmt
+        assert "cache:6379" in out, fmt          # the host is still shown: which Redis is configured
+    assert main(["config", "--format", "env"]) == 0   # the .env form is the one that keeps values
+    assert "REWARD_API_TOKEN=tok-hunter2" in capsys.readouterr().out
+
+
+def test_positive_int_rejects_zero_and_text():
+    from cluster.config import positive_int
+    assert positive_int("3") == 3
+    for bad in ("0", "-2", "two", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            positive_int(bad)
+
+
+def test_add_cli_args_exclude_leaves_settings_out():
+    parser = argparse.ArgumentParser()
+    RLFHConfig.add_cli_args(parser, groups={"service"}, exclude=("reward_url",))
+    dests = {a.dest for a in parser._actions}
+    assert "redis_url" in dests and "reward_url" not in dests and "actor_lr" not in dests
 
 
 def test_cli_flag_beats_environment():

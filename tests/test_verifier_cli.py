@@ -62,6 +62,15 @@ def test_verify_bad_input_is_a_clear_error(tmp_path, capsys):
     assert "MODEL_URL" in capsys.readouterr().err
 
 
+def test_verify_self_backend_from_env_is_a_clear_error(monkeypatch, capsys):
+    monkeypatch.setenv("VERIFIER_BACKEND", "self")
+    assert main(["verify", "-q", "q", "-r", "Paris."]) == 2
+    err = capsys.readouterr().err
+    assert "--backend evidence" in err and "Traceback" not in err
+    assert main(["verify", "-q", "Capital of France?", "-r", "Paris.", "--backend", "evidence", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["backend"] == "evidence"
+
+
 def test_verify_data_summary_json():
     p = _run(["verify", "--data", "halueval:dev", "--limit", "5", "--json"])
     assert p.returncode == 0, p.stderr

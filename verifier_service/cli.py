@@ -23,7 +23,7 @@ The self backend needs an in-process engine and is not available from the comman
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from cluster.config import RLFHConfig
+    from cluster.config import RLFHConfig, positive_int
     p = sub.add_parser("verify", help="Verify a response (or HaluEval answers) with the atomic-fact verifier.",
                        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     one = p.add_argument_group("one response")
@@ -41,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                       help="Verify the right and hallucinated answers of a data set instead: 'halueval:SPLIT' "
                            "(SPLIT = train, dev or test) or a JSONL path with question, knowledge, right_answer, "
                            "hallucinated_answer.")
-    data.add_argument("--limit", type=int, default=20, metavar="N",
+    data.add_argument("--limit", type=positive_int, default=20, metavar="N",
                       help="With --data: verify the first N items (2N responses; default 20).")
     data.add_argument("--no-gold", action="store_true",
                       help="With --data: do not pass the right answer as gold answer.")
@@ -50,8 +50,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="Print JSON (one VerifyResult; with --data, a summary plus every result) instead "
                           "of tables.")
     out.add_argument("--backend", choices=["evidence", "llm"], default=None,
-                     help="Verifier backend (overrides VERIFIER_BACKEND; default evidence). llm needs MODEL_URL.")
-    RLFHConfig.add_cli_args(p, groups={"verifier"})
+                     help="Verifier backend (default: VERIFIER_BACKEND from the environment, else evidence). "
+                          "llm needs MODEL_URL / --model-url.")
+    # --backend above is this command's (narrower) form of --verifier-backend: 'self' needs an in-process engine
+    RLFHConfig.add_cli_args(p, groups={"verifier"}, exclude=("verifier_backend",))
     p.set_defaults(func=_run)
 
 
@@ -97,6 +99,11 @@ def _run(args: argparse.Namespace) -> int:
     from verifier_service.schema import VerifyRequest
 
     cfg = RLFHConfig.from_args(args)
+    if (args.backend or cfg.verifier_backend) == "self":
+        print("rlfh verify: VERIFIER_BACKEND=self judges with the policy's in-process rollout engine, which the "
+              "command line does not have; pass --backend evidence or --backend llm (with MODEL_URL)",
+              file=sys.stderr)
+        return 2
     verifier = Verifier(cfg, backend=args.backend)
     if args.data:
         return _run_data(args, verifier)

@@ -42,6 +42,8 @@ CATALOGUE: dict[str, MetricSpec] = {m.name: m for m in [
     MetricSpec("rlfh_judge_fallbacks_total", "counter", "Statements labelled by the fallback after judge failures.",
                ("backend",)),
     MetricSpec("rlfh_unaligned_statements_total", "counter", "Statements whose span fell back to their sentence."),
+    MetricSpec("rlfh_call_failures_total", "counter", "Failed attempts of judge / reward-service calls (timeouts, "
+               "connection errors, 5xx, malformed replies), each retried or given up, by target.", ("target",)),
     MetricSpec("rlfh_cache_requests_total", "counter", "Verification cache lookups by result (hit|miss|error).",
                ("result",)),
     MetricSpec("rlfh_cache_hit_rate", "gauge", "Verification cache hit rate since replica start."),

@@ -29,7 +29,7 @@ import json
 import sys
 from typing import Any, Optional
 
-from cluster.config import ConfigError, RLFHConfig, env_name
+from cluster.config import SECRET_ENVS, ConfigError, RLFHConfig, env_name
 
 APP_NAME = "rlfh-rewards"
 IMPORT_PATH = "reward_service.app:app_builder"
@@ -41,8 +41,6 @@ REWARD_DEPLOYMENT = "RLFHRewards"
 # Routes the app serves under ROUTE_PREFIX (documentation, NOTES.txt and the chart test use them).
 ROUTES = ("/v1/verify", "/v1/rewards", "/get_reward", "/healthz")
 
-#: Settings that are secrets: never in a Serve config unless ``include_secrets``.
-SECRET_ENVS = ("REWARD_API_TOKEN", "MODEL_API_KEY", "REDIS_URL")
 #: Settings of the service groups that only the trainer (the reward *client*) reads, or that
 #: the Serve config states elsewhere (``http_options``, ``deployments``).
 NOT_ARGS = ("REWARD_URL", "REWARD_TIMEOUT_S", "REWARD_MAX_RETRIES", "SERVE_HOST", "SERVE_PORT",
@@ -76,19 +74,24 @@ def service_args(cfg: RLFHConfig, include_secrets: bool = False) -> dict[str, st
     return args
 
 
+def scaling_options(replicas: int, max_replicas: int) -> dict[str, Any]:
+    """Serve deployment options for ``replicas`` (``VERIFIER_REPLICAS`` / ``REWARD_REPLICAS``) and
+    ``max_replicas`` (``SERVE_MAX_REPLICAS``): ``{"num_replicas": n}`` when autoscaling is off (0), else an
+    ``autoscaling_config`` from ``replicas`` to ``max_replicas``. Used by this Serve config and by
+    :func:`reward_service.app.build_app`, so ``rlfh serve`` and a RayService scale the same way.
+    """
+    if max_replicas <= 0:
+        return {"num_replicas": replicas}
+    if max_replicas < replicas:
+        raise ConfigError(
+            f"SERVE_MAX_REPLICAS (--max-replicas) = {max_replicas}: must be >= the deployment's minimum "
+            f"replicas ({replicas}) or 0 to turn autoscaling off")
+    return {"autoscaling_config": {"min_replicas": replicas, "max_replicas": max_replicas,
+                                   "target_ongoing_requests": TARGET_ONGOING_REQUESTS}}
+
+
 def _deployment(name: str, replicas: int, num_cpus: float, max_replicas: int) -> dict[str, Any]:
-    d: dict[str, Any] = {"name": name}
-    if max_replicas > 0:
-        if max_replicas < replicas:
-            raise ConfigError(
-                f"SERVE_MAX_REPLICAS (--max-replicas) = {max_replicas}: must be >= the deployment's minimum "
-                f"replicas ({replicas}) or 0 to turn autoscaling off")
-        d["autoscaling_config"] = {"min_replicas": replicas, "max_replicas": max_replicas,
-                                   "target_ongoing_requests": TARGET_ONGOING_REQUESTS}
-    else:
-        d["num_replicas"] = replicas
-    d["ray_actor_options"] = {"num_cpus": num_cpus}
-    return d
+    return {"name": name, **scaling_options(replicas, max_replicas), "ray_actor_options": {"num_cpus": num_cpus}}
 
 
 def serve_config(cfg: RLFHConfig, *, include_secrets: bool = False, route_prefix: str = ROUTE_PREFIX,

@@ -28,7 +28,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional
 
-from cluster.config import ConfigError, RLFHConfig, env_name
+from cluster.config import SECRET_ENVS, ConfigError, RLFHConfig, env_name, masked_value
+from cluster.retry import backoff_delay
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_ENTRYPOINT = "bash scripts/train.sh"
 DEFAULT_EXCLUDES = [".venv", ".venv-*", "runs", ".git", "**/__pycache__", "*.egg-info", ".pytest_cache",
                     "build", "docs/img", "*.pyc"]
-SECRET_ENVS = ("REWARD_API_TOKEN", "MODEL_API_KEY", "REDIS_URL")
 #: Settings that describe *this* machine's way to the cluster, never the job's.
 NOT_FORWARDED = ("RAY_ADDRESS", "DASHBOARD_PORT")
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
@@ -104,9 +104,10 @@ def build_payload(args: argparse.Namespace, cfg: RLFHConfig) -> dict[str, Any]:
 
 def _masked(payload: dict) -> dict:
     out = json.loads(json.dumps(payload))
+    env = out["runtime_env"]["env_vars"]
     for k in SECRET_ENVS:
-        if out["runtime_env"]["env_vars"].get(k):
-            out["runtime_env"]["env_vars"][k] = "***"
+        if env.get(k):
+            env[k] = masked_value(k, env[k])
     return out
 
 
@@ -122,6 +123,23 @@ def normalise_address(address: str) -> str:
     if "://" not in address:
         address = "http://" + address
     return address.rstrip("/")
+
+
+def auth_headers(token: Optional[str]) -> dict[str, str]:
+    """Headers for the job API: ``token`` (``--auth-token``), else ``RAY_AUTH_TOKEN``, else whatever Ray's own
+    job client would send (the token file ``~/.ray/auth_token`` when this machine has token auth on).
+
+    The same headers go to the connection check and to the submission, so a cluster with token auth
+    is not reported as unauthorized by the check while the submission itself would have been accepted.
+    """
+    token = token or os.environ.get("RAY_AUTH_TOKEN", "").strip()
+    if token:
+        return {"Authorization": f"Bearer {token}"}
+    try:
+        from ray._private.authentication.http_token_authentication import get_auth_headers_if_auth_enabled
+        return dict(get_auth_headers_if_auth_enabled({}) or {})
+    except Exception:  # noqa: BLE001 - older/newer Ray layout, or token auth off: no header
+        return {}
 
 
 def probe(address: str, headers: dict[str, str], timeout_s: float, retries: int) -> str:
@@ -143,7 +161,7 @@ def probe(address: str, headers: dict[str, str], timeout_s: float, retries: int)
             last = e
             log.warning("cluster at %s not reachable (attempt %d/%d): %s", address, attempt + 1, retries + 1, e)
             if attempt < retries:
-                time.sleep(min(2.0 ** attempt, 10.0))
+                time.sleep(backoff_delay(attempt, 1.0, 10.0))
     raise SubmitError(f"cannot reach the Ray job API at {address} after {retries + 1} attempts ({last}). Is the "
                       "dashboard up and port-forwarded (kubectl port-forward svc/<release>-rlfh-head-svc 8265:8265)?")
 
@@ -177,7 +195,7 @@ def submit(payload: dict, address: str, headers: dict[str, str], retries: int = 
             if failures > retries:
                 raise SubmitError(f"job submission to {address} failed after {failures} attempts: {msg}") from e
             log.warning("submission attempt %d failed: %s; retrying", failures, msg)
-            time.sleep(2.0 * failures)
+            time.sleep(backoff_delay(failures - 1, 2.0, 10.0))
 
 
 def wait_terminal(client, sid: str, timeout_s: Optional[float], poll_s: float = 1.0) -> str:
@@ -212,9 +230,10 @@ def follow(client, sid: str, timeout_s: Optional[float]) -> str:
 
 # ------------------------------------------------------------------------------------------ CLI
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    from cluster.cli import plain_doc
     p = sub.add_parser(
         "submit", help="Send a training job (bash scripts/train.sh) to a running Ray cluster.",
-        description=__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[1],
+        description=plain_doc(__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[1]),
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--address", default=os.environ.get("RAY_ADDRESS", ""),
                    help="Job API of the cluster, e.g. http://127.0.0.1:8265 [env RAY_ADDRESS].")
@@ -235,8 +254,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="Also send REWARD_API_TOKEN / MODEL_API_KEY / REDIS_URL from your env (visible in the "
                         "dashboard).")
     p.add_argument("--auth-token", default=None,
-                   help="Ray token of the cluster (token auth); default: RAY_AUTH_TOKEN / ~/.ray/auth_token as Ray "
-                        "finds it.")
+                   help="Ray token of the cluster (token auth), sent as a bearer header to the job API; default: "
+                        "RAY_AUTH_TOKEN, else ~/.ray/auth_token when token auth is on here (as Ray finds it).")
     p.add_argument("--follow", action="store_true", help="Stream the job's logs until it ends; exit 0 only if it "
                                                            "SUCCEEDED.")
     p.add_argument("--timeout-s", type=float, default=None,
@@ -262,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--retries must be >= 0 and --connect-timeout-s > 0")
     try:
         address = normalise_address(address)
-        headers = {"Authorization": f"Bearer {args.auth_token}"} if args.auth_token else {}
+        headers = auth_headers(args.auth_token)
         version = probe(address, headers, args.connect_timeout_s, args.retries)
         import ray
         if version != ray.__version__:

@@ -49,6 +49,7 @@ from ray import serve
 
 from cluster import metrics
 from cluster.config import RLFHConfig, env_name
+from cluster.serve_config import scaling_options
 from reward_service.cache import cache_key, make_cache
 from reward_service.schemas import (MAX_BODY_BYTES, ErrorBody, GetRewardRequest, GetRewardResponse, RewardsRequest,
                                     RewardsResponse, parse_label)
@@ -624,13 +625,6 @@ class RewardDeployment:
 # building and deploying
 # --------------------------------------------------------------------------------------
 
-def _scaling(replicas: int, cfg: RLFHConfig) -> dict:
-    if cfg.max_replicas > 0:
-        return {"autoscaling_config": {"min_replicas": replicas, "max_replicas": max(cfg.max_replicas, replicas),
-                                       "target_ongoing_requests": 4}}
-    return {"num_replicas": replicas}
-
-
 def build_app(cfg: RLFHConfig, verifier_factory=None):
     """The Serve application (verifier deployment bound into the reward ingress) for ``cfg``.
 
@@ -638,13 +632,14 @@ def build_app(cfg: RLFHConfig, verifier_factory=None):
     ``Verifier(cfg)`` (e.g. a Verifier built around in-process engines, or fault injection in tests).
     """
     RewardSettings.from_config(cfg)      # a bad reward setting fails here (ConfigError), not in a replica loop
+    # (so does SERVE_MAX_REPLICAS below a deployment's replicas: scaling_options raises ConfigError)
     d = cfg.model_dump()
     verifier = VerifierDeployment.options(
         ray_actor_options={"num_cpus": cfg.verifier_num_cpus}, max_ongoing_requests=16,
-        **_scaling(cfg.verifier_replicas, cfg)).bind(d, verifier_factory)
+        **scaling_options(cfg.verifier_replicas, cfg.max_replicas)).bind(d, verifier_factory)
     return RewardDeployment.options(
         ray_actor_options={"num_cpus": cfg.reward_num_cpus}, max_ongoing_requests=64,
-        **_scaling(cfg.reward_replicas, cfg)).bind(d, verifier)
+        **scaling_options(cfg.reward_replicas, cfg.max_replicas)).bind(d, verifier)
 
 
 def config_from_args(args: Optional[dict]) -> RLFHConfig:

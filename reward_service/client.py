@@ -11,7 +11,8 @@
 
 Every call has a timeout. Connection errors, timeouts and 5xx answers are
 retried ``max_retries`` times with exponential back-off (0.5 s, 1 s, 2 s, ...
-capped at 10 s); each failed attempt is counted (``failures``) and logged.
+capped at 10 s); each failed attempt is counted (``failures``, and the metric
+``rlfh_call_failures_total{target="reward_service"}``) and logged.
 After the last retry :class:`RewardServiceUnavailable` is raised (the driver
 skips the batch and counts it). A 4xx answer (bad input, auth) is not retried:
 :class:`RewardRequestError` carries the server's message, the field and the
@@ -25,6 +26,8 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import httpx
 
+from cluster import metrics
+from cluster.retry import backoff_delay
 from reward_service.schemas import ItemReward
 
 log = logging.getLogger(__name__)
@@ -113,10 +116,15 @@ class RewardClient:
             except httpx.TransportError as e:   # connect errors, timeouts, broken connections
                 reason = f"{type(e).__name__}: {e}"
             else:
-                if resp.status_code < 400:
-                    return resp.json()
-                body = _json_or_text(resp)
-                if resp.status_code < 500:
+                try:
+                    body, is_json = resp.json(), True
+                except ValueError:
+                    body, is_json = resp.text, False
+                if resp.status_code < 400 and is_json:
+                    return body
+                if resp.status_code < 400:   # 2xx that is not JSON (a proxy's page, a truncated body): retried
+                    body = f"HTTP {resp.status_code} answer is not JSON: {body[:200]!r}"
+                elif resp.status_code < 500:
                     message = body.get("error") if isinstance(body, dict) else str(body)
                     if isinstance(body, dict) and not message:
                         message = str(body.get("detail"))
@@ -126,12 +134,14 @@ class RewardClient:
                     raise RewardRequestError(resp.status_code, message or resp.reason_phrase, field=field,
                                              item_index=body.get("item_index") if isinstance(body, dict) else None,
                                              body=body)
-                reason = f"HTTP {resp.status_code}: " + (body.get("error", "") if isinstance(body, dict)
-                                                          else str(body)[:300])
+                reason = (body if resp.status_code < 400 else
+                          f"HTTP {resp.status_code}: " + (body.get("error", "") if isinstance(body, dict)
+                                                          else str(body)[:300]))
             self.failures += 1
             self.last_error = reason
+            metrics.inc("rlfh_call_failures_total", 1, {"target": "reward_service"})
             if attempt + 1 < attempts:
-                delay = min(self.backoff_s * (2 ** attempt), self.max_backoff_s)
+                delay = backoff_delay(attempt, self.backoff_s, self.max_backoff_s)
                 log.warning("reward service %s %s failed (%s); retry %d/%d in %.1fs", method, path, reason,
                             attempt + 1, self.max_retries, delay)
                 time.sleep(delay)
@@ -164,7 +174,15 @@ class RewardClient:
                 if e.item_index is not None and start:
                     e.item_index += start
                 raise
-            out.extend(ItemReward.model_validate(d) for d in data["items"])
+            got = data.get("items") if isinstance(data, dict) else None
+            sent = len(body["items"])
+            if not isinstance(got, list) or len(got) != sent:
+                # never pair rewards with the wrong responses: a short answer is a failed call, not a result
+                self.unavailable += 1
+                raise RewardServiceUnavailable(
+                    f"POST {self.url}/v1/rewards answered {len(got) if isinstance(got, list) else 'no'} item(s) "
+                    f"for {sent} sent; is REWARD_URL a reward service of this version?")
+            out.extend(ItemReward.model_validate(d) for d in got)
         return out
 
     def verify(self, question: str, response: str, materials: Iterable[str] = (),
@@ -207,10 +225,3 @@ class RewardClient:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _json_or_text(resp: httpx.Response) -> Any:
-    try:
-        return resp.json()
-    except ValueError:
-        return resp.text

@@ -140,6 +140,26 @@ def test_submit_cli_dry_run_and_address_errors(capsys, monkeypatch):
     assert main(["submit", "--granularity", "tokens"]) == 2
 
 
+def test_submit_auth_headers_and_masked_dry_run(monkeypatch, capsys):
+    """The connection check and the submission use the same token: --auth-token, else RAY_AUTH_TOKEN."""
+    from cluster.cli import main
+    from cluster.submit import auth_headers
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "env-token")
+    assert auth_headers(None) == {"Authorization": "Bearer env-token"}
+    assert auth_headers("flag-token") == {"Authorization": "Bearer flag-token"}
+    monkeypatch.delenv("RAY_AUTH_TOKEN")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    assert auth_headers(None) == {}
+    # --include-secrets sends them, but the printed payload never shows them (a Redis URL keeps its host)
+    monkeypatch.setenv("REDIS_URL", "redis://:hunter2@cache:6379/0")
+    monkeypatch.setenv("MODEL_API_KEY", "sk-hunter2")
+    assert main(["submit", "--dry-run", "--no-working-dir", "--include-secrets"]) == 0
+    out = capsys.readouterr().out
+    env = json.loads(out)["runtime_env"]["env_vars"]
+    assert "hunter2" not in out
+    assert env["REDIS_URL"] == "redis://***@cache:6379/0" and env["MODEL_API_KEY"] == "***"
+
+
 # ------------------------------------------------------------------------------------------ rlfh submit (real Ray)
 def agent_port_patch(port: int) -> pytest.MonkeyPatch:
     """Give the dashboard agent of the next ray.init() a free port instead of the fixed 52365.

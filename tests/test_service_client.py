@@ -1,6 +1,7 @@
 """RewardClient against real loopback HTTP servers (no Ray): retries, back-off, timeouts, errors; CLI help."""
 from __future__ import annotations
 
+import argparse
 import json
 import threading
 import time
@@ -19,7 +20,7 @@ GOOD = {"items": [{"token_rewards": [0.0, 1.0, 0.0], "token_label_signs": [1, 1,
 
 
 class Script:
-    """What the server answers, call by call: (status, body dict) or ("sleep", seconds)."""
+    """What the server answers, call by call: (status, body dict | raw str) or ("sleep", seconds)."""
 
     def __init__(self, answers):
         self.answers = list(answers)
@@ -46,10 +47,11 @@ def server():
                 if status == "sleep":
                     time.sleep(body)
                     status, body = 200, GOOD
-                data = json.dumps(body).encode()
+                raw = isinstance(body, str)                     # a str body is sent as is (not JSON)
+                data = body.encode() if raw else json.dumps(body).encode()
                 try:
                     self.send_response(status)
-                    self.send_header("content-type", "application/json")
+                    self.send_header("content-type", "text/html" if raw else "application/json")
                     self.send_header("content-length", str(len(data)))
                     self.end_headers()
                     self.wfile.write(data)
@@ -103,6 +105,31 @@ def test_gives_up_after_retries(server):
     assert script.calls == 3 and c.failures == 3 and c.unavailable == 1
 
 
+def test_short_answer_is_never_paired_with_the_wrong_items(server):
+    """A 200 with fewer items than sent (a proxy, another version) must fail loudly, not shift rewards."""
+    script = Script([(200, GOOD)])                     # one item back for two sent
+    url = server(script)
+    c = RewardClient(url, timeout_s=5, max_retries=0)
+    with pytest.raises(RewardServiceUnavailable, match="1 item.*for 2 sent"):
+        c.rewards([ITEM, ITEM])
+    assert c.unavailable == 1
+
+
+def test_2xx_that_is_not_json_is_a_counted_failure_and_retried(server):
+    script = Script([(200, "<html>gateway</html>"), (200, GOOD)])
+    url = server(script)
+    c = RewardClient(url, timeout_s=5, max_retries=1, backoff_s=0.01)
+    assert c.rewards([ITEM])[0].score == 1.0
+    assert script.calls == 2 and c.failures == 1 and "not JSON" in c.last_error
+
+
+def test_backoff_delay_is_exponential_and_capped():
+    from cluster.retry import backoff_delay
+    assert [backoff_delay(a, 0.5, 10.0) for a in range(7)] == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+    assert backoff_delay(1000, 0.5, 10.0) == 10.0 and backoff_delay(-1, 0.5, 10.0) == 0.0
+    assert backoff_delay(3, 0.0, 10.0) == 0.0
+
+
 def test_422_is_not_retried_and_carries_the_server_message(server):
     err = {"error": "items.0.token_offsets.1: end 9 is past the end (fix: ...)", "status": 422, "item_index": 0,
            "detail": [{"field": "items.0.token_offsets.1", "message": "end 9 is past the end", "fix": "..."}]}
@@ -154,19 +181,49 @@ def test_bad_client_arguments():
         RewardClient("http://x", timeout_s=0)
 
 
-def test_cli_help_explains_every_option(capsys):
+def _subparser(parser, *path):
+    for name in path:
+        parser = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
+    return parser
+
+
+@pytest.mark.parametrize("path", [("serve",), ("verify",), ("submit",), ("config",), ("bench", "rewards"),
+                                  ("bench", "verifier")])
+def test_cli_help_explains_every_option(path, capsys):
+    """Every option of the finished commands has a real help text, and `--help` itself works."""
     from cluster.cli import build_parser
     parser = build_parser()
-    for argv in (["serve", "--help"], ["bench", "rewards", "--help"]):
-        with pytest.raises(SystemExit) as e:
-            parser.parse_args(argv)
-        assert e.value.code == 0
-        out = capsys.readouterr().out
-        assert "--redis-url" in out or "--requests" in out
-    serve = next(a for a in parser._subparsers._group_actions[0].choices["serve"]._actions if a.dest == "redis_url")
-    assert serve.help and "REDIS_URL" in serve.help
-    for action in parser._subparsers._group_actions[0].choices["serve"]._actions:
-        assert action.help, f"rlfh serve {action.option_strings} has no help"
+    with pytest.raises(SystemExit) as e:
+        parser.parse_args([*path, "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    sub = _subparser(parser, *path)
+    assert sub.description and len(sub.description) > 40, f"rlfh {' '.join(path)} has no description"
+    options = [a for a in sub._actions if a.option_strings and a.dest != "help"]
+    assert options
+    for action in options:
+        assert action.help and len(action.help) > 15, f"rlfh {' '.join(path)} {action.option_strings}: no help"
+        assert action.option_strings[0] in out
+    if path == ("serve",):
+        redis = next(a for a in options if a.dest == "redis_url")
+        assert "REDIS_URL" in redis.help
+        # trainer-side client settings are not options of the service
+        assert not {"reward_url", "reward_timeout_s", "reward_max_retries"} & {a.dest for a in options}
+    if path in (("verify",), ("bench", "verifier")):
+        # one way to pick the backend (verify: --backend; bench verifier: fixed rows)
+        assert "verifier_backend" not in {a.dest for a in options}
+    assert "``" not in out and ":func:" not in out, "reST markup in --help"
+
+
+@pytest.mark.parametrize("argv", [["bench", "rewards", "--concurrency", "0"], ["bench", "rewards", "--requests", "-1"],
+                                  ["bench", "verifier", "--limit", "0"], ["verify", "--data", "halueval:dev",
+                                                                          "--limit", "-5"]])
+def test_cli_rejects_non_positive_counts(argv, capsys):
+    """A count of 0 would hang the load test (a semaphore of 0) or slice the data from the end: usage error."""
+    from cluster.cli import build_parser
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(argv)
+    assert e.value.code == 2 and "must be >= 1" in capsys.readouterr().err
 
 
 def test_app_builder_reads_args_as_settings():
@@ -189,3 +246,13 @@ def test_app_builder_reads_args_as_settings():
         app_builder({"GRANULARITY": "tokens"})
     with pytest.raises(ConfigError, match="unknown setting"):
         app_builder({"NOT_A_SETTING": "1"})
+    # the app scales exactly as the generated Serve config does (one rule: cluster.serve_config)
+    with pytest.raises(ConfigError, match="SERVE_MAX_REPLICAS"):
+        app_builder({"REWARD_REPLICAS": "3", "SERVE_MAX_REPLICAS": "2"})
+    from cluster.config import RLFHConfig
+    from cluster.serve_config import serve_config
+    deps = {d["name"]: d for d in serve_config(RLFHConfig.load(
+        {}, verifier_num_cpus=0.5, reward_replicas=2, max_replicas=3))["applications"][0]["deployments"]}
+    assert deps["RLFHRewards"]["autoscaling_config"] == {
+        "min_replicas": auto.min_replicas, "max_replicas": auto.max_replicas,
+        "target_ongoing_requests": auto.target_ongoing_requests}

@@ -19,8 +19,9 @@ Per batch of requests:
    ``rlfh_judge_fallbacks_total``.
 
 A failed attempt is a transport error, a timeout, an HTTP error status, an exception from the ChatFn or a
-reply that :mod:`verifier_service.prompts` cannot parse strictly. Attempts are retried with exponential
-backoff; only the failed conversations of a batch are re-sent.
+reply that :mod:`verifier_service.prompts` cannot parse strictly; each one is counted in
+``rlfh_call_failures_total{target="judge_<backend>"}``. Attempts are retried with exponential backoff
+(:func:`cluster.retry.backoff_delay`, capped at 10 s); only the failed conversations of a batch are re-sent.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from cluster.retry import backoff_delay
 from verifier_service import text as T
 from verifier_service.align import align_statement, tokenize
 from verifier_service.prompts import (PROMPT_VERSION, JudgeFormatError, extract_messages, parse_extract,
@@ -124,13 +126,14 @@ class LLMBackend:
     """LLM-judged verification over a batched ChatFn (``llm``: HTTP endpoint; ``self``: injected engine)."""
 
     def __init__(self, cfg, chat_fn, *, name: str = "llm", model: str = "default", endpoint: str = "",
-                 backoff_s: float = 0.5):
+                 backoff_s: float = 0.5, max_backoff_s: float = 10.0):
         self.cfg = cfg
         self.chat_fn = chat_fn
         self.name = name
         self.model = model
         self.endpoint = endpoint
         self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s   # JUDGE_MAX_RETRIES=10 must not mean minutes of sleeping
         self.max_attempts = 1 + int(cfg.judge_max_retries)
         self.fallback_label = cfg.judge_fallback_label
 
@@ -149,13 +152,14 @@ class LLMBackend:
         Returns key -> the best parsed value (complete or the last partial one); keys that never parsed are
         absent. At most ``1 + JUDGE_MAX_RETRIES`` attempts per conversation.
         """
+        from cluster import metrics
         done: dict[int, object] = {}
         pending = list(convs)
         for attempt in range(self.max_attempts):
             if not pending:
                 break
             if attempt:
-                time.sleep(self.backoff_s * (2 ** (attempt - 1)))
+                time.sleep(backoff_delay(attempt - 1, self.backoff_s, self.max_backoff_s))
             try:
                 replies = list(self.chat_fn([convs[k] for k in pending]))
                 if len(replies) != len(pending):
@@ -163,11 +167,14 @@ class LLMBackend:
             except Exception as e:  # the engine or transport failed for the whole batch
                 log.warning("%s judge: attempt %d/%d failed for %d conversation(s): %s: %s", self.name,
                             attempt + 1, self.max_attempts, len(pending), type(e).__name__, e)
+                metrics.inc("rlfh_call_failures_total", len(pending), {"target": f"judge_{self.name}"})
                 continue
             still = []
+            failed = 0   # no reply or an unparseable one (a partial parse is kept and re-asked, not a failure)
             for k, reply in zip(pending, replies):
                 if reply is None:
                     still.append(k)
+                    failed += 1
                     continue
                 try:
                     value, complete = parse(k, reply)
@@ -175,10 +182,12 @@ class LLMBackend:
                     log.info("%s judge: malformed reply (attempt %d/%d): %s", self.name, attempt + 1,
                              self.max_attempts, e)
                     still.append(k)
+                    failed += 1
                     continue
                 done[k] = value
                 if not complete:
                     still.append(k)
+            metrics.inc("rlfh_call_failures_total", failed, {"target": f"judge_{self.name}"})
             pending = still
         if pending:
             log.warning("%s judge: %d conversation(s) still failed after %d attempt(s)", self.name, len(pending),

@@ -42,10 +42,12 @@ def free_port() -> int:
 
 
 def pick_device() -> torch.device:
-    """cuda:0 when this process sees a GPU (Ray sets CUDA_VISIBLE_DEVICES per actor) and RLFH_FORCE_CPU != 1."""
-    if torch.cuda.is_available() and os.environ.get("RLFH_FORCE_CPU") != "1":
-        return torch.device("cuda", 0)
-    return torch.device("cpu")
+    """cuda:0 when this process sees a GPU (Ray sets CUDA_VISIBLE_DEVICES per actor) and RLFH_FORCE_CPU != 1.
+
+    The device form of :func:`actors.model_loader.default_device` (one rule for every loader and actor).
+    """
+    from actors.model_loader import default_device
+    return torch.device("cuda", 0) if default_device() == "cuda" else torch.device("cpu")
 
 
 class BaseActor:
@@ -223,6 +225,16 @@ def batched_response_forward(fn, batch: Batch, micro: int, device: torch.device)
         mb = {k: v.to(device) for k, v in mb.items()}
         outs.append(pad_response(fn(mb).float().cpu(), R))
     return torch.cat(outs, 0)
+
+
+def response_logprobs(model, batch: Batch, cfg: RLFHConfig, device: torch.device) -> torch.Tensor:
+    """Response log-probs of a causal LM at the rollout ``TEMPERATURE``: CPU float32 [B, R], 0 off the action mask.
+
+    Micro batches of ``MICRO_ROLLOUT_BATCH_SIZE`` (trimmed, on ``device``); call it under ``torch.no_grad()``.
+    The one forward the policy (old log-probs), the reference (KL) and the HF rollout engine share.
+    """
+    return batched_response_forward(lambda mb: causal_lm_response_logprobs(model, mb, cfg.temperature),
+                                    batch, cfg.micro_rollout_batch_size, device)
 
 
 def to_device(batch: Batch, device: torch.device) -> Batch:

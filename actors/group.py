@@ -285,16 +285,22 @@ class ActorGroup:
             ray.get(self.run_async("shutdown"), timeout=timeout_s)
         except Exception as e:
             log.warning("%s group: shutdown call failed (%s); killing the actors", self.role, e)
-        for a in self.actors:
-            try:
-                ray.kill(a)
-            except Exception:
-                pass
+        kill_actors(self.actors)
         self.actors = []
         if self._own_pg is not None:
             from ray.util.placement_group import remove_placement_group
             remove_placement_group(self._own_pg)
             self._own_pg = None
+
+
+def kill_actors(handles) -> None:
+    """``ray.kill`` every handle; one that is already gone is not an error (shutdown paths)."""
+    import ray
+    for h in handles:
+        try:
+            ray.kill(h)
+        except Exception:  # noqa: BLE001 - dead actor / Ray already down
+            pass
 
 
 def group_for(actor_cls, role: str, cfg: RLFHConfig, rp: RolePlacement) -> ActorGroup:
@@ -344,14 +350,9 @@ class Groups:
         return [g for g in (self.policy, self.critic, self.reference) if g is not None]
 
     def shutdown(self) -> None:
-        import ray
         for g in self.groups():
             g.shutdown()
-        for e in self.rollout:
-            try:
-                ray.kill(e)
-            except Exception:
-                pass
+        kill_actors(self.rollout)
         self.rollout = []
         self.placement.remove()
 

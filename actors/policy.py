@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from actors.base import BaseActor, batched_response_forward, causal_lm_response_logprobs, ds_config
+from actors.base import BaseActor, causal_lm_response_logprobs, ds_config, response_logprobs
 from actors.types import Batch, check_batch, trim_batch
 
 log = logging.getLogger(__name__)
@@ -213,9 +213,7 @@ class PolicyActor(TrainableLMActor):
     def logprobs(self, batch: Batch) -> torch.Tensor:
         """Log-probs of the response tokens under the current policy: CPU float32 [B, R] (0 off the action mask)."""
         self.engine.eval()
-        return batched_response_forward(
-            lambda mb: causal_lm_response_logprobs(self.engine, mb, self.cfg.temperature),
-            batch, self.cfg.micro_rollout_batch_size, self.device)
+        return response_logprobs(self.engine, batch, self.cfg, self.device)
 
     # ------------------------------------------------------------------ training
     def train_step(self, batch: Batch, eps_clip: Optional[float] = None) -> dict:

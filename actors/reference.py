@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from actors.base import BaseActor, batched_response_forward, causal_lm_response_logprobs
+from actors.base import BaseActor, response_logprobs
 from actors.types import Batch
 
 log = logging.getLogger(__name__)
@@ -32,9 +32,7 @@ class ReferenceActor(BaseActor):
     @torch.no_grad()
     def logprobs(self, batch: Batch) -> torch.Tensor:
         """Reference log-probs of the response tokens: CPU float32 [B, R] (0 off the action mask)."""
-        return batched_response_forward(
-            lambda mb: causal_lm_response_logprobs(self.model, mb, self.cfg.temperature),
-            batch, self.cfg.micro_rollout_batch_size, self.device)
+        return response_logprobs(self.model, batch, self.cfg, self.device)
 
     def weights_fingerprint(self) -> dict[str, float]:
         return {n: float(p.detach().double().sum()) for n, p in self.model.named_parameters()}

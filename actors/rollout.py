@@ -65,13 +65,13 @@ class _EngineBase:
 
     backend = "base"
 
-    def __init__(self, cfg: RLFHConfig | dict, engine_index: int = 0):
+    def __init__(self, cfg: RLFHConfig | dict, engine_index: int = 0, tokenizer=None):
         self.cfg = cfg if isinstance(cfg, RLFHConfig) else RLFHConfig(**cfg)
         self.engine_index = engine_index
         self._version = 0
         from actors.model_loader import load_tokenizer, resolve_model_path
         self.model_path = resolve_model_path(self.cfg.model_path)
-        self.tokenizer = load_tokenizer(self.model_path)
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.model_path)
         self.tokenizer.truncation_side = "left"
         self.eos_ids = self._eos_ids()
         self.stats = {"generated_tokens": 0, "generate_s": 0.0, "calls": 0}
@@ -100,18 +100,29 @@ class _EngineBase:
         enc = self.tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
         return [ids[-max_len:] for ids in enc]
 
-    def make_sample(self, prompt_index: int, prompt_ids: list[int], gen_ids: Sequence[int],
-                    finished_by_eos: Optional[bool] = None) -> RolloutSample:
-        """Cut at the first EOS (kept), decode, compute offsets, name the finish reason."""
+    def _cut_at_eos(self, gen_ids: Sequence[int]) -> tuple[list[int], bool]:
+        """Generated ids up to and including the first EOS, and whether there was one."""
         out = []
-        stop = False
         eos = set(self.eos_ids)
         for t in gen_ids:
             t = int(t)
             out.append(t)
             if t in eos:
-                stop = True
-                break
+                return out, True
+        return out, False
+
+    def reply_text(self, gen_ids: Sequence[int]) -> str:
+        """The text of a chat reply: cut at the first EOS, decoded without special tokens (no offsets needed).
+
+        The same text as ``make_sample(...).response_text``, without the per-token offset work.
+        """
+        ids, _ = self._cut_at_eos(gen_ids)
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def make_sample(self, prompt_index: int, prompt_ids: list[int], gen_ids: Sequence[int],
+                    finished_by_eos: Optional[bool] = None) -> RolloutSample:
+        """Cut at the first EOS (kept), decode, compute offsets, name the finish reason."""
+        out, stop = self._cut_at_eos(gen_ids)
         if finished_by_eos is not None and finished_by_eos and not stop:
             stop = True  # stopped by a stop string / token vLLM did not echo: still a "stop"
         text, offsets = token_offsets(self.tokenizer, out)
@@ -165,19 +176,29 @@ class _EngineBase:
 
 
 class HFRolloutEngine(_EngineBase):
-    """transformers ``generate``: batched in MICRO_ROLLOUT_BATCH_SIZE, left padding, sdpa attention, seeded."""
+    """transformers ``generate``: batched in MICRO_ROLLOUT_BATCH_SIZE, left padding, sdpa attention, seeded.
+
+    ``model`` / ``tokenizer`` / ``device``: already-loaded objects to share (e.g. the verifier's
+    :class:`verifier_service.hf_chat.HFChat` over a model someone else holds); by default the engine loads
+    MODEL_PATH on :func:`actors.base.pick_device`. A shared model is put in eval mode but its
+    ``requires_grad`` flags are left alone (generation runs under ``no_grad`` anyway).
+    """
 
     backend = "hf"
 
-    def __init__(self, cfg: RLFHConfig | dict, engine_index: int = 0):
-        super().__init__(cfg, engine_index)
+    def __init__(self, cfg: RLFHConfig | dict, engine_index: int = 0, *, model=None, tokenizer=None,
+                 device: Optional[str] = None):
+        super().__init__(cfg, engine_index, tokenizer=tokenizer)
         from actors.base import pick_device
         from actors.model_loader import load_causal_lm
-        self.device = pick_device()
+        self.device = torch.device(device) if device is not None else pick_device()
         t0 = time.time()
-        self.model = load_causal_lm(self.model_path, dtype=self.cfg.dtype, device=str(self.device))
+        if model is None:
+            self.model = load_causal_lm(self.model_path, dtype=self.cfg.dtype, device=str(self.device))
+            self.model.requires_grad_(False)
+        else:
+            self.model = model.to(self.device)
         self.model.eval()
-        self.model.requires_grad_(False)
         self.pad_id = int(self.tokenizer.pad_token_id)
         log.info("hf rollout engine %d on %s ready in %.1fs", engine_index, self.device, time.time() - t0)
 
@@ -225,11 +246,17 @@ class HFRolloutEngine(_EngineBase):
         self.stats["calls"] += 1
 
     def chat(self, messages_batch: list[list[dict]], max_new_tokens: int = 256) -> list[str]:
-        """Greedy answers to chat conversations (the ChatFn of the verifier's ``self`` backend)."""
+        """Greedy answers to chat conversations (the ChatFn of the verifier's ``self`` backend).
+
+        Batched in MICRO_ROLLOUT_BATCH_SIZE with left padding; each prompt keeps its last
+        ``max_position_embeddings - max_new_tokens`` tokens.
+        """
+        if not messages_batch:
+            return []
         prompts = [self.render_chat(m) for m in messages_batch]
         enc = self.encode_prompts(prompts, max_len=self._max_context() - max_new_tokens)
         gens = self._generate_ids(enc, max_new_tokens, 0.0, 1.0, None)
-        return [self.make_sample(0, p, g).response_text for p, g in zip(enc, gens)]
+        return [self.reply_text(g) for g in gens]
 
     def _max_context(self) -> int:
         return int(getattr(self.model.config, "max_position_embeddings", 2048) or 2048)
@@ -248,10 +275,8 @@ class HFRolloutEngine(_EngineBase):
     @torch.no_grad()
     def logprobs(self, batch: Batch) -> torch.Tensor:
         """Response log-probs under the engine's weights [B, R] (proves a weight sync in tests)."""
-        from actors.base import batched_response_forward, causal_lm_response_logprobs
-        return batched_response_forward(
-            lambda mb: causal_lm_response_logprobs(self.model, mb, self.cfg.temperature),
-            batch, self.cfg.micro_rollout_batch_size, self.device)
+        from actors.base import response_logprobs
+        return response_logprobs(self.model, batch, self.cfg, self.device)
 
 
 def _resolve_state(state_dict_or_ref: Any) -> dict[str, torch.Tensor]:
@@ -371,7 +396,7 @@ class VLLMRolloutEngine(_EngineBase):
         enc = self.encode_prompts(prompts, max_len=self.max_model_len - max_new_tokens)
         outs = self.llm.generate([{"prompt_token_ids": ids} for ids in enc],
                                  self._params(len(enc), max_new_tokens, 0.0, 1.0, None), use_tqdm=False)
-        return [self.make_sample(0, ids, list(o.outputs[0].token_ids)).response_text for ids, o in zip(enc, outs)]
+        return [self.reply_text(o.outputs[0].token_ids) for o in outs]
 
     def logprobs(self, batch: Batch) -> torch.Tensor:
         """Response log-probs under the engine's weights [B, R] via vLLM prompt log-probs."""

@@ -87,6 +87,16 @@ def token_offsets(tokenizer, token_ids: Sequence[int], window: int = 6) -> tuple
     def decode(seq):
         return tokenizer.decode(seq, skip_special_tokens=True, clean_up_tokenization_spaces=False)
 
+    def emit(piece: str) -> None:
+        """Append ``piece`` to the text; every pending token gets its span."""
+        nonlocal length, pending
+        start = length
+        pieces_text.append(piece)
+        length += len(piece)
+        for p in pending:
+            spans[p] = (start, length)
+        pending = []
+
     for pos, tid in enumerate(ids):
         if tid in special:  # skipped by the decode: an empty span where the text stands now
             spans[pos] = (length, length)
@@ -97,36 +107,19 @@ def token_offsets(tokenizer, token_ids: Sequence[int], window: int = 6) -> tuple
         new_text = decode(kept[prefix_off:])
         if len(new_text) > len(prefix_text) and not new_text.endswith("\ufffd") \
                 and new_text.startswith(prefix_text):
-            piece = new_text[len(prefix_text):]
-            start = length
-            pieces_text.append(piece)
-            length += len(piece)
-            for p in pending:
-                spans[p] = (start, length)
-            pending = []
-            # slide the window: keep a few tokens of context (some tokenizers strip a leading space)
-            prefix_off = max(read_off, len(kept) - window)
-            read_off = len(kept)
+            emit(new_text[len(prefix_text):])
         elif len(kept) - prefix_off > 4 * window + 8:
             # a long run that never completes a character (invalid bytes): emit what it decodes to
-            piece = new_text[len(prefix_text):] if new_text.startswith(prefix_text) else ""
-            start = length
-            pieces_text.append(piece)
-            length += len(piece)
-            for p in pending:
-                spans[p] = (start, length)
-            pending = []
-            prefix_off = max(read_off, len(kept) - window)
-            read_off = len(kept)
+            emit(new_text[len(prefix_text):] if new_text.startswith(prefix_text) else "")
+        else:
+            continue
+        # slide the window: keep a few tokens of context (some tokenizers strip a leading space)
+        prefix_off = max(read_off, len(kept) - window)
+        read_off = len(kept)
     if pending:  # trailing partial character: whatever the window decodes to
         tail = decode(kept[prefix_off:])
         head = decode(kept[prefix_off:read_off])
-        piece = tail[len(head):] if tail.startswith(head) else ""
-        start = length
-        pieces_text.append(piece)
-        length += len(piece)
-        for p in pending:
-            spans[p] = (start, length)
+        emit(tail[len(head):] if tail.startswith(head) else "")
 
     inc_text = "".join(pieces_text)
     full = tokenizer.decode(ids, skip_special_tokens=True)

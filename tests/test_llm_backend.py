@@ -81,6 +81,10 @@ def _fallbacks(seen) -> float:
     return sum(v for n, v, _ in seen if n == "rlfh_judge_fallbacks_total")
 
 
+def _call_failures(seen, target="judge_llm") -> float:
+    return sum(v for n, v, t in seen if n == "rlfh_call_failures_total" and t == {"target": target})
+
+
 # ----------------------------------------------------------------------------- parsing & alignment (no server)
 
 def test_strict_parsers():
@@ -142,7 +146,7 @@ def test_llm_success_via_replay(fallback_spy):
         stats = _stats(srv)
     assert stats["calls"] == 2 and stats["failed"] == 0
     assert res.backend == "llm" and res.num_statements == 4
-    assert res.num_fallback == 0 and _fallbacks(fallback_spy) == 0
+    assert res.num_fallback == 0 and _fallbacks(fallback_spy) == 0 and _call_failures(fallback_spy) == 0
     sts = res.statements()
     by_text = {s.text: s for s in sts}
     won = by_text["Jonathan Stark won two Grand Slam doubles titles"]
@@ -173,6 +177,7 @@ def test_llm_malformed_json_is_a_counted_fallback(fallback_spy):
     assert all(RESPONSE[s.start:s.end] == s.text for s in sts)
     assert _fallbacks(fallback_spy) == 3
     assert [t for n, _, t in fallback_spy if n == "rlfh_judge_fallbacks_total"] == [{"backend": "llm"}]
+    assert _call_failures(fallback_spy) == 4       # every malformed reply is a counted failed attempt
 
 
 def test_llm_http_500_bounded_retries_then_fallback(fallback_spy):
@@ -185,7 +190,27 @@ def test_llm_http_500_bounded_retries_then_fallback(fallback_spy):
         stats = _stats(srv)
     assert stats["calls"] == 6 and stats["failed"] == 6  # (1 + 2 retries) x (extract, verify)
     assert res.num_fallback == res.num_statements == 3 and _fallbacks(fallback_spy) == 3
+    assert _call_failures(fallback_spy) == 6
     assert elapsed < 10
+
+
+def test_judge_backoff_is_capped(monkeypatch):
+    """JUDGE_MAX_RETRIES=10 must not mean 0.5 * 2^9 s of sleeping before the last attempt."""
+    import verifier_service.llm_backend as lb
+    seen = []
+    real_sleep = time.sleep
+    monkeypatch.setattr(lb.time, "sleep", lambda s: (seen.append(s), real_sleep(s)))
+
+    def engine(convs):
+        raise RuntimeError("down")
+
+    v = Verifier(RLFHConfig.load(environ={}, judge_max_retries=10), backend="self", chat_fn=engine)
+    v.backend.backoff_s, v.backend.max_backoff_s = 0.001, 0.004
+    t0 = time.perf_counter()
+    res = v.verify(_req())
+    assert res.num_fallback == res.num_statements == 3
+    assert max(seen) == pytest.approx(0.004) and len(seen) == 2 * 10   # 10 waits per stage, capped
+    assert time.perf_counter() - t0 < 5
 
 
 def test_llm_transient_500_recovers_on_retry(fallback_spy):
@@ -269,6 +294,7 @@ def test_self_backend_with_failing_engine_falls_back(fallback_spy):
     assert calls == [1, 1, 1, 1]
     assert res.backend == "self" and res.num_fallback == res.num_statements == 3
     assert [t for n, _, t in fallback_spy if n == "rlfh_judge_fallbacks_total"] == [{"backend": "self"}]
+    assert _call_failures(fallback_spy, "judge_self") == 4
 
 
 def test_self_backend_with_scripted_engine():
@@ -285,8 +311,21 @@ def test_self_backend_with_scripted_engine():
 
 @pytest.fixture(scope="module")
 def smol_chat():
+    """SmolLM2 in this process, with one intra-op thread while these tests run.
+
+    On a 2-core machine that other jobs keep busy, torch's default of one OpenMP thread per core spends its
+    time in barriers: one 214-token extraction prompt + 16 new tokens took ~50 s with 2 threads and ~1.5 s
+    with 1 (the actors make the same choice, see actors/base.py).
+    """
+    import torch
+
     from verifier_service.hf_chat import HFChat
-    return HFChat("smollm2-135m-instruct", max_new_tokens=16, batch_size=4)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield HFChat("smollm2-135m-instruct", max_new_tokens=16, batch_size=4)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _check_invariants(res, response):
@@ -324,3 +363,25 @@ def test_self_backend_with_real_smollm2_chatfn(smol_chat):
     assert res.backend == "self"
     _check_invariants(res, resp)
     assert v.cache_identity()["model"] == "smollm2-135m-instruct"
+
+
+@pytest.mark.slow
+def test_hf_chat_is_greedy_generate_and_shares_a_loaded_model(smol_chat):
+    """HFChat (the rollout engine's chat) = HF greedy generate of the chat template; given objects are shared."""
+    import torch
+
+    shared = type(smol_chat)("smollm2-135m-instruct", max_new_tokens=8, model=smol_chat.model,
+                             tokenizer=smol_chat.tokenizer)
+    assert shared.model is smol_chat.model and shared.tokenizer is smol_chat.tokenizer
+    convs = [[{"role": "user", "content": "Name a colour."}],
+             [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is the capital of Italy?"}]]
+    got = shared(convs)
+    tok, model = smol_chat.tokenizer, smol_chat.model
+    for conv, reply in zip(convs, got):
+        ids = tok(tok.apply_chat_template(conv, tokenize=False, add_generation_prompt=True),
+                  add_special_tokens=False, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=8,
+                                 do_sample=False, pad_token_id=tok.pad_token_id)
+        assert reply == tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True).strip()
+    assert shared([]) == []

@@ -98,6 +98,11 @@ def _as_bool(mask: Tensor) -> Tensor:
     return mask if mask.dtype == torch.bool else mask != 0
 
 
+def _zero_outside(x: Tensor, mask: Tensor) -> Tensor:
+    """``x`` where ``mask`` (bool) is True, exactly 0 elsewhere (even where ``x`` is NaN / inf). Same shape as ``x``."""
+    return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
 def _check_groups(name: str, batch: int, n_samples_per_prompt, min_n: int = 1) -> int:
     if isinstance(n_samples_per_prompt, bool) or not isinstance(n_samples_per_prompt, int):
         raise TypeError(f"n_samples_per_prompt must be an int, got {n_samples_per_prompt!r}")
@@ -116,6 +121,17 @@ def _check_groups(name: str, batch: int, n_samples_per_prompt, min_n: int = 1) -
 # masked statistics
 # --------------------------------------------------------------------------------------------------
 
+def _full_mask(x: Tensor, mask: Tensor) -> Tensor:
+    """``mask != 0`` broadcast to the common shape of ``x`` and ``mask``; ValueError naming both shapes if none."""
+    _check_tensor("x", x)
+    _check_tensor("mask", mask)
+    try:
+        shape = torch.broadcast_shapes(x.shape, mask.shape)
+    except RuntimeError:
+        raise ValueError(f"mask shape {list(mask.shape)} does not broadcast to x shape {list(x.shape)}") from None
+    return _as_bool(mask).expand(shape)
+
+
 def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     """Sum of ``x`` over the entries where ``mask != 0``.
 
@@ -129,7 +145,7 @@ def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     _check_tensor("x", x)
     _check_tensor("mask", mask)
     m = _as_bool(mask)
-    vals = torch.where(m, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    vals = _zero_outside(x, m)
     return vals.sum() if dim is None else vals.sum(dim=dim)
 
 
@@ -146,14 +162,7 @@ def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
     Returns:
         scalar ``[]`` if ``dim is None`` else ``S`` with ``dim`` removed.
     """
-    _check_tensor("x", x)
-    _check_tensor("mask", mask)
-    try:
-        torch.broadcast_shapes(x.shape, mask.shape)
-    except RuntimeError:
-        raise ValueError(f"mask shape {list(mask.shape)} does not broadcast to x shape {list(x.shape)}") from None
-    m = _as_bool(mask)
-    m_full = m.expand(torch.broadcast_shapes(x.shape, m.shape))
+    m_full = _full_mask(x, mask)
     total = masked_sum(x, m_full, dim)
     count = m_full.sum() if dim is None else m_full.sum(dim=dim)
     return total / count.clamp(min=1).to(total.dtype)
@@ -171,7 +180,7 @@ def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
     Raises:
         ValueError: the mask selects no entry.
     """
-    m = _as_bool(mask).expand(torch.broadcast_shapes(x.shape, mask.shape))
+    m = _full_mask(x, mask)
     count = int(m.sum().item())
     if count == 0:
         raise ValueError("masked_var: mask selects no entries (every action_mask entry is 0)")
@@ -205,7 +214,7 @@ def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, *, eps: floa
     y = (x - mean) * torch.rsqrt(var + eps)
     if not shift_mean:
         y = y + mean
-    return torch.where(m, y, torch.zeros((), dtype=y.dtype, device=y.device))
+    return _zero_outside(y, m)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -278,7 +287,7 @@ def shape_token_rewards(token_rewards: Tensor, kl: Tensor, action_mask: Tensor, 
     if not (isinstance(reward_clip, (int, float)) and reward_clip > 0):
         raise ValueError(f"reward_clip must be > 0 (math.inf disables clipping), got {reward_clip!r}")
     r = token_rewards.clamp(-reward_clip, reward_clip) - kl_coef * kl
-    return torch.where(_as_bool(action_mask), r, torch.zeros((), dtype=r.dtype, device=r.device))
+    return _zero_outside(r, _as_bool(action_mask))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -331,8 +340,7 @@ def discounted_returns(rewards: Tensor, action_mask: Tensor, gamma: float = 1.0)
     _check_2d("rewards", rewards)
     _check_unit_interval("gamma", gamma)
     m = _as_bool(action_mask)
-    r = torch.where(m, rewards, torch.zeros((), dtype=rewards.dtype, device=rewards.device))
-    return _reverse_scan(r, m, float(gamma))
+    return _reverse_scan(_zero_outside(rewards, m), m, float(gamma))
 
 
 def gae_advantages(rewards: Tensor, values: Tensor, action_mask: Tensor, gamma: float,
@@ -357,12 +365,11 @@ def gae_advantages(rewards: Tensor, values: Tensor, action_mask: Tensor, gamma: 
     _check_unit_interval("gamma", gamma)
     _check_unit_interval("lambd", lambd)
     m = _as_bool(action_mask)
-    zero = torch.zeros((), dtype=rewards.dtype, device=rewards.device)
-    r = torch.where(m, rewards, zero)
-    v = torch.where(m, values.to(rewards.dtype), zero)
+    r = _zero_outside(rewards, m)
+    v = _zero_outside(values.to(rewards.dtype), m)
     deltas = r + gamma * _next_valid(v, m) - v
     adv = _reverse_scan(deltas, m, float(gamma) * float(lambd))
-    returns = torch.where(m, adv + v, zero)
+    returns = _zero_outside(adv + v, m)
     return adv, returns
 
 
@@ -432,8 +439,7 @@ def grpo_advantages(rewards: Tensor, action_mask: Tensor, n_samples_per_prompt: 
     degenerate = std <= eps
     adv = (G - _per_row(mean, n)) / (_per_row(std, n) + eps)
     keep = m & ~_per_row(degenerate, n)
-    zero = torch.zeros((), dtype=adv.dtype, device=adv.device)
-    return torch.where(keep, adv, zero), G
+    return _zero_outside(adv, keep), G
 
 
 def rloo_advantages(rewards: Tensor, action_mask: Tensor, n_samples_per_prompt: int, *,
@@ -449,8 +455,7 @@ def rloo_advantages(rewards: Tensor, action_mask: Tensor, n_samples_per_prompt: 
     G, s, m, n = _group_returns("rloo_advantages", rewards, action_mask, n_samples_per_prompt, gamma)
     loo = (s.sum(dim=1, keepdim=True) - s) / (n - 1)          # [G, n]
     adv = G - _per_row(loo, n)
-    zero = torch.zeros((), dtype=adv.dtype, device=adv.device)
-    return torch.where(m, adv, zero), G
+    return _zero_outside(adv, m), G
 
 
 def dr_grpo_advantages(rewards: Tensor, action_mask: Tensor, n_samples_per_prompt: int, *,
@@ -468,8 +473,7 @@ def dr_grpo_advantages(rewards: Tensor, action_mask: Tensor, n_samples_per_promp
     """
     G, s, m, n = _group_returns("dr_grpo_advantages", rewards, action_mask, n_samples_per_prompt, gamma)
     adv = G - _per_row(s.mean(dim=1), n)
-    zero = torch.zeros((), dtype=adv.dtype, device=adv.device)
-    return torch.where(m, adv, zero), G
+    return _zero_outside(adv, m), G
 
 
 ADVANTAGE_ESTIMATORS: dict[str, Callable[..., tuple[Tensor, Tensor]]] = {}
@@ -688,9 +692,8 @@ def policy_loss(logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, acti
         if not (isinstance(v, (int, float)) and v > 0):
             raise ValueError(f"{nm} must be > 0, got {v!r}")
     m = _as_bool(action_mask)
-    zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
-    adv = torch.where(m, advantages.detach().to(logprobs.dtype), zero)
-    log_ratio = torch.where(m, logprobs - old_logprobs.detach().to(logprobs.dtype), zero)
+    adv = _zero_outside(advantages.detach().to(logprobs.dtype), m)
+    log_ratio = _zero_outside(logprobs - old_logprobs.detach().to(logprobs.dtype), m)
     ratio = torch.exp(log_ratio)
     surr = ratio * adv
     surr_clipped = ratio.clamp(1.0 - eps_clip, 1.0 + hi) * adv
@@ -726,10 +729,9 @@ def value_loss(values: Tensor, old_values: Tensor, returns: Tensor, action_mask:
     if not (isinstance(value_clip, (int, float)) and value_clip > 0):
         raise ValueError(f"value_clip must be > 0 (math.inf disables clipping), got {value_clip!r}")
     m = _as_bool(action_mask)
-    zero = torch.zeros((), dtype=values.dtype, device=values.device)
-    old = torch.where(m, old_values.detach().to(values.dtype), zero)
-    ret = torch.where(m, returns.detach().to(values.dtype), zero)
-    v = torch.where(m, values, zero)
+    old = _zero_outside(old_values.detach().to(values.dtype), m)
+    ret = _zero_outside(returns.detach().to(values.dtype), m)
+    v = _zero_outside(values, m)
     v_clipped = old + (v - old).clamp(-value_clip, value_clip)
     l1 = (v - ret).square()
     l2 = (v_clipped - ret).square()

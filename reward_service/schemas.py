@@ -12,7 +12,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, field_validator
 
 from verifier_service.schema import (MAX_MATERIALS, MAX_QUESTION_CHARS, MAX_RESPONSE_CHARS, VerifyRequest,
-                                     VerifyResult)
+                                     VerifyResult, wrap_single_material)
 
 #: Upper bound on tokens per response: byte-level BPE may split one character into up to 4 tokens.
 MAX_TOKENS = 4 * MAX_RESPONSE_CHARS + 64
@@ -62,12 +62,7 @@ class RewardItem(BaseModel):
                     "(special tokens such as EOS: [len(response), len(response)]). Omitted: the service "
                     "tokenizes the response alone with REWARD_TOKENIZER (or MODEL_PATH).")
 
-    @field_validator("materials", mode="before")
-    @classmethod
-    def _wrap(cls, v):
-        if isinstance(v, str):
-            return [v] if v.strip() else []
-        return v
+    _wrap = field_validator("materials", mode="before")(wrap_single_material)
 
     def verify_request(self) -> VerifyRequest:
         return VerifyRequest(question=self.question, response=self.response, materials=self.materials,

@@ -26,6 +26,13 @@ MAX_MATERIAL_CHARS = 200_000
 MAX_MATERIALS = 64
 
 
+def wrap_single_material(v):
+    """``materials`` validator (mode="before"): one string is one passage (a blank one is none)."""
+    if isinstance(v, str):
+        return [v] if v.strip() else []
+    return v
+
+
 class VerifyRequest(BaseModel):
     """One response to verify against its materials."""
 
@@ -40,12 +47,7 @@ class VerifyRequest(BaseModel):
     )
     gold_answer: Optional[str] = Field(None, description="Reference answer, when known; sharpens verification.")
 
-    @field_validator("materials", mode="before")
-    @classmethod
-    def _wrap_single_material(cls, v):
-        if isinstance(v, str):
-            return [v] if v.strip() else []
-        return v
+    _wrap_single_material = field_validator("materials", mode="before")(wrap_single_material)
 
     @model_validator(mode="after")
     def _check_material_size(self):

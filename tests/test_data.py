@@ -9,14 +9,23 @@ from cluster.data import DataError, load_halueval, load_items, read_jsonl, split
 def test_halueval_loads_and_splits_deterministically():
     items = load_halueval("all")
     assert len(items) == 10_000
-    test = load_halueval("test")
-    train = load_halueval("train")
-    assert len(test) >= 1_000
-    test_q = {it.question for it in test}
-    assert not test_q & {it.question for it in train}, "test questions leak into train"
-    # deterministic: split depends on the question only
-    assert all(split_of(it.question) == "test" for it in test[:50])
-    assert len(load_halueval("test")) == len(test)
+    splits = {name: load_halueval(name) for name in ("train", "dev", "test")}
+    # the three splits partition the data set: every item in exactly one split, none lost
+    assert sum(len(v) for v in splits.values()) == len(items)
+    uids = {name: {it.uid for it in v} for name, v in splits.items()}
+    assert not uids["test"] & uids["train"], "test questions leak into train"
+    assert not uids["test"] & uids["dev"] and not uids["dev"] & uids["train"]
+    # roughly 80 / 5 / 15 % (hash buckets), and the test split is at least the documented 1,000 items
+    assert len(splits["test"]) >= 1_000
+    for name, share in (("train", 0.80), ("dev", 0.05), ("test", 0.15)):
+        assert abs(len(splits[name]) / len(items) - share) < 0.02, (name, len(splits[name]))
+    # deterministic: a second load gives the same items in the same order, and the split of an item
+    # is a function of its question alone (independent of file order)
+    assert [it.question for it in load_halueval("test")] == [it.question for it in splits["test"]]
+    by_split = {}
+    for it in reversed(items):
+        by_split.setdefault(split_of(it.question), set()).add(it.uid)
+    assert by_split == uids
     it = items[0]
     assert it.question and it.right_answer and it.hallucinated_answer and len(it.knowledge) >= 2
 

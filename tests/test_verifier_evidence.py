@@ -8,7 +8,7 @@ from pydantic import ValidationError
 
 from cluster.config import ConfigError, RLFHConfig
 from verifier_service.core import Verifier
-from verifier_service.schema import LABELS, MAX_MATERIAL_CHARS, MAX_RESPONSE_CHARS, VerifyRequest
+from verifier_service.schema import BAD_LABELS, MAX_MATERIAL_CHARS, MAX_RESPONSE_CHARS, VerifyRequest
 
 STARK = ["Jonathan Stark (born April 3, 1971) is a former professional tennis player from the United States. "
          "During his career he won two Grand Slam doubles titles.",
@@ -81,13 +81,20 @@ def test_without_gold_the_year_comparison_picks_the_option(verifier):
 
 
 def test_informativeness_range_and_order(verifier, halueval_test_items):
+    # (label / score ranges are enforced by the Statement schema; what is checked here is that the verdicts
+    # carry signal: without a gold answer, hallucinated answers are flagged far more often than right ones,
+    # and informativeness is not a constant)
+    flagged = {"right": 0, "hallucinated": 0}
+    infos, labels = set(), set()
     for it in halueval_test_items[:60]:
-        for resp in (it.right_answer, it.hallucinated_answer):
+        for kind, resp in (("right", it.right_answer), ("hallucinated", it.hallucinated_answer)):
             res = verifier.verify(VerifyRequest(question=it.question, response=resp, materials=it.knowledge))
-            for st in res.statements():
-                assert 1 <= st.informativeness <= 5
-                assert st.label in LABELS
-                assert 0.0 <= st.confidence <= 1.0
+            flagged[kind] += any(st.label in BAD_LABELS for st in res.statements())
+            infos |= {st.informativeness for st in res.statements()}
+            labels |= {st.label for st in res.statements()}
+    assert flagged["hallucinated"] >= 30 and flagged["right"] <= 20, flagged
+    assert flagged["hallucinated"] >= 2 * flagged["right"], flagged
+    assert len(infos) >= 2 and {"Correct", "Wrong"} <= labels, (infos, labels)
     # restating the question is less informative than giving the specific answer
     _, restate = _one(verifier, "Jonathan Stark won Grand Slam doubles titles.", gold="two")
     _, answer = _one(verifier, "Jonathan Stark won two Grand Slam doubles titles.", gold="two")

@@ -83,3 +83,19 @@ def embedded_model_path() -> str:
 def halueval_test_items():
     from cluster.data import load_halueval
     return load_halueval("test")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory, embedded_model_path) -> str:
+    """A 2-layer random Llama (hidden 64) with SmolLM2's tokenizer, for tests about mechanics, not the model
+    (dispatch over ranks, checkpoints, LoRA). Built once per session; tests only read it."""
+    import torch
+    from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM
+    out = tmp_path_factory.mktemp("tiny-llama")
+    c = AutoConfig.from_pretrained(embedded_model_path)
+    c.update({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 16})
+    torch.manual_seed(0)
+    LlamaForCausalLM(c).save_pretrained(out)
+    AutoTokenizer.from_pretrained(embedded_model_path).save_pretrained(out)
+    return str(out)

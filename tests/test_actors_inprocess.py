@@ -30,19 +30,6 @@ def restore_process_state():
 
 
 @pytest.fixture(scope="module")
-def tiny_model_path(tmp_path_factory, embedded_model_path):
-    from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM
-    out = tmp_path_factory.mktemp("tiny-llama-lora")
-    c = AutoConfig.from_pretrained(embedded_model_path)
-    c.update({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "head_dim": 16})
-    torch.manual_seed(0)
-    LlamaForCausalLM(c).save_pretrained(out)
-    AutoTokenizer.from_pretrained(embedded_model_path).save_pretrained(out)
-    return str(out)
-
-
-@pytest.fixture(scope="module")
 def policy(tiny_model_path):
     from actors.policy import PolicyActor
     from cluster.config import RLFHConfig

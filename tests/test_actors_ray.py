@@ -210,20 +210,6 @@ def test_weight_sync_engine_generates_with_the_new_weights(groups, batch, prompt
 
 # ------------------------------------------------------------------------------------------------ 2 ranks
 
-@pytest.fixture(scope="module")
-def tiny_model_path(tmp_path_factory, embedded_model_path):
-    """A 2-layer random Llama with SmolLM2's tokenizer: the 2-rank test is about dispatch, not the model."""
-    from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM
-    out = tmp_path_factory.mktemp("tiny-llama")
-    c = AutoConfig.from_pretrained(embedded_model_path)
-    c.update({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "head_dim": 16})
-    torch.manual_seed(0)
-    LlamaForCausalLM(c).save_pretrained(out)
-    AutoTokenizer.from_pretrained(embedded_model_path).save_pretrained(out)
-    return str(out)
-
-
 def test_dispatch_over_two_gloo_ranks(cfg, batch, samples, tiny_model_path, ray_local):
     """world_size 2 on CPU (gloo): per-rank results come back in rank order; a train step keeps ranks in lockstep."""
     from actors.group import ActorGroup

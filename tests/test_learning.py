@@ -66,7 +66,8 @@ def test_keyword_reward_raises_the_word_frequency(tmp_path):
     print(f"'{WORD}' in responses before {before[0]:.2f} after {after[0]:.2f}; occurrences per response "
           f"{before[1]:.2f} -> {after[1]:.2f}; reward per step {rewards}")
     assert result.completed and not any(r["skipped"] for r in result.history)
-    assert all(r["weights_version"] == r["step"] for r in result.history), "the engine got every update"
+    versions = [r["weights_version"] for r in result.history]
+    assert all(a < b for a, b in zip(versions, versions[1:])), f"the engine missed an update: {versions}"
     assert after[0] >= before[0] + 0.25, f"'{WORD}' rate did not rise clearly: {before[0]:.2f} -> {after[0]:.2f}"
     assert after[1] >= before[1] * 1.5, f"'{WORD}' count did not rise clearly: {before[1]:.2f} -> {after[1]:.2f}"
     assert max(rewards[-2:]) > rewards[0], f"training reward did not rise: {rewards}"

@@ -56,6 +56,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "baseline: the model is told it may answer \"I don't know\"). Default: default.")
     p.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32",
                    help="Inference dtype. Default fp32 (bf16 is not faster for long prompts on every CPU).")
+    p.add_argument("--threads", type=int, default=0,
+                   help="Torch CPU threads (0: auto = all cores on an idle machine, 1 when other work keeps the "
+                        "cores busy: on a shared small machine one thread avoids OpenMP stalls).")
     p.add_argument("--name", default="",
                    help="Display name of this run in tables and reports (default: derived from --model and "
                         "--system).")
@@ -64,6 +67,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n-boot", type=int, default=2000, help="Bootstrap resamples for the CIs. Default 2000.")
     p.add_argument("--seed", type=int, default=0, help="Bootstrap seed. Default 0.")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="Hide progress bars.")
+    p.add_argument("--reuse", action="store_true",
+                   help="Skip the run when OUT already holds one made with the same model weights and settings "
+                        "(the demo re-uses base-model evaluations this way).")
     p.set_defaults(func=_cmd_eval)
 
     c = sub.add_parser("compare", help="Compare eval runs (paired McNemar, bootstrap CIs) and write a report "
@@ -87,7 +93,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     cfg = EvalConfig(model=args.model, data=args.data, mode=args.mode, out=args.out, limit=args.limit,
                      batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, system=args.system,
                      dtype=args.dtype, name=args.name, verifier=args.verifier, n_boot=args.n_boot, seed=args.seed,
-                     progress=args.progress)
+                     progress=args.progress, reuse=args.reuse, threads=args.threads)
     try:
         cfg.check()
         summary = run_eval(cfg)
@@ -95,6 +101,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         print(f"rlfh eval: {e}", file=sys.stderr)
         return 2
     print_summary(summary)
+    if summary.get("reused"):
+        print(f"(re-used the existing run in {args.out}: same model weights and settings)")
     print(f"answers: {args.out}/answers.jsonl  summary: {args.out}/summary.json")
     return 0
 

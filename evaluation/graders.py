@@ -276,17 +276,72 @@ def choice_options(question: str) -> Optional[tuple[str, str]]:
     return a, b
 
 
-def _mention_pos(ans: list[str], option: list[str]) -> int:
-    """Where the answer first names an option: the full option, else its last content word (a surname)."""
+_GENERIC = {"new", "old", "first", "second", "city", "county", "state", "states", "river", "university", "college",
+            "hospital", "band", "film", "team", "club", "school", "national", "american", "united", "north", "south",
+            "east", "west", "great", "little", "saint", "st", "san", "los", "las", "mount", "lake", "island",
+            "memorial", "park", "company", "group", "records", "series", "show", "album", "song", "game"}
+
+
+def _mention_pos(ans: list[str], option: list[str], others: list[list[str]]) -> int:
+    """Where the answer first names an option: the full option, else its first distinctive word.
+
+    A distinctive word belongs to this option and to no other candidate, is not a stopword, a number or a
+    generic word ("Stark" names "Jonathan Stark"; "Hospital" names neither of two hospitals). -1: not named.
+    """
     pos = _find(ans, option)
     if pos >= 0:
         return pos
-    content = _content(option)
-    if content:
-        last = content[-1]
-        if last in ans and not last.isdigit():
-            return ans.index(last)
-    return -1
+    taken = {t for o in others for t in o}
+    distinct = {t for t in option if t not in taken and t not in _STOPWORDS and t not in _GENERIC
+                and not t.isdigit() and len(t) > 2}
+    hits = [i for i, t in enumerate(ans) if t in distinct]
+    return min(hits) if hits else -1
+
+
+_QUESTION_WORDS = {"Which", "Who", "Whose", "Whom", "What", "When", "Where", "Why", "How", "In", "Is", "Are", "Was",
+                   "Were", "Did", "Do", "Does", "The", "A", "An", "Of", "Between", "Among", "For", "At", "On"}
+_ENTITY_RE = re.compile(r"(?:[A-Z][\w'.&-]*|\d[\w]*)(?:\s+(?:(?:of|the|de|la|von|van|den|der|du|da|y)\s+)*"
+                        r"(?:[A-Z][\w'.&-]*|\d[\w]*))*")
+
+
+def question_entities(question: str) -> list[str]:
+    """Name-like spans of the question (runs of capitalised words), leading question words dropped."""
+    out = []
+    for m in _ENTITY_RE.finditer(question or ""):
+        words = m.group(0).split()
+        while words and words[0].strip("'\"") in _QUESTION_WORDS:
+            words = words[1:]
+        if words:
+            out.append(" ".join(words))
+    return out
+
+
+def answer_candidates(question: Optional[str], g_tok: list[str]) -> Optional[tuple[list[list[str]], int]]:
+    """Candidate answers the question itself names, and which is the gold: (candidates, gold index) or None.
+
+    Either the options of a choice question ("A or B?"), or -- when the gold is named in the question
+    ("...out of Sibley Memorial Hospital and MedStar Georgetown University Hospital?") -- the gold and the
+    question's other names.
+    """
+    if not question:
+        return None
+    opts = choice_options(question)
+    if opts:
+        o_tok = [normalize_tokens(o) for o in opts]
+        gi = next((i for i, o in enumerate(o_tok) if o and (o == g_tok or _find(o, g_tok) >= 0
+                                                           or _find(g_tok, o) >= 0)), None)
+        if gi is not None:
+            return o_tok, gi
+    if _find(normalize_tokens(question), g_tok) < 0:
+        return None
+    others = []
+    for ent in question_entities(question):
+        e = normalize_tokens(ent)
+        if e and _find(e, g_tok) < 0 and _find(g_tok, e) < 0 and e not in others:
+            others.append(e)
+    if not others:
+        return None
+    return [g_tok] + others, 0
 
 
 # ----------------------------------------------------------------------------- the grader
@@ -327,22 +382,25 @@ def grade_answer(answer: Optional[str], gold: Optional[str], question: Optional[
     def done(ok: bool, reason: str) -> Grade:
         return Grade(CORRECT if ok else INCORRECT, reason, hedged=hedged, abstained=False, f1=f1)
 
+    # the answer's first sentence is a question (typically the question echoed back): no answer given,
+    # and no explicit abstention either -- it counts against the model
+    first = re.split(r"(?<=[.!?])\s+", answer.strip(), maxsplit=1)[0]
+    if first.rstrip().endswith("?"):
+        return done(False, "echo")
+
     # yes / no questions
     if g_tok in (["yes"], ["no"]):
         pol, explicit = polarity(answer)
         return done(pol == g_tok[0], "yes_no" if explicit else "yes_no_implicit")
 
-    # choice questions: the option named first is the answer's choice
-    opts = choice_options(question) if question else None
-    if opts:
-        o_tok = [normalize_tokens(o) for o in opts]
-        gold_idx = next((i for i, o in enumerate(o_tok) if o and (o == g_tok or _find(o, g_tok) >= 0
-                                                                  or _find(g_tok, o) >= 0)), None)
-        if gold_idx is not None:
-            pos = [_mention_pos(a_tok, o) for o in o_tok]
-            named = [(p, i) for i, p in enumerate(pos) if p >= 0]
-            if named:
-                return done(min(named)[1] == gold_idx, "choice")
+    # a question that names its candidate answers: the candidate the answer names first is its choice
+    cands = answer_candidates(question, g_tok)
+    if cands:
+        options, gold_idx = cands
+        pos = [_mention_pos(a_tok, o, options[:i] + options[i + 1:]) for i, o in enumerate(options)]
+        named = [(p, i) for i, p in enumerate(pos) if p >= 0]
+        if named:
+            return done(min(named)[1] == gold_idx, "choice")
 
     # containment
     if _find(a_tok, g_tok) >= 0:

@@ -44,17 +44,19 @@ def plot_outcomes(report: dict[str, Any], out_png: str | Path) -> Path:
                 hi.append(100 * (e["ci95"][1] - e["value"]))
             bars = ax.bar(xs, ys, width=width, color=OUTCOME_COLORS[k], label=OUTCOME_LABELS[k],
                           yerr=[lo, hi], capsize=3, error_kw={"elinewidth": 1, "ecolor": "black"})
-            for b, y in zip(bars, ys):
-                ax.text(b.get_x() + b.get_width() / 2, y + 1.0, f"{y:.0f}", ha="center", va="bottom", fontsize=7)
+            for b, y, h in zip(bars, ys, hi):
+                ax.text(b.get_x() + b.get_width() / 2, y + h + 1.0, f"{y:.0f}", ha="center", va="bottom",
+                        fontsize=7)
         ax.set_xticks(range(len(models)))
         ax.set_xticklabels([_wrap(m["name"]) for m in models], fontsize=8)
         ax.set_title(gname + f"  (n={models[0]['metrics']['n']})", fontsize=10)
         ax.set_ylim(0, 105)
         ax.grid(axis="y", alpha=0.3)
     axes[0][0].set_ylabel("% of questions (95% bootstrap CI)")
-    axes[0][0].legend(fontsize=8, loc="upper left")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=9, frameon=False)
     fig.suptitle("Gold-answer grader: outcomes per model", fontsize=12)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     out_png = Path(out_png)
     out_png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_png, dpi=120)
@@ -148,7 +150,9 @@ def plot_training(run_dir: str | Path, out_png: str | Path) -> Optional[Path]:
         ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
     else:
         ax.legend(fontsize=8)
+    from matplotlib.ticker import MaxNLocator
     for a in axes.flat:
+        a.xaxis.set_major_locator(MaxNLocator(integer=True))
         a.set_xlabel("step")
         a.grid(alpha=0.3)
     fig.suptitle(f"Training run {Path(run_dir).name}: {len(rows)} steps", fontsize=12)

@@ -50,7 +50,19 @@ def load_run(path: str | Path) -> dict[str, Any]:
                     raise CompareError(f"{ap}:{ln}: not valid JSON ({e.msg})") from None
     if not records:
         raise CompareError(f"{ap}: no answers")
+    regrade(records)
     return {"dir": str(p), "summary": summary, "records": records, "name": summary.get("name") or p.name}
+
+
+def regrade(records: list[dict]) -> None:
+    """Grade every record again with the current gold grader (so a report never mixes grader versions)."""
+    from evaluation.graders import grade_answer
+    for r in records:
+        for k in ("question", "gold", "answer"):
+            if k not in r:
+                raise CompareError(f"an answers.jsonl record has no {k!r} field; re-run `rlfh eval`")
+        gr = grade_answer(r["answer"], r["gold"], r["question"])
+        r.update(grade=gr.grade, reason=gr.reason, hedged=gr.hedged, abstained=gr.abstained, f1=round(gr.f1, 4))
 
 
 def _unique_names(runs: list[dict]) -> None:

@@ -141,6 +141,24 @@ def test_choice_questions_use_the_option_named_first():
     assert choice_options("What is the capital of France?") is None
 
 
+def test_gold_named_in_the_question_needs_a_choice():
+    q = ("Which hospital is known to have more services out of Sibley Memorial Hospital and MedStar Georgetown "
+         "University Hospital?")
+    gold = "MedStar Georgetown University Hospital"
+    # the gold is in the answer, but the answer picks the other hospital
+    r = g("Sibley Memorial Hospital has more services than MedStar Georgetown University Hospital.", gold, q)
+    assert (r.grade, r.reason) == (INCORRECT, "choice")
+    assert g("MedStar Georgetown University Hospital has more services.", gold, q).grade == CORRECT
+    assert g("Georgetown does.", gold, q).grade == CORRECT
+
+
+def test_question_echoed_back_is_incorrect():
+    q = "In between Michael Curtiz and Peter Segal who directed classic films from the silent era?"
+    r = g("In between Michael Curtiz and Peter Segal, who directed classic films from the silent era?",
+          "Michael Curtiz", q)
+    assert (r.grade, r.reason) == (INCORRECT, "echo")
+
+
 def test_missing_gold_is_a_clear_error():
     with pytest.raises(ValueError, match="right_answer"):
         grade_answer("Nevada", "")

@@ -1,0 +1,159 @@
+"""`rlfh eval` and `rlfh compare` end to end with the real SmolLM2-135M-Instruct (a few items, short answers)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from evaluation.graders import GRADES
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def rlfh(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false", RLFH_LOG_LEVEL="WARNING")
+    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_eval_help_lists_every_option():
+    r = rlfh("eval", "--help")
+    assert r.returncode == 0
+    for opt in ("--model", "--data", "--mode", "--out", "--limit", "--batch-size", "--max-new-tokens", "--system"):
+        assert opt in r.stdout
+    r = rlfh("compare", "--help")
+    assert r.returncode == 0 and "--run" in r.stdout and "McNemar" in r.stdout
+
+
+def test_eval_bad_data_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"question": "Who?", "knowledge": "x"}) + "\n")
+    r = rlfh("eval", "--model", "smollm2-135m-instruct", "--data", str(bad), "--out", str(tmp_path / "o"))
+    assert r.returncode == 2
+    assert "right_answer" in r.stderr
+    r = rlfh("eval", "--model", "smollm2-135m-instruct", "--data", str(tmp_path / "nope.jsonl"),
+             "--out", str(tmp_path / "o"))
+    assert r.returncode == 2 and "no such file" in r.stderr
+
+
+def test_compare_needs_eval_folders(tmp_path):
+    (tmp_path / "a").mkdir()
+    r = rlfh("compare", str(tmp_path / "a"), str(tmp_path / "a"), "--out", str(tmp_path / "rep"))
+    assert r.returncode == 2 and "summary.json" in r.stderr
+
+
+def _write_run(folder: Path, name: str, mode: str, answers: list[tuple[str, str, str]]) -> Path:
+    """An eval folder as `rlfh eval` writes it, from hand-written (question, gold, answer) triples."""
+    from evaluation.graders import grade_answer
+    from evaluation.runner import pair_key, summarise
+    folder.mkdir(parents=True)
+    recs = []
+    for q, gold, ans in answers:
+        gr = grade_answer(ans, gold, q)
+        recs.append({"uid": q[:8], "key": pair_key(q), "question": q, "gold": gold, "answer": ans, "grade": gr.grade,
+                     "reason": gr.reason, "hedged": gr.hedged, "abstained": gr.abstained, "f1": gr.f1,
+                     "answer_words": len(ans.split()), "new_tokens": 5, "prompt_tokens": 50, "truncated": False,
+                     "verifier": None})
+    (folder / "answers.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (folder / "summary.json").write_text(json.dumps({"name": name, "mode": mode, "data": "hand.jsonl",
+                                                     "metrics": summarise(recs, n_boot=100)}))
+    return folder
+
+
+def test_compare_hand_built_runs_mcnemar_and_verdict(tmp_path):
+    qs = [(f"What is the capital of country number {i}?", f"City{i}") for i in range(30)]
+    # base: 20 wrong, 10 right. trained: abstains on 12 of the 20 wrong, keeps all 10 right.
+    base = [(q, g, "It is Wrongville." if i < 20 else f"It is {g}.") for i, (q, g) in enumerate(qs)]
+    trained = [(q, g, "I don't know." if i < 12 else a) for i, (q, g, a) in enumerate(base)]
+    a = _write_run(tmp_path / "base", "base", "closed", base)
+    b = _write_run(tmp_path / "trained", "trained", "closed", list(reversed(trained)))  # order must not matter
+    rep = tmp_path / "report"
+    r = rlfh("compare", str(a), str(b), "--out", str(rep), "--n-boot", "300")
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = json.loads((rep / "report.json").read_text())
+    (group,) = report["groups"].values()
+    (pair,) = group["pairs"]
+    assert pair["n_paired"] == 30
+    inc, cor = pair["mcnemar_incorrect"], pair["mcnemar_correct"]
+    assert (inc["a_only"], inc["b_only"]) == (12, 0)
+    assert inc["p_value"] == pytest.approx(2 / 2 ** 12)
+    assert (cor["a_only"], cor["b_only"], cor["p_value"]) == (0, 0, 1.0)
+    assert pair["success"] and pair["verdict"] == "fewer hallucinations, correct answers kept"
+    m = {x["name"]: x["metrics"] for x in group["models"]}
+    assert m["trained"]["abstain_rate"]["value"] == pytest.approx(12 / 30)
+    assert m["base"]["gold"]["incorrect"]["value"] == pytest.approx(20 / 30)
+    assert pair["diff"]["incorrect"]["value"] == pytest.approx(-12 / 30)
+    for png in ("outcomes.png", "tradeoff.png"):
+        assert (rep / png).read_bytes()[:4] == b"\x89PNG"
+    assert "training_curves.png" not in (rep / "report.md").read_text()
+
+    # a model that refuses everything: fewer hallucinations AND significantly fewer correct answers
+    refuse = [(q, g, "I don't know.") for q, g, _ in base]
+    c = _write_run(tmp_path / "refuser", "refuser", "closed", refuse)
+    r = rlfh("compare", str(a), str(c), "--out", str(tmp_path / "rep2"), "--n-boot", "100")
+    assert r.returncode == 0
+    (group,) = json.loads((tmp_path / "rep2" / "report.json").read_text())["groups"].values()
+    assert group["pairs"][0]["verdict"] == "fewer hallucinations but also fewer correct answers"
+    assert not group["pairs"][0]["success"]
+
+
+@pytest.mark.slow
+def test_eval_and_compare_with_real_model(tmp_path):
+    runs = {}
+    for name, system, mode in (("base", "default", "closed"), ("prompt-only", "may-abstain", "closed")):
+        out = tmp_path / name
+        r = rlfh("eval", "--model", "smollm2-135m-instruct", "--data", "halueval:test", "--mode", mode,
+                 "--system", system, "--limit", "4", "--max-new-tokens", "16", "--batch-size", "4",
+                 "--name", name, "--out", str(out), "--no-progress")
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "correct" in r.stdout and "incorrect" in r.stdout
+        recs = [json.loads(line) for line in (out / "answers.jsonl").read_text().splitlines()]
+        assert len(recs) == 4
+        for rec in recs:
+            assert rec["grade"] in GRADES
+            assert rec["gold"] and isinstance(rec["answer"], str)
+            assert 0 < rec["new_tokens"] <= 16
+            v = rec["verifier"]
+            assert v is not None and v["num_statements"] == sum(v["labels"].values())
+        s = json.loads((out / "summary.json").read_text())
+        assert s["mode"] == mode and s["system"] == system and s["metrics"]["n"] == 4
+        gold = s["metrics"]["gold"]
+        assert sum(gold[k]["value"] for k in ("correct", "incorrect", "not_attempted")) == pytest.approx(1.0)
+        for k, e in gold.items():
+            assert e["ci95"][0] <= e["value"] <= e["ci95"][1], k
+        runs[name] = out
+
+    # same deterministic subset for both runs (pairs by question)
+    qa = [json.loads(x)["key"] for x in (runs["base"] / "answers.jsonl").read_text().splitlines()]
+    qb = [json.loads(x)["key"] for x in (runs["prompt-only"] / "answers.jsonl").read_text().splitlines()]
+    assert qa == qb
+
+    # a training run folder with a few metrics records (as the driver writes them)
+    run_dir = tmp_path / "train"
+    run_dir.mkdir()
+    with open(run_dir / "metrics.jsonl", "w") as fh:
+        for step in range(1, 4):
+            fh.write(json.dumps({"step": step, "reward_mean": -0.5 + 0.2 * step, "kl": 0.01 * step,
+                                 "label_share/Correct": 0.1 * step, "label_share/Wrong": 0.8 - 0.1 * step,
+                                 "abstain_rate": 0.1 * step, "correct_rate": 0.05, "response_length": 30 - step})
+                     + "\n")
+    rep = tmp_path / "report"
+    r = rlfh("compare", str(runs["base"]), str(runs["prompt-only"]), "--out", str(rep), "--run", str(run_dir),
+             "--n-boot", "200")
+    assert r.returncode == 0, r.stderr[-3000:]
+    md = (rep / "report.md").read_text()
+    assert "prompt-only" in md and "McNemar" in md and "training verifier" in md
+    for png in ("outcomes.png", "tradeoff.png", "training_curves.png"):
+        p = rep / png
+        assert p.exists() and p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+        assert f"]({png})" in md
+    report = json.loads((rep / "report.json").read_text())
+    (group,) = report["groups"].values()
+    (pair,) = group["pairs"]
+    assert pair["n_paired"] == 4
+    assert 0.0 <= pair["mcnemar_incorrect"]["p_value"] <= 1.0
+    assert report["training"]["steps"] == 3

@@ -298,7 +298,10 @@ class RewardDeployment:
         self.c: Counter = Counter()
         self.labels: Counter = Counter()
         self.reward_sum = 0.0
-        self.verify_timeout_s = self.cfg.judge_timeout_s * (self.cfg.judge_max_retries + 1) + 30.0
+        # a verifier chunk may take the judge's whole retry budget (two stages, back-off included) plus the
+        # evidence work; waiting less would answer 502 while the judge is still retrying as configured
+        from verifier_service.llm_backend import judge_time_bound_s
+        self.verify_timeout_s = judge_time_bound_s(self.cfg) + 30.0
         log.info("reward replica up: cache %s, settings %s", type(self.cache).__name__, self.settings.as_dict())
 
     # ---------------------------------------------------------------- helpers

@@ -233,6 +233,11 @@ def test_llm_timeout_bounded_retries_then_fallback(fallback_spy):
     assert calls == 4
     assert res.num_fallback == res.num_statements == 3
     assert elapsed < 5.0  # 4 timeouts of 0.3 s plus backoff, not 4 x 1.5 s
+    # the bound the reward service waits for a verifier chunk covers both stages' retries and back-off
+    from verifier_service.llm_backend import judge_time_bound_s
+    bound = judge_time_bound_s(v.cfg)
+    assert bound == pytest.approx(2 * (2 * 0.3 + 0.5)) and elapsed < bound + 1.0
+    assert judge_time_bound_s(_cfg("http://x/v1", judge_timeout_s=60, judge_max_retries=2)) == 2 * (3 * 60 + 1.5)
 
 
 def test_llm_unreachable_endpoint_falls_back():

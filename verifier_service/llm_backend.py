@@ -106,6 +106,25 @@ def http_chat_fn(cfg, *, max_tokens: int = VERIFY_MAX_TOKENS, concurrency: int =
     return chat
 
 
+# ----------------------------------------------------------------------------- time bound
+
+#: Back-off of the judge's retries (:class:`LLMBackend` defaults): 0.5 s, doubling, capped at 10 s.
+BACKOFF_S, MAX_BACKOFF_S = 0.5, 10.0
+
+
+def judge_time_bound_s(cfg) -> float:
+    """Upper bound of the judge time of one ``verify_many`` call, in seconds (for callers' timeouts).
+
+    Two stages (extract, verify), each at most ``1 + JUDGE_MAX_RETRIES`` attempts of ``JUDGE_TIMEOUT_S``
+    with the capped back-off between them. Calls queued behind other requests on the same endpoint can
+    still wait longer.
+    """
+    retries = int(cfg.judge_max_retries)
+    per_stage = (retries + 1) * float(cfg.judge_timeout_s) + sum(
+        backoff_delay(a, BACKOFF_S, MAX_BACKOFF_S) for a in range(retries))
+    return 2.0 * per_stage
+
+
 # ----------------------------------------------------------------------------- backend
 
 @dataclass
@@ -126,7 +145,7 @@ class LLMBackend:
     """LLM-judged verification over a batched ChatFn (``llm``: HTTP endpoint; ``self``: injected engine)."""
 
     def __init__(self, cfg, chat_fn, *, name: str = "llm", model: str = "default", endpoint: str = "",
-                 backoff_s: float = 0.5, max_backoff_s: float = 10.0):
+                 backoff_s: float = BACKOFF_S, max_backoff_s: float = MAX_BACKOFF_S):
         self.cfg = cfg
         self.chat_fn = chat_fn
         self.name = name

@@ -216,6 +216,7 @@ class Trainer:
                  ray_num_cpus: Optional[float] = None, include_dashboard: Optional[bool] = None,
                  show_progress: bool = True):
         self.cfg = cfg
+        self._t_created = time.time()
         self.reward_fn = reward_fn
         self.groups = groups
         self._own_groups = groups is None
@@ -581,6 +582,7 @@ class Trainer:
         if self.show_progress:
             print_summary(rows, {
                 "steps": self.state.step, "wall_time_s": self.state.wall_time_s,
+                "run_time_s": time.time() - self._t_created,
                 "skipped_batches": self.skips.total, "model_dir": model_dir, "checkpoint": self.last_checkpoint,
                 "metrics_path": str(self.metrics_path),
                 "tensorboard_dir": str(self.save_path / "tensorboard") if self.cfg.use_tensorboard else None,

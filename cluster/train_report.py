@@ -63,9 +63,12 @@ def summary_rows(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[tuple
     out: list[tuple[str, str]] = []
     out.append(("steps", f"{info.get('steps', len(rows))} ({len(trained)} trained, "
                          f"{info.get('skipped_batches', sum(1 for r in rows if r.get('skipped')))} skipped)"))
+    if "run_time_s" in info:
+        w = info["run_time_s"]
+        out.append(("wall time (this run: start-up, training, saving)", f"{w:.0f} s ({w / 60:.1f} min)"))
     if "wall_time_s" in info:
         w = info["wall_time_s"]
-        out.append(("wall time", f"{w:.0f} s ({w / 60:.1f} min)"))
+        out.append(("training loop time (all runs of this SAVE_PATH)", f"{w:.0f} s ({w / 60:.1f} min)"))
     r0, r1 = _first_last(rows, "reward_mean")
     out.append(("reward / response (first -> last)", f"{_fmt(r0)} -> {_fmt(r1)}"))
     s0, s1 = _first_last(rows, "score_mean")

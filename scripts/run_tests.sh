@@ -24,6 +24,8 @@ if [[ -z "${REDIS_URL:-}" ]]; then
   echo "[tests] redis-server on $REDIS_URL"
 fi
 
+# project tools installed in the venv (hadolint, helm) must be found by the tests
+export PATH="$PWD/.venv/bin:$PATH"
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 DS_ACCELERATOR=cpu TOKENIZERS_PARALLELISM=false
 set +e
 $BIN/python -m pytest "$@"

@@ -466,6 +466,8 @@ class Trainer:
     # ------------------------------------------------------------------ training
     def train_on(self, exp: dict[str, torch.Tensor], step: int, timer: PhaseTimer) -> dict[str, Any]:
         """PPO epochs on the critic (always) and the policy (after FREEZING_ACTOR_STEPS), then weight sync."""
+        import ray
+
         from actors.weight_sync import sync_weights
         cfg, g = self.cfg, self.groups
         out: dict[str, Any] = {}
@@ -486,7 +488,6 @@ class Trainer:
                          if g.critic is not None else [])
                 prefs = (g.policy.dispatch_async("train_step", {k: exp[k][perm] for k in policy_keys})
                          if train_policy else [])
-                import ray
                 critic_stats += ray.get(crefs)
                 policy_stats += ray.get(prefs)
         out.update({f"policy/{k}": v for k, v in _mean_dicts(policy_stats).items()})

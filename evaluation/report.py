@@ -261,12 +261,26 @@ def render_markdown(report: dict[str, Any], out: Path) -> str:
           "1. **Gold-answer grader (primary, independent of training)**: SimpleQA-style `correct` / `incorrect` / "
           "`not attempted` against the dataset's gold answer (normalised containment, token F1, yes/no and "
           "choice-question rules; explicit abstentions are *not attempted*; a hedged answer is graded on what it "
-          "says, so a hedged wrong answer counts as incorrect).",
+          "says, so a hedged wrong answer counts as incorrect). Any other answer that does not give the gold "
+          "answer counts as *incorrect* -- stricter than SimpleQA's LLM grader, which calls a non-committal "
+          "answer *not attempted*; without an LLM a vague answer cannot be told from a wrong one, so the grader "
+          "errs against the model.",
           "2. **The training verifier** (the atomic-fact verifier whose labels were the training reward). It is "
           "**not independent**: a trained model can learn to please it. Shown for insight only.", "",
           f"Numbers are percentages of items with 95% bootstrap CIs. Paired tests: exact McNemar on the same "
           f"items (alpha = {report['alpha']}). *Incorrect* is the hallucination rate; a model that only learned to "
           "refuse shows up as a high abstention rate with fewer correct answers and short answers.", ""]
+    L += ["## Verdicts", ""]
+    for gname, g in report["groups"].items():
+        for pr in g["pairs"]:
+            mi, mc = pr["mcnemar_incorrect"], pr["mcnemar_correct"]
+            L.append(f"- **{gname}** — {pr['b']} vs {pr['a']}: **{pr['verdict']}** (incorrect "
+                     f"{_diff(pr['diff']['incorrect'])} pts, McNemar p={_p(mi['p_value'])}; correct "
+                     f"{_diff(pr['diff']['correct'])} pts, p={_p(mc['p_value'])}; n={pr['n_paired']})")
+        if not any(m.get("system") == "may-abstain" for m in g["models"]):
+            L.append(f"- **{gname}**: no prompt-only baseline (`rlfh eval --system may-abstain`) in this group: a "
+                     "gain a prompt alone would give cannot be told apart from a training gain here.")
+    L.append("")
     for gname, g in report["groups"].items():
         L += [f"## {gname}", ""]
         L += ["| model | n | correct | incorrect | not attempted | correct given attempted | F-score | "

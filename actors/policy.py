@@ -217,18 +217,20 @@ class PolicyActor(TrainableLMActor):
 
     # ------------------------------------------------------------------ training
     def train_step(self, batch: Batch, eps_clip: Optional[float] = None) -> dict:
-        """One PPO pass over ``batch`` (needs ``old_logprobs`` and ``advantages`` [B, R]).
+        """One PPO pass over ``batch`` (needs ``advantages`` [B, R]; ``old_logprobs`` [B, R] unless this pass
+        is the rollout's only update, where the pass's own detached log-probs are the old ones: ratio 1).
 
         Returns means over micro batches: policy_loss, clipfrac, approx_kl, entropy, plus grad_norm (mean
         over optimizer steps), lr, optimizer_steps.
         """
         from cluster.core_algos import masked_mean, policy_loss
-        check_batch(batch, need=("old_logprobs", "advantages"))
+        check_batch(batch, need=("advantages",))
         clip = self.cfg.eps_clip if eps_clip is None else eps_clip
 
         def loss_fn(mb):
             lp, ent = causal_lm_response_logprobs(self.engine, mb, self.cfg.temperature, with_entropy=True)
-            loss, m = policy_loss(lp, mb["old_logprobs"].float(), mb["advantages"].float(), mb["action_mask"], clip)
+            old = mb["old_logprobs"].float() if "old_logprobs" in mb else lp.detach()
+            loss, m = policy_loss(lp, old, mb["advantages"].float(), mb["action_mask"], clip)
             metrics = {"policy_loss": float(loss.detach()), "clipfrac": m.get("clipfrac", 0.0),
                        "approx_kl": m.get("approx_kl", 0.0),
                        "entropy": float(masked_mean(ent.detach(), mb["action_mask"]))}

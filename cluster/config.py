@@ -142,9 +142,15 @@ class RLFHConfig(BaseModel):
                                   env="PROMPT_MAX_LEN", group="data", ge=8)
     generate_max_len: int = setting(64, "Maximum new tokens per rollout.", env="GENERATE_MAX_LEN",
                                     group="data", ge=1)
-    prompt_mode: Literal["closed", "evidence"] = setting(
-        "closed", "Prompt template: 'closed' (question only) or 'evidence' (knowledge in the prompt).",
-        env="PROMPT_MODE", group="data")
+    prompt_mode: Literal["closed", "evidence", "mixed"] = setting(
+        "closed", "Prompt template: 'closed' (question only), 'evidence' (knowledge in the prompt) or 'mixed' "
+        "(half the questions each way, fixed per question: the model learns to answer from evidence when it has "
+        "it and to abstain when it does not).", env="PROMPT_MODE", group="data")
+    system_prompt: str = setting(
+        "default", "System prompt of the rollouts: 'default', 'may-abstain' (tells the model it may answer "
+        "\"I don't know\"; a small model almost never abstains without it, so RL has nothing to reinforce) or "
+        "any literal text. Evaluate the trained model with the same prompt (`rlfh eval --system`).",
+        env="SYSTEM_PROMPT", group="data", min_length=1)
     seed: int = setting(42, "Random seed (data order, sampling, init).", env="SEED", group="data")
 
     # ---------------------------------------------------------------- rewards
@@ -173,6 +179,14 @@ class RLFHConfig(BaseModel):
     abstain_reward: float = setting(
         0.0, "Reward for an abstention (\"I don't know\"), placed on its last token.",
         env="ABSTAIN_REWARD", group="reward")
+    abstain_samples: int = setting(
+        0, "Abstention candidates per prompt: this many of the N_SAMPLES_PER_PROMPT samples of each prompt are "
+        "replaced by ABSTAIN_TEXT, so the group's advantages weigh abstaining against the model's own answers. "
+        "A small model almost never abstains by itself, so on-policy RL has no abstention to reinforce; 1 is "
+        "enough. 0: off (pure on-policy).", env="ABSTAIN_SAMPLES", group="reward", ge=0)
+    abstain_text: str = setting(
+        "I don't know.", "The abstention candidate's text (must read as an abstention to the verifier).",
+        env="ABSTAIN_TEXT", group="reward", min_length=1)
     empty_reward: float = setting(
         -1.0, "Reward for a response with no verifiable statement that is not an abstention.",
         env="EMPTY_REWARD", group="reward")
@@ -341,6 +355,15 @@ class RLFHConfig(BaseModel):
             raise ValueError(
                 f"ADVANTAGE_ESTIMATOR={self.advantage_estimator} compares samples of a prompt: "
                 "set N_SAMPLES_PER_PROMPT >= 2")
+        if self.abstain_samples >= self.n_samples_per_prompt:
+            raise ValueError(
+                f"ABSTAIN_SAMPLES={self.abstain_samples} must be smaller than N_SAMPLES_PER_PROMPT="
+                f"{self.n_samples_per_prompt}: each prompt needs sampled answers to weigh the abstention against")
+        if self.abstain_samples:
+            from verifier_service.text import is_abstention_text
+            if not is_abstention_text(self.abstain_text):
+                raise ValueError(f"ABSTAIN_TEXT={self.abstain_text!r} does not read as an abstention to the "
+                                 "verifier (it would be graded as an answer); use e.g. \"I don't know.\"")
         if self.verifier_backend == "llm" and not self.model_url:
             raise ValueError("VERIFIER_BACKEND=llm needs MODEL_URL (an OpenAI-compatible endpoint)")
         return self

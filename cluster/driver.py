@@ -48,7 +48,7 @@ from cluster.checkpoint import TrainerState, latest_checkpoint, load_checkpoint,
 from cluster.config import ConfigError, RLFHConfig
 from cluster.data import QAItem, load_items
 from cluster.experience import (KeywordReward, ServiceReward, SkipCounter, fetch_rewards, label_mix,
-                                last_token_rewards, reward_items, rewards_to_tensors)
+                                inject_abstentions, last_token_rewards, reward_items, rewards_to_tensors)
 from cluster.train_report import PHASES, format_mix, plot_curves, print_summary, read_metrics
 
 log = logging.getLogger(__name__)
@@ -248,6 +248,9 @@ class Trainer:
                  cfg.prompt_data, self.steps_per_epoch, self.total_steps)
         self.tokenizer = load_tokenizer(cfg.model_path)
         self.pad_id = int(self.tokenizer.pad_token_id)
+        # the abstention candidate's response tokens: the text, then the end-of-turn token the model emits
+        self.abstain_ids = (self.tokenizer.encode(cfg.abstain_text, add_special_tokens=False)
+                            + [int(self.tokenizer.eos_token_id)])
         self.save_path.mkdir(parents=True, exist_ok=True)
 
         self.ray = start_ray(cfg, num_cpus=self._ray_num_cpus, include_dashboard=self._include_dashboard)
@@ -263,10 +266,22 @@ class Trainer:
             self.groups = create_groups(cfg)
             log.info("actor groups up in %.0fs", time.time() - t0)
         self._resume()
+        if self.reuses_train_logprobs:
+            log.info("one policy update per rollout and no reference (KL_COEF=0): the update's own log-probs "
+                     "serve as the old log-probs, so the policy forward before it is skipped")
         if cfg.use_tensorboard:
             from torch.utils.tensorboard import SummaryWriter
             self._tb = SummaryWriter(str(self.save_path / "tensorboard"))
         return self
+
+    @property
+    def reuses_train_logprobs(self) -> bool:
+        """True when the old log-probs need no forward of their own: a single update per rollout (one epoch,
+        the whole rollout in one optimizer step) leaves the policy unchanged until that update computes them,
+        and without a reference nothing else (the KL term) needs them before it."""
+        cfg = self.cfg
+        return (self.groups is not None and self.groups.reference is None and cfg.max_epochs == 1
+                and cfg.rollout_batch_size * cfg.n_samples_per_prompt <= cfg.train_batch_size)
 
     def _deploy_reward_service(self) -> str:
         from cluster.ray_bootstrap import free_port, port_is_free
@@ -379,15 +394,20 @@ class Trainer:
         from actors.rollout import generate_on_engines
         from actors.types import make_batch
         from cluster import core_algos as algo
-        from cluster.prompts import render_prompt
+        from cluster.prompts import prompt_mode_for, render_prompt, resolve_system
         cfg, g = self.cfg, self.groups
         n = cfg.n_samples_per_prompt
+        system = resolve_system(cfg.system_prompt)
+        modes = [prompt_mode_for(p.question, cfg.prompt_mode) for p in prompts]
 
         # 1. rollout: n samples per prompt, prompt-major
         with timer("generate"):
-            texts = [render_prompt(self.tokenizer, p.question, p.knowledge_text, cfg.prompt_mode) for p in prompts]
+            texts = [render_prompt(self.tokenizer, p.question, p.knowledge_text, m, system=system)
+                     for p, m in zip(prompts, modes)]
             samples = generate_on_engines(g.rollout, texts, n, cfg.generate_max_len, cfg.temperature, cfg.top_p,
                                           seed=cfg.seed * 100_003 + step)
+            samples, injected = inject_abstentions(samples, n, cfg.abstain_samples, self.abstain_ids,
+                                                   self.tokenizer)
             batch = make_batch(samples, self.pad_id)
         mask = batch["action_mask"]
         n_tokens = int(mask.sum())
@@ -406,33 +426,47 @@ class Trainer:
         scores = torch.tensor([float(r.score) for r in results])
         is_correct = torch.tensor([bool(r.is_correct) for r in results])
         abstained = torch.tensor([bool(r.abstained) for r in results])
+        sampled = ~injected  # the model's own answers (rates below describe the policy, not the candidates)
         mix, n_statements = label_mix(results)
-        row.update({"score_mean": float(scores.mean()), "correct_rate": float(is_correct.float().mean()),
-                    "abstain_rate": float(abstained.float().mean()),
-                    "statements_per_response": n_statements / len(results),
+        row.update({"score_mean": float(scores[sampled].mean()),
+                    "correct_rate": float(is_correct[sampled].float().mean()),
+                    "abstain_rate": float(abstained[sampled].float().mean()),
+                    "injected_abstentions": int(injected.sum()),
+                    "statements_per_response": n_statements / max(1, int(sampled.sum())),
                     "cached_rate": sum(bool(getattr(r, "cached", False)) for r in results) / len(results),
                     **{f"label_share/{k}": v for k, v in mix.items()}})
+        if cfg.prompt_mode == "mixed":  # the two halves learn different things: show them apart
+            for m in ("closed", "evidence"):
+                sel = torch.tensor([modes[s.prompt_index] == m for s in samples]) & sampled
+                if bool(sel.any()):
+                    row[f"score_mean/{m}"] = float(scores[sel].mean())
+                    row[f"correct_rate/{m}"] = float(is_correct[sel].float().mean())
+                    row[f"abstain_rate/{m}"] = float(abstained[sel].float().mean())
         if cfg.caution_reward:  # correct = 1; "I don't know" = 1 when no sample of the prompt is correct
             token_rewards = last_token_rewards(algo.caution_rewards(is_correct, abstained, n), mask)
 
-        # 3. forwards: reference log-probs, values, old log-probs; different actors, so they run concurrently
-        launched = {"policy_forward": g.policy.dispatch_async("logprobs", batch)}
+        # 3. forwards: reference log-probs, values, old log-probs; different actors, so they run concurrently.
+        # With one policy update per rollout and no KL term the old log-probs are the very log-probs the
+        # update computes (same weights), so that forward is skipped and the update uses its own, detached.
+        launched = {}
+        if not self.reuses_train_logprobs:
+            launched["policy_forward"] = g.policy.dispatch_async("logprobs", batch)
         if g.reference is not None:
             launched["reference"] = g.reference.dispatch_async("logprobs", batch)
         if g.critic is not None:
             launched["critic"] = g.critic.dispatch_async("values", batch)
         fwd = _gather_timed(launched, timer)
-        old_logprobs, ref_logprobs, values = fwd["policy_forward"], fwd.get("reference"), fwd.get("critic")
+        old_logprobs, ref_logprobs, values = fwd.get("policy_forward"), fwd.get("reference"), fwd.get("critic")
 
         # 4. KL and shaped per-token rewards: r_t = clip(token reward) - kl_coef * KL_t
         if g.reference is not None:
             kl = algo.kl_penalty(old_logprobs, ref_logprobs, cfg.kl_estimator)
             kl = torch.where(mask, kl, torch.zeros(()))
         else:
-            kl = torch.zeros_like(old_logprobs)
+            kl = torch.zeros(mask.shape, dtype=torch.float32)
         rewards = algo.shape_token_rewards(token_rewards, kl, mask, cfg.kl_coef, cfg.reward_clip)
         reward_totals = token_rewards.clamp(-cfg.reward_clip, cfg.reward_clip).sum(dim=1)   # [B], before KL
-        row["reward_mean"] = float(reward_totals.mean())
+        row["reward_mean"] = float(reward_totals[sampled].mean())
         row["kl"] = _masked_mean(kl, mask)
         row["return_mean"] = float(rewards.sum(dim=1).mean())
 
@@ -446,7 +480,8 @@ class Trainer:
             return {}
         if not bool(keep.all()):
             batch = {k: v[keep] for k, v in batch.items()}
-            rewards, mask, label_signs, old_logprobs = rewards[keep], mask[keep], label_signs[keep], old_logprobs[keep]
+            rewards, mask, label_signs = rewards[keep], mask[keep], label_signs[keep]
+            old_logprobs = old_logprobs[keep] if old_logprobs is not None else None
             values = values[keep] if values is not None else None
 
         # 6. advantages (GAE with the critic, or a group estimator), optional FSPO sign flip
@@ -458,7 +493,9 @@ class Trainer:
         row["advantage_mean"] = _masked_mean(advantages, mask)
         row["advantage_abs_mean"] = _masked_mean(advantages.abs(), mask)
 
-        exp = dict(batch, old_logprobs=old_logprobs, advantages=advantages, returns=returns)
+        exp = dict(batch, advantages=advantages, returns=returns)
+        if old_logprobs is not None:
+            exp["old_logprobs"] = old_logprobs
         if values is not None:
             exp["old_values"] = values
         return exp
@@ -486,7 +523,7 @@ class Trainer:
                 # the critic and the policy are different actors: train them concurrently
                 crefs = (g.critic.dispatch_async("train_step", {k: exp[k][perm] for k in critic_keys})
                          if g.critic is not None else [])
-                prefs = (g.policy.dispatch_async("train_step", {k: exp[k][perm] for k in policy_keys})
+                prefs = (g.policy.dispatch_async("train_step", {k: exp[k][perm] for k in policy_keys if k in exp})
                          if train_policy else [])
                 critic_stats += ray.get(crefs)
                 policy_stats += ray.get(prefs)

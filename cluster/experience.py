@@ -143,6 +143,43 @@ class KeywordReward:
 # items, skipping, tensors
 # --------------------------------------------------------------------------------------
 
+def inject_abstentions(samples: Sequence[Any], n_samples_per_prompt: int, k: int,
+                       abstain_ids: Sequence[int], tokenizer) -> tuple[list[Any], torch.Tensor]:
+    """Replace the last ``k`` samples of every prompt group by the same abstention response.
+
+    Small models almost never sample "I don't know", so a group estimator never sees abstaining beside
+    answering. With one abstention candidate per group, its advantage says, per prompt, whether
+    abstaining beats the model's own answers: positive where they are mostly wrong, negative where they
+    are mostly right.
+
+    Args:
+        samples: rollout samples, prompt-major in groups of ``n_samples_per_prompt``.
+        k: candidates per group, ``0 <= k < n_samples_per_prompt``.
+        abstain_ids: the abstention's response token ids, ending with the end-of-turn token.
+    Returns:
+        (samples with the replacements, ``[N]`` bool: which samples are injected).
+    """
+    from actors.types import RolloutSample, token_offsets
+    n = n_samples_per_prompt
+    if not 0 <= k < n:
+        raise ValueError(f"abstention candidates per prompt must be in [0, {n}), got {k}")
+    if len(samples) % n:
+        raise ValueError(f"{len(samples)} samples are not whole groups of {n}")
+    injected = torch.zeros(len(samples), dtype=torch.bool)
+    if k == 0:
+        return list(samples), injected
+    text, offsets = token_offsets(tokenizer, list(abstain_ids))
+    out = list(samples)
+    for i, s in enumerate(samples):
+        if i % n >= n - k:
+            out[i] = RolloutSample(prompt_index=s.prompt_index, prompt_token_ids=list(s.prompt_token_ids),
+                                   response_token_ids=list(abstain_ids), response_text=text,
+                                   token_offsets=list(offsets), finish_reason="stop",
+                                   extra={"injected": "abstention"})
+            injected[i] = True
+    return out, injected
+
+
 def reward_items(samples: Sequence[Any], prompts: Sequence[Any]) -> list[dict[str, Any]]:
     """Reward-service items for rollout samples.
 

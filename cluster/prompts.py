@@ -5,6 +5,7 @@ way (and so a prompt-only baseline differs from the default by one sentence).
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Optional
 
 SYSTEM_DEFAULT = "You are a helpful assistant. Answer the question in one or two short sentences."
@@ -13,6 +14,31 @@ SYSTEM_DEFAULT = "You are a helpful assistant. Answer the question in one or two
 SYSTEM_MAY_ABSTAIN = (
     "You are a helpful assistant. Answer the question in one or two short sentences. "
     "If you are not sure of the answer, say \"I don't know\" instead of guessing.")
+
+
+# Named system prompts (SYSTEM_PROMPT / `rlfh eval --system`); any other text is used as given.
+SYSTEM_PROMPTS = {"default": SYSTEM_DEFAULT, "may-abstain": SYSTEM_MAY_ABSTAIN}
+PROMPT_MODES = ("closed", "evidence", "mixed")
+
+
+def resolve_system(spec: str) -> str:
+    """A system prompt from its name ('default', 'may-abstain') or the literal text itself."""
+    if not spec or not spec.strip():
+        raise ValueError("system prompt is empty; use 'default', 'may-abstain' or a literal prompt text")
+    return SYSTEM_PROMPTS.get(spec, spec)
+
+
+def prompt_mode_for(question: str, mode: str) -> str:
+    """The template one question gets: ``mode`` itself, or for 'mixed' closed/evidence by a stable hash.
+
+    A stable hash (not a random draw) keeps a question's template fixed across epochs, resumes and
+    processes, so the two halves of a mixed run are the same questions every time.
+    """
+    if mode not in PROMPT_MODES:
+        raise ValueError(f"prompt mode must be one of {', '.join(PROMPT_MODES)}, got {mode!r}")
+    if mode != "mixed":
+        return mode
+    return "evidence" if hashlib.sha1(question.encode("utf-8")).digest()[0] % 2 else "closed"
 
 
 def build_messages(question: str, knowledge: Optional[str] = None, mode: str = "closed",

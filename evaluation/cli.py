@@ -85,6 +85,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--title", default="RLFH hallucination report", help="Report title.")
     c.add_argument("--n-boot", type=int, default=2000, help="Bootstrap resamples. Default 2000.")
     c.add_argument("--seed", type=int, default=0, help="Bootstrap seed. Default 0.")
+    c.add_argument("--expect", default="", metavar="NAME",
+                   help="Gate (for CI and the demo): exit with status 3 unless the run named NAME (its --name) "
+                        "has significantly fewer incorrect answers than every other run of every mode it appears "
+                        "in, without significantly fewer correct answers. The report is written either way.")
     c.set_defaults(func=_cmd_compare)
 
 
@@ -108,7 +112,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from evaluation.report import CompareError, compare_runs, print_report
+    from evaluation.report import CompareError, compare_runs, expectation_failures, print_report
     try:
         report = compare_runs(args.runs, args.out, run_dir=args.run_dir, n_boot=args.n_boot, seed=args.seed,
                               title=args.title)
@@ -117,4 +121,17 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         return 2
     print_report(report)
     print(f"report: {args.out}/report.md")
+    if args.expect:
+        try:
+            failures = expectation_failures(report, args.expect)
+        except CompareError as e:
+            print(f"rlfh compare: {e}", file=sys.stderr)
+            return 2
+        if failures:
+            print(f"EXPECTATION NOT MET for {args.expect!r}:")
+            for f in failures:
+                print(f"  - {f}")
+            return 3
+        print(f"EXPECTATION MET: {args.expect!r} has significantly fewer incorrect answers than every other run, "
+              "with correct answers not significantly fewer")
     return 0

@@ -100,19 +100,7 @@ def compare_pair(a: dict, b: dict, n_boot: int = 2000, seed: int = 0) -> dict[st
     inc = mcnemar_paired([g == INCORRECT for g in ga], [g == INCORRECT for g in gb])
     cor = mcnemar_paired([g == CORRECT for g in ga], [g == CORRECT for g in gb])
     diff = paired_bootstrap_diff(ga, gb, n_boot=n_boot, seed=seed)
-    fewer_incorrect = inc["b_only"] < inc["a_only"] and inc["p_value"] < ALPHA
-    fewer_correct = cor["b_only"] < cor["a_only"] and cor["p_value"] < ALPHA
-    more_incorrect = inc["b_only"] > inc["a_only"] and inc["p_value"] < ALPHA
-    if fewer_incorrect and not fewer_correct:
-        verdict = "fewer hallucinations, correct answers kept"
-    elif fewer_incorrect and fewer_correct:
-        verdict = "fewer hallucinations but also fewer correct answers"
-    elif more_incorrect:
-        verdict = "more hallucinations"
-    elif fewer_correct:
-        verdict = "fewer correct answers, hallucinations not significantly fewer"
-    else:
-        verdict = "no significant difference"
+    success, verdict = judge(inc, cor)
     transitions = {f"{x}->{y}": 0 for x in (CORRECT, INCORRECT, NOT_ATTEMPTED)
                    for y in (CORRECT, INCORRECT, NOT_ATTEMPTED)}
     for x, y in zip(ga, gb):
@@ -120,10 +108,53 @@ def compare_pair(a: dict, b: dict, n_boot: int = 2000, seed: int = 0) -> dict[st
     return {"a": a["name"], "b": b["name"], "a_dir": a["dir"], "b_dir": b["dir"], "n_paired": len(ra),
             "mcnemar_incorrect": inc, "mcnemar_correct": cor,
             "diff": {k: {"value": v[0], "ci95": [v[1], v[2]]} for k, v in diff.items()},
-            "fewer_incorrect_significant": bool(fewer_incorrect),
-            "fewer_correct_significant": bool(fewer_correct),
-            "success": bool(fewer_incorrect and not fewer_correct),
+            "fewer_incorrect_significant": inc["b_only"] < inc["a_only"] and inc["p_value"] < ALPHA,
+            "fewer_correct_significant": cor["b_only"] < cor["a_only"] and cor["p_value"] < ALPHA,
+            "success": success,
             "verdict": verdict, "transitions": transitions}
+
+
+def judge(inc: dict, cor: dict, new: str = "b") -> tuple[bool, str]:
+    """(success, verdict) of run ``new`` ("a" or "b") against the other, from the two McNemar tests.
+
+    Success: incorrect answers significantly fewer (p < alpha) and correct answers not significantly fewer.
+    """
+    old = "a" if new == "b" else "b"
+    fewer_incorrect = inc[f"{new}_only"] < inc[f"{old}_only"] and inc["p_value"] < ALPHA
+    more_incorrect = inc[f"{new}_only"] > inc[f"{old}_only"] and inc["p_value"] < ALPHA
+    fewer_correct = cor[f"{new}_only"] < cor[f"{old}_only"] and cor["p_value"] < ALPHA
+    if fewer_incorrect and not fewer_correct:
+        verdict = "fewer hallucinations, correct answers kept"
+    elif fewer_incorrect:
+        verdict = "fewer hallucinations but also fewer correct answers"
+    elif more_incorrect:
+        verdict = "more hallucinations"
+    elif fewer_correct:
+        verdict = "fewer correct answers, hallucinations not significantly fewer"
+    else:
+        verdict = "no significant difference"
+    return bool(fewer_incorrect and not fewer_correct), verdict
+
+
+def expectation_failures(report: dict[str, Any], name: str) -> list[str]:
+    """Why run ``name`` does not beat every other run of its groups (empty list: it does)."""
+    failures, found = [], False
+    for gname, g in report["groups"].items():
+        for pr in g["pairs"]:
+            if name not in (pr["a"], pr["b"]):
+                continue
+            found = True
+            side = "b" if pr["b"] == name else "a"
+            other = pr["a"] if side == "b" else pr["b"]
+            ok, verdict = judge(pr["mcnemar_incorrect"], pr["mcnemar_correct"], new=side)
+            if not ok:
+                failures.append(f"{gname}: {name} vs {other}: {verdict} (incorrect McNemar "
+                                f"p={_p(pr['mcnemar_incorrect']['p_value'])}, correct "
+                                f"p={_p(pr['mcnemar_correct']['p_value'])})")
+    if not found:
+        names = sorted({m["name"] for g in report["groups"].values() for m in g["models"]})
+        raise CompareError(f"--expect {name!r}: no run has that name; the runs are {', '.join(names)}")
+    return failures
 
 
 def group_runs(runs: list[dict]) -> dict[str, list[dict]]:

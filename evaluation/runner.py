@@ -32,7 +32,7 @@ from evaluation.graders import CORRECT, GRADES, INCORRECT, NOT_ATTEMPTED, grade_
 
 log = logging.getLogger(__name__)
 
-SYSTEMS = ("default", "may-abstain")
+SYSTEMS = ("default", "may-abstain")  # cluster.prompts.SYSTEM_PROMPTS names
 MODES = ("closed", "evidence")
 VERIFIER_LABELS = ("Correct", "Hedged correct", "Vague", "Hedged wrong", "Wrong")
 

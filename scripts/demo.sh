@@ -35,19 +35,21 @@ DEMO_FRESH="${DEMO_FRESH:-1}"
 # evaluation/README notes in the report). Anything set in the environment wins.
 export SAVE_PATH="${SAVE_PATH:-$DEMO_DIR/train}"
 export PROMPT_DATA="${PROMPT_DATA:-halueval:train}"
-export PROMPT_MODE="${PROMPT_MODE:-closed}"
+export PROMPT_MODE="${PROMPT_MODE:-mixed}"
+export SYSTEM_PROMPT="${SYSTEM_PROMPT:-default}"
 export MAX_STEPS="${MAX_STEPS:-12}"
 export ROLLOUT_BATCH_SIZE="${ROLLOUT_BATCH_SIZE:-8}"
 export N_SAMPLES_PER_PROMPT="${N_SAMPLES_PER_PROMPT:-4}"
+export ABSTAIN_SAMPLES="${ABSTAIN_SAMPLES:-1}"
 export TRAIN_BATCH_SIZE="${TRAIN_BATCH_SIZE:-32}"
 export MICRO_TRAIN_BATCH_SIZE="${MICRO_TRAIN_BATCH_SIZE:-8}"
 export MICRO_ROLLOUT_BATCH_SIZE="${MICRO_ROLLOUT_BATCH_SIZE:-32}"
 export GENERATE_MAX_LEN="${GENERATE_MAX_LEN:-40}"
 export ADVANTAGE_ESTIMATOR="${ADVANTAGE_ESTIMATOR:-grpo}"
-export ACTOR_LR="${ACTOR_LR:-1e-5}"
-export KL_COEF="${KL_COEF:-0.01}"
+export ACTOR_LR="${ACTOR_LR:-5e-5}"
+export KL_COEF="${KL_COEF:-0}"
 export CAUTION_REWARD="${CAUTION_REWARD:-false}"
-export ABSTAIN_REWARD="${ABSTAIN_REWARD:-0.5}"
+export ABSTAIN_REWARD="${ABSTAIN_REWARD:--0.8}"
 export USE_TENSORBOARD="${USE_TENSORBOARD:-false}"
 export SAVE_STEP="${SAVE_STEP:-0}"
 # loopback ports that are free now (several people share this machine)
@@ -79,7 +81,7 @@ mkdir -p "$SAVE_PATH"
 # the settings this demo trained with, for the report
 "$PY" - "$SAVE_PATH/demo_env.json" <<'EOF'
 import json, os, sys
-keys = ["MODEL_PATH", "PROMPT_DATA", "PROMPT_MODE", "MAX_STEPS", "ROLLOUT_BATCH_SIZE", "N_SAMPLES_PER_PROMPT",
+keys = ["MODEL_PATH", "PROMPT_DATA", "PROMPT_MODE", "SYSTEM_PROMPT", "ABSTAIN_SAMPLES", "MAX_STEPS", "ROLLOUT_BATCH_SIZE", "N_SAMPLES_PER_PROMPT",
         "TRAIN_BATCH_SIZE", "MICRO_TRAIN_BATCH_SIZE", "GENERATE_MAX_LEN", "ADVANTAGE_ESTIMATOR", "ACTOR_LR",
         "KL_COEF", "CAUTION_REWARD", "ABSTAIN_REWARD", "EMPTY_REWARD", "VERIFICATION_MAP", "INFORMATIVE_MAP",
         "INFO_WEIGHT", "GRANULARITY", "TEMPERATURE", "SEED", "MAX_EPOCHS"]

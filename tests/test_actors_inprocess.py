@@ -136,6 +136,28 @@ def test_checkpoint_round_trip_restores_model_and_optimizer(full_actors, tmp_pat
     assert torch.equal(critic.values(batch), v) and critic.optimizer_fingerprint() == opt
 
 
+def test_single_update_without_old_logprobs_is_the_update_with_them(full_actors, tmp_path):
+    """The driver skips the old-log-prob forward when one update follows each rollout (no reference): the
+    update then uses its own detached log-probs. That must be the same step as with a separate forward."""
+    pol, _ = full_actors
+    batch = make_tiny_batch(pol.tokenizer)
+    assert batch["sequences"].shape[0] <= pol.cfg.train_batch_size  # one optimizer step for the batch
+    ckpt = str(tmp_path / "before")
+    pol.save_checkpoint(ckpt)
+    lp0 = pol.logprobs(batch)
+    adv = torch.where(batch["action_mask"], torch.linspace(-1, 1, lp0.numel()).view_as(lp0), 0.0)
+    with_forward = pol.train_step(dict(batch, old_logprobs=lp0, advantages=adv))
+    after_with = pol.logprobs(batch)
+    pol.load_checkpoint(ckpt)
+    torch.testing.assert_close(pol.logprobs(batch), lp0, atol=0, rtol=0)
+    reused = pol.train_step(dict(batch, advantages=adv))
+    after_reused = pol.logprobs(batch)
+    assert not torch.allclose(after_reused, lp0)  # it did train
+    torch.testing.assert_close(after_reused, after_with, atol=1e-6, rtol=0)
+    assert reused["clipfrac"] == 0.0 and abs(reused["approx_kl"]) < 1e-9
+    assert with_forward["policy_loss"] == pytest.approx(reused["policy_loss"], abs=1e-6)
+
+
 def test_hf_export_of_policy_and_critic(full_actors, tmp_path):
     from transformers import AutoModelForCausalLM
 

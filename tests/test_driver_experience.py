@@ -13,7 +13,8 @@ from cluster.data import QAItem
 from cluster.driver import epoch_order, load_prompts, next_prompt_indices, plan_steps
 from cluster.checkpoint import TrainerState
 from cluster.experience import (KeywordReward, RewardUnavailable, ServiceReward, SkipCounter, TokenRewards,
-                                fetch_rewards, label_mix, last_token_rewards, reward_items, rewards_to_tensors)
+                                fetch_rewards, inject_abstentions, label_mix, last_token_rewards, reward_items,
+                                rewards_to_tensors)
 from conftest import free_port
 
 
@@ -180,3 +181,56 @@ def test_data_order_is_a_resumable_pure_function_of_seed_and_epoch():
     assert next_prompt_indices(resumed, n, batch, seed) == seen[4]
     assert plan_steps(RLFHConfig.load(rollout_batch_size=4, num_episodes=3), 10) == (2, 6)
     assert plan_steps(RLFHConfig.load(rollout_batch_size=4, num_episodes=3, max_steps=5), 10) == (2, 5)
+
+
+def test_inject_abstentions_replaces_the_last_k_of_each_group(tokenizer):
+    n, k = 3, 1
+    samples = [_sample(tokenizer, i // n, f"Answer {i}.") for i in range(2 * n)]
+    ids = tokenizer.encode("I don't know.", add_special_tokens=False) + [tokenizer.eos_token_id]
+    out, injected = inject_abstentions(samples, n, k, ids, tokenizer)
+    assert injected.tolist() == [False, False, True, False, False, True]
+    for i, s in enumerate(out):
+        if injected[i]:
+            assert s.response_text == "I don't know." and s.response_token_ids == ids
+            assert s.prompt_index == samples[i].prompt_index and s.prompt_token_ids == samples[i].prompt_token_ids
+            assert s.finish_reason == "stop" and len(s.token_offsets) == len(ids)
+        else:
+            assert s is samples[i]
+    # the candidate goes through the verifier's abstention path, so the reward service gives ABSTAIN_REWARD
+    from verifier_service.text import is_abstention_text
+    assert is_abstention_text(out[2].response_text)
+    batch = make_batch(out, tokenizer.pad_token_id)
+    assert int(batch["action_mask"][2].sum()) == len(ids)
+    none, flags = inject_abstentions(samples, n, 0, ids, tokenizer)
+    assert none == samples and not flags.any()
+    with pytest.raises(ValueError, match=r"in \[0, 3\)"):
+        inject_abstentions(samples, n, 3, ids, tokenizer)
+    with pytest.raises(ValueError, match="whole groups"):
+        inject_abstentions(samples[:4], n, 1, ids, tokenizer)
+
+
+def test_mixed_prompt_mode_is_a_stable_half_split_and_system_prompts_resolve():
+    from cluster.data import load_items
+    from cluster.prompts import SYSTEM_MAY_ABSTAIN, prompt_mode_for, resolve_system
+    qs = [it.question for it in load_items("halueval:dev", limit=200)]
+    modes = [prompt_mode_for(q, "mixed") for q in qs]
+    assert modes == [prompt_mode_for(q, "mixed") for q in qs]  # fixed per question
+    share = modes.count("evidence") / len(modes)
+    assert 0.35 < share < 0.65, share
+    assert {prompt_mode_for(q, "closed") for q in qs} == {"closed"}
+    assert resolve_system("may-abstain") == SYSTEM_MAY_ABSTAIN
+    assert resolve_system("Be brief.") == "Be brief."
+    with pytest.raises(ValueError, match="prompt mode"):
+        prompt_mode_for("q", "open-book")
+    with pytest.raises(ValueError, match="system prompt is empty"):
+        resolve_system("  ")
+
+
+@pytest.mark.parametrize("env, fragment", [
+    ({"ABSTAIN_SAMPLES": "4", "N_SAMPLES_PER_PROMPT": "4"}, "ABSTAIN_SAMPLES=4 must be smaller"),
+    ({"ABSTAIN_SAMPLES": "1", "ABSTAIN_TEXT": "Paris is the capital."}, "ABSTAIN_TEXT="),
+    ({"PROMPT_MODE": "open"}, "PROMPT_MODE"),
+])
+def test_abstention_and_prompt_settings_are_checked(env, fragment):
+    with pytest.raises(ConfigError, match=fragment):
+        RLFHConfig.load(environ=env)

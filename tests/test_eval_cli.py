@@ -100,6 +100,14 @@ def test_compare_hand_built_runs_mcnemar_and_verdict(tmp_path):
     assert group["pairs"][0]["verdict"] == "fewer hallucinations but also fewer correct answers"
     assert not group["pairs"][0]["success"]
 
+    # --expect gates on it: met for trained (whichever side of the pair it is), not met for the refuser
+    r = rlfh("compare", str(b), str(a), "--out", str(tmp_path / "rep3"), "--n-boot", "100", "--expect", "trained")
+    assert r.returncode == 0 and "EXPECTATION MET" in r.stdout, r.stdout[-2000:]
+    r = rlfh("compare", str(a), str(c), "--out", str(tmp_path / "rep4"), "--n-boot", "100", "--expect", "refuser")
+    assert r.returncode == 3 and "refuser vs base: fewer hallucinations but also fewer correct answers" in r.stdout
+    r = rlfh("compare", str(a), str(c), "--out", str(tmp_path / "rep5"), "--n-boot", "100", "--expect", "nobody")
+    assert r.returncode == 2 and "no run has that name; the runs are base, refuser" in r.stderr
+
 
 @pytest.mark.slow
 def test_eval_and_compare_with_real_model(tmp_path):

@@ -224,6 +224,10 @@ class RLFHConfig(BaseModel):
     serve_host: str = setting("127.0.0.1", "Host the Serve HTTP proxy binds.", env="SERVE_HOST", group="service")
     serve_port: int = setting(8000, "Port the Serve HTTP proxy binds.", env="SERVE_PORT", group="service",
                               ge=1, le=65535)
+    serve_access_log: bool = setting(
+        False, "Log every request the Serve replicas handle (one line per call; off keeps training output "
+        "readable, the Ray dashboard and /v1/stats still count requests).", env="SERVE_ACCESS_LOG",
+        group="service")
     verifier_replicas: int = setting(1, "Verifier deployment replicas (min replicas when autoscaling).",
                                      env="VERIFIER_REPLICAS", group="service", ge=1)
     reward_replicas: int = setting(1, "Reward deployment replicas (min replicas when autoscaling).",

@@ -637,11 +637,13 @@ def build_app(cfg: RLFHConfig, verifier_factory=None):
     RewardSettings.from_config(cfg)      # a bad reward setting fails here (ConfigError), not in a replica loop
     # (so does SERVE_MAX_REPLICAS below a deployment's replicas: scaling_options raises ConfigError)
     d = cfg.model_dump()
+    logging_config = {"enable_access_log": cfg.serve_access_log}
     verifier = VerifierDeployment.options(
         ray_actor_options={"num_cpus": cfg.verifier_num_cpus}, max_ongoing_requests=16,
+        logging_config=logging_config,
         **scaling_options(cfg.verifier_replicas, cfg.max_replicas)).bind(d, verifier_factory)
     return RewardDeployment.options(
-        ray_actor_options={"num_cpus": cfg.reward_num_cpus}, max_ongoing_requests=64,
+        ray_actor_options={"num_cpus": cfg.reward_num_cpus}, max_ongoing_requests=64, logging_config=logging_config,
         **scaling_options(cfg.reward_replicas, cfg.max_replicas)).bind(d, verifier)
 
 

@@ -328,6 +328,9 @@ class RLFHConfig(BaseModel):
                              group="ckpt", ge=0)
     max_ckpt_num: int = setting(3, "Keep at most this many checkpoints.", env="MAX_CKPT_NUM", group="ckpt", ge=1)
     logging_steps: int = setting(1, "Log metrics every N steps.", env="LOGGING_STEPS", group="ckpt", ge=1)
+    log_samples: int = setting(
+        4, "Rollouts per step written to SAVE_PATH/samples.jsonl (question, prompt mode, response, reward, "
+        "labels): what the policy actually says, step by step. 0: none.", env="LOG_SAMPLES", group="ckpt", ge=0)
     use_tensorboard: bool = setting(True, "Write TensorBoard events under SAVE_PATH/tensorboard.",
                                     env="USE_TENSORBOARD", group="ckpt")
     ray_address: str = setting("", "Join this Ray cluster (empty: start an embedded local one).",

@@ -299,8 +299,9 @@ class Trainer:
         """Continue from the latest checkpoint in CKPT_PATH (same step, same data position), if any."""
         ckpt = latest_checkpoint(self.cfg.effective_ckpt_path)
         if ckpt is None:
-            if self.metrics_path.exists():  # a fresh run in an old SAVE_PATH: start a new log
-                self.metrics_path.rename(self.metrics_path.with_suffix(f".jsonl.{int(time.time())}.old"))
+            for path in (self.metrics_path, self.save_path / "samples.jsonl"):
+                if path.exists():  # a fresh run in an old SAVE_PATH: start new logs
+                    path.rename(path.with_suffix(f".jsonl.{int(time.time())}.old"))
             return
         self.state = load_checkpoint(ckpt, self.groups)
         self.skips.total = self.state.skipped_batches
@@ -442,6 +443,8 @@ class Trainer:
                     row[f"score_mean/{m}"] = float(scores[sel].mean())
                     row[f"correct_rate/{m}"] = float(is_correct[sel].float().mean())
                     row[f"abstain_rate/{m}"] = float(abstained[sel].float().mean())
+        if cfg.log_samples:
+            self._log_samples(step, prompts, modes, samples, results, injected)
         if cfg.caution_reward:  # correct = 1; "I don't know" = 1 when no sample of the prompt is correct
             token_rewards = last_token_rewards(algo.caution_rewards(is_correct, abstained, n), mask)
 
@@ -536,6 +539,19 @@ class Trainer:
         return out
 
     # ------------------------------------------------------------------ logging
+    def _log_samples(self, step: int, prompts, modes, samples, results, injected) -> None:
+        """Append the step's first LOG_SAMPLES sampled responses (spread over prompts) to samples.jsonl."""
+        own = [i for i in range(len(samples)) if not bool(injected[i])]
+        stride = max(1, len(own) // max(1, self.cfg.log_samples))
+        with open(self.save_path / "samples.jsonl", "a", encoding="utf-8") as fh:
+            for i in own[::stride][: self.cfg.log_samples]:
+                s, r = samples[i], results[i]
+                p = prompts[s.prompt_index]
+                fh.write(json.dumps({"step": step, "question": p.question, "mode": modes[s.prompt_index],
+                                     "gold": p.right_answer, "response": s.response_text,
+                                     "score": round(float(r.score), 4), "abstained": bool(r.abstained),
+                                     "labels": dict(r.label_counts)}) + "\n")
+
     def _log(self, row: dict[str, Any]) -> None:
         self.history.append(row)
         with open(self.metrics_path, "a", encoding="utf-8") as fh:

@@ -70,7 +70,11 @@ tokens such as EOS, offsets ``(len, len)``) overlap no span.
 
 Then, on the response's LAST token (index ``T - 1``, usually EOS):
 ``abstain_reward`` when the verifier says the response abstains ("I don't
-know"); ``empty_reward`` when it does not abstain but has no statement. Finally
+know"); ``empty_reward`` when it does not abstain but makes no checkable statement
+(none at all, or only ``Vague`` ones: "Sure!", "The answer is" say nothing a
+verifier can check, and without this they would earn the mild Vague penalty
+instead, less than an abstention or a wrong answer costs, which RL finds and
+exploits within a few steps). Finally
 every token reward is clipped to ``[-reward_clip, reward_clip]`` and
 ``score = sum(token_rewards)`` (after clipping: the return the policy sees).
 
@@ -534,9 +538,10 @@ def compute_token_rewards(result: VerifyResult, offsets: Any, text_len: int,
     rewards = _place(values.astype(np.float64), f.astype(np.int64), l_.astype(np.int64), T, settings.placement)
 
     abstained = bool(result.abstained)
+    checkable = bool(K) and bool(np.any(st_label_a != _LABEL_INDEX["Vague"]))
     if abstained:
         rewards[end_tok] += settings.abstain_reward
-    elif K == 0:
+    elif not checkable:  # says nothing checkable and does not abstain either
         rewards[end_tok] += settings.empty_reward
 
     clip = settings.reward_clip

@@ -49,7 +49,7 @@ export ADVANTAGE_ESTIMATOR="${ADVANTAGE_ESTIMATOR:-grpo}"
 export ACTOR_LR="${ACTOR_LR:-5e-5}"
 export KL_COEF="${KL_COEF:-0}"
 export CAUTION_REWARD="${CAUTION_REWARD:-false}"
-export ABSTAIN_REWARD="${ABSTAIN_REWARD:--0.8}"
+export ABSTAIN_REWARD="${ABSTAIN_REWARD:--0.3}"
 export USE_TENSORBOARD="${USE_TENSORBOARD:-false}"
 export SAVE_STEP="${SAVE_STEP:-0}"
 # loopback ports that are free now (several people share this machine)

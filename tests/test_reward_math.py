@@ -142,6 +142,24 @@ def test_abstain_and_empty(base):
     assert abst.score == pytest.approx(0.7) and abst.token_label_signs.tolist() == [0, 0, 0, 0]
     empty = compute_token_rewards(VerifyResult(sentences=[Sentence(text=text, start=0, end=13)]), offs, len(text), s)
     assert empty.token_rewards.tolist() == [0, 0, 0, -0.3] and empty.num_statements == 0
+    # only Vague statements ("Sure, the answer is") is no checkable claim either: the Vague penalty AND the
+    # empty reward, so content-free filler never beats abstaining (RL found that loophole in 5 steps)
+    vague_text = "Sure, the answer is"
+    vo = word_offsets(vague_text)
+    vague = VerifyResult(sentences=[Sentence(text=vague_text, start=0, end=len(vague_text), statements=[
+        Statement(text=vague_text, start=0, end=len(vague_text), label="Vague", informativeness=3)])])
+    vr = compute_token_rewards(vague, vo, len(vague_text), s)
+    v_label = s.truth_weight * s.verification_map["Vague"]
+    assert vr.token_rewards[-1] == pytest.approx(-0.3) and vr.score == pytest.approx(v_label - 0.3)
+    # one checkable statement beside a Vague one: no empty reward
+    both_text = "Sure. Paris is in France."
+    both = VerifyResult(sentences=[
+        Sentence(text="Sure.", start=0, end=5, statements=[Statement(text="Sure.", start=0, end=5, label="Vague",
+                                                                    informativeness=3)]),
+        Sentence(text="Paris is in France.", start=6, end=25, statements=[
+            Statement(text="Paris is in France.", start=6, end=25, label="Correct", informativeness=3)])])
+    br = compute_token_rewards(both, word_offsets(both_text), len(both_text), s)
+    assert br.score == pytest.approx(v_label + s.truth_weight * s.verification_map["Correct"])
     # the last token is the last token, even without an EOS
     offs2 = word_offsets(text, eos=False)
     e2 = compute_token_rewards(VerifyResult(), offs2, len(text), s)

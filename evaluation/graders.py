@@ -282,6 +282,19 @@ _GENERIC = {"new", "old", "first", "second", "city", "county", "state", "states"
             "memorial", "park", "company", "group", "records", "series", "show", "album", "song", "game"}
 
 
+_BOTH_POLARITIES = re.compile(r"\b(?:yes\s*(?:,\s*)?(?:or|and|/)\s*no|no\s*(?:,\s*)?(?:or|and|/)\s*yes)\b",
+                              re.IGNORECASE)
+_JOINERS = frozenset({"or", "and", "either", "both", "nor", "neither"})
+
+
+def _offers_both(ans: list[str], first_pos: int, first_option: list[str], second_pos: int) -> bool:
+    """True when the answer names two options joined only by or/and ("A or B", "either A or B")."""
+    gap = ans[first_pos + len(first_option):second_pos] if _find(ans, first_option) == first_pos else None
+    if gap is None:  # named by a distinctive word: look at the words right before the second mention
+        gap = ans[max(first_pos + 1, second_pos - 2):second_pos]
+    return bool(gap) and all(t in _JOINERS for t in gap)
+
+
 def _mention_pos(ans: list[str], option: list[str], others: list[list[str]]) -> int:
     """Where the answer first names an option: the full option, else its first distinctive word.
 
@@ -388,8 +401,10 @@ def grade_answer(answer: Optional[str], gold: Optional[str], question: Optional[
     if first.rstrip().endswith("?"):
         return done(False, "echo")
 
-    # yes / no questions
+    # yes / no questions ("Yes or no." offers both: no answer, and no abstention either)
     if g_tok in (["yes"], ["no"]):
+        if _BOTH_POLARITIES.search(answer):
+            return done(False, "both_options")
         pol, explicit = polarity(answer)
         return done(pol == g_tok[0], "yes_no" if explicit else "yes_no_implicit")
 
@@ -398,9 +413,11 @@ def grade_answer(answer: Optional[str], gold: Optional[str], question: Optional[
     if cands:
         options, gold_idx = cands
         pos = [_mention_pos(a_tok, o, options[:i] + options[i + 1:]) for i, o in enumerate(options)]
-        named = [(p, i) for i, p in enumerate(pos) if p >= 0]
+        named = sorted((p, i) for i, p in enumerate(pos) if p >= 0)
+        if len(named) >= 2 and _offers_both(a_tok, named[0][0], options[named[0][1]], named[1][0]):
+            return done(False, "both_options")  # "A or B", "both A and B": the question repeated, no choice
         if named:
-            return done(min(named)[1] == gold_idx, "choice")
+            return done(named[0][1] == gold_idx, "choice")
 
     # containment
     if _find(a_tok, g_tok) >= 0:

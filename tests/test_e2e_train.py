@@ -27,7 +27,9 @@ def tiny_cfg(save_path, **kw):
                 n_samples_per_prompt=2, generate_max_len=8, prompt_max_len=128, train_batch_size=4,
                 micro_train_batch_size=4, micro_rollout_batch_size=4, actor_lr=1e-5, critic_lr=1e-5, seed=5,
                 max_steps=2, save_step=1, max_ckpt_num=3, rollout_backend="hf", num_cpus_per_actor=0.25,
-                serve_port=free_port(), reward_max_retries=1, reward_timeout_s=60)
+                serve_port=free_port(), reward_max_retries=1, reward_timeout_s=60,
+                # the demo's recipe: half the questions with evidence, one "I don't know" candidate per prompt
+                prompt_mode="mixed", abstain_samples=1, log_samples=4)
     base.update(kw)
     return RLFHConfig.load(environ={}, **base)
 
@@ -80,6 +82,12 @@ def test_two_steps_train_sync_and_checkpoint(cluster, run_dir):
     assert all(abs(sum(v for k, v in r.items() if k.startswith("label_share/")) - 1) < 1e-6 for r in rows)
     assert all(r["time/generate"] > 0 and r["time/reward"] > 0 and r["time/train"] > 0 and r["time/sync"] > 0
                for r in rows)
+    # one abstention candidate per prompt went through the verifier (as an abstention) and into training;
+    # samples.jsonl shows the policy's own responses only
+    assert all(r["injected_abstentions"] == cfg.rollout_batch_size for r in rows)
+    logged = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
+    assert {x["step"] for x in logged} == {1, 2} and all(x["mode"] in ("closed", "evidence") for x in logged)
+    assert all(x["response"] != cfg.abstain_text for x in logged)
 
     # the policy's weights changed
     after = fingerprint(groups)

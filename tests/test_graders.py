@@ -123,6 +123,11 @@ def test_yes_no_questions():
     assert (r.grade, r.reason) == (CORRECT, "yes_no_implicit")
     assert polarity("Both are American rock bands.") == ("yes", False)
     assert polarity("No. They differ.") == ("no", True)
+    # offering both answers is no answer (a loophole a trained model found): incorrect, whatever the gold
+    for both in ("Yes or no", "yes and no.", "Yes/no", "No, or yes."):
+        for gold in ("yes", "no"):
+            r = g(both, gold)
+            assert (r.grade, r.reason) == (INCORRECT, "both_options"), (both, gold)
 
 
 def test_choice_questions_use_the_option_named_first():
@@ -139,6 +144,12 @@ def test_choice_questions_use_the_option_named_first():
     assert g("Hole was founded before The Wolfhounds.", "The Wolfhounds", q2).grade == INCORRECT
     assert choice_options("Does Lüliang or Fuxin have a larger population?") == ("Lüliang", "Fuxin")
     assert choice_options("What is the capital of France?") is None
+    # naming both options as alternatives repeats the question: incorrect; a comparison still chooses
+    for both in ("Henri Leconte or Jonathan Stark", "Either Jonathan Stark or Henri Leconte.",
+                 "Both Henri Leconte and Jonathan Stark", "Leconte or Stark"):
+        r = g(both, "Jonathan Stark", q)
+        assert (r.grade, r.reason) == (INCORRECT, "both_options"), both
+    assert g("Jonathan Stark, not Henri Leconte.", "Jonathan Stark", q).grade == CORRECT
 
 
 def test_gold_named_in_the_question_needs_a_choice():

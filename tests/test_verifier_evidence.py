@@ -68,6 +68,11 @@ def test_yes_no_with_gold(verifier):
     assert sts[0].label == "Correct"
     _, sts = _one(verifier, "Yes, both are from the United States.", gold="no", question=q)
     assert sts[0].label == "Wrong"
+    # offering both answers matches neither, with or without the gold (RL found "Yes or no" otherwise)
+    for both in ("Yes or no", "No, or yes."):
+        for gold in ("no", "yes", None):
+            _, sts = _one(verifier, both, gold=gold, question=q)
+            assert [st.label for st in sts] == ["Wrong"], (both, gold)
 
 
 def test_without_gold_the_year_comparison_picks_the_option(verifier):

@@ -40,7 +40,7 @@ from verifier_service.question import (ALL_HEADS, LOCATION_WORDS, ORG_WORDS, Ans
 from verifier_service.retrieval import MaterialIndex
 from verifier_service.schema import Sentence, Statement, VerifyRequest, VerifyResult
 
-ALGO_VERSION = "evidence-1.0"
+ALGO_VERSION = "evidence-1.1"  # bump on any verdict change: cached verdicts of other versions are not reused
 
 # Without a gold answer, a candidate answer's label comes from its ranking margin against the other
 # entities of the evidence: P(correct) = sigmoid(SLOPE * (margin + OFFSET)). The offset leans towards
@@ -318,6 +318,9 @@ def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x))
 
 
+_BOTH_YN_RE = re.compile(r"\b(?:yes\s*(?:,\s*)?(?:or|and|/)\s*no|no\s*(?:,\s*)?(?:or|and|/)\s*yes)\b", re.IGNORECASE)
+
+
 def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
     """Verdict for one statement (see the module docstring for the rules)."""
     qi, idx = ctx.qi, ctx.idx
@@ -331,6 +334,8 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
     ent_words = {T.stem(w) for e in ents for w in T.words(e.text)}
     new_stems = [s for s in stems if s not in qi.stems and s not in ent_words and not s.isdigit()]
     stance = _stance(st_text, sent_text, first, qi, answer) if qi.qtype == "yesno" else None
+    if stance is not None and _BOTH_YN_RE.search(st_text):
+        stance = "both"  # "Yes or no": offers both answers, so it matches neither (Wrong, like "A or B")
     option = _chosen_option(st_text, qi) if qi.options else None
 
     # evidence sentences for the statement
@@ -390,7 +395,9 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
             is_answer, cand, ans_fit = True, best_e.text, best_fit
         elif qi.qtype in ("number", "date") and new_nums and (topical or ctx.n_statements == 1):
             is_answer, ans_fit = True, 1.0  # "won two titles" answers "how many titles"
-    if ctx.gold:
+    if stance == "both":
+        truth_ans, conf_ans = -1.0, 0.9
+    elif ctx.gold:
         if ctx.gold_yn and qi.qtype == "yesno":
             if stance is not None:
                 truth_ans, conf_ans = (1.0, 0.95) if stance == ctx.gold_yn else (-1.0, 0.92)

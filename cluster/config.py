@@ -188,7 +188,8 @@ class RLFHConfig(BaseModel):
         "I don't know.", "The abstention candidate's text (must read as an abstention to the verifier).",
         env="ABSTAIN_TEXT", group="reward", min_length=1)
     empty_reward: float = setting(
-        -1.0, "Reward for a response with no verifiable statement that is not an abstention.",
+        -1.0, "Reward for a response that does not abstain and makes no checkable statement (none, or only Vague "
+        "ones such as \"Sure, the answer is\"); added to the Vague penalties, so filler never beats abstaining.",
         env="EMPTY_REWARD", group="reward")
     reward_tokenizer: str = setting(
         "", "Tokenizer the reward service uses when a caller sends no token offsets (empty: MODEL_PATH).",

@@ -89,6 +89,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="Gate (for CI and the demo): exit with status 3 unless the run named NAME (its --name) "
                         "has significantly fewer incorrect answers than every other run of every mode it appears "
                         "in, without significantly fewer correct answers. The report is written either way.")
+    c.add_argument("--expect-mode", action="append", choices=["closed", "evidence"], default=None,
+                   metavar="MODE", help="With --expect: only these prompt modes are gated (repeatable; default: "
+                                        "all). The other modes are still compared and reported.")
     c.set_defaults(func=_cmd_compare)
 
 
@@ -123,7 +126,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     print(f"report: {args.out}/report.md")
     if args.expect:
         try:
-            failures = expectation_failures(report, args.expect)
+            failures = expectation_failures(report, args.expect, args.expect_mode)
         except CompareError as e:
             print(f"rlfh compare: {e}", file=sys.stderr)
             return 2
@@ -132,6 +135,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             for f in failures:
                 print(f"  - {f}")
             return 3
-        print(f"EXPECTATION MET: {args.expect!r} has significantly fewer incorrect answers than every other run, "
-              "with correct answers not significantly fewer")
+        where = f" ({', '.join(args.expect_mode)} mode)" if args.expect_mode else ""
+        print(f"EXPECTATION MET{where}: {args.expect!r} has significantly fewer incorrect answers than every other "
+              "run, with correct answers not significantly fewer")
     return 0

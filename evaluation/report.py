@@ -136,10 +136,15 @@ def judge(inc: dict, cor: dict, new: str = "b") -> tuple[bool, str]:
     return bool(fewer_incorrect and not fewer_correct), verdict
 
 
-def expectation_failures(report: dict[str, Any], name: str) -> list[str]:
-    """Why run ``name`` does not beat every other run of its groups (empty list: it does)."""
+def expectation_failures(report: dict[str, Any], name: str, modes: Optional[list[str]] = None) -> list[str]:
+    """Why run ``name`` does not beat every other run of its groups (empty list: it does).
+
+    ``modes``: only groups of these prompt modes count (None: every group).
+    """
     failures, found = [], False
     for gname, g in report["groups"].items():
+        if modes and not {m.get("mode") for m in g["models"]} & set(modes):
+            continue
         for pr in g["pairs"]:
             if name not in (pr["a"], pr["b"]):
                 continue
@@ -153,7 +158,8 @@ def expectation_failures(report: dict[str, Any], name: str) -> list[str]:
                                 f"p={_p(pr['mcnemar_correct']['p_value'])})")
     if not found:
         names = sorted({m["name"] for g in report["groups"].values() for m in g["models"]})
-        raise CompareError(f"--expect {name!r}: no run has that name; the runs are {', '.join(names)}")
+        where = f" in mode {', '.join(modes)}" if modes else ""
+        raise CompareError(f"--expect {name!r}: no run has that name{where}; the runs are {', '.join(names)}")
     return failures
 
 

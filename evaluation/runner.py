@@ -295,6 +295,8 @@ def reusable_summary(cfg: EvalConfig, model_dir: str, name: str) -> Optional[dic
             "batch_size": cfg.batch_size, "dtype": cfg.dtype}
     if any(old.get(k) != v for k, v in want.items()) or (old.get("verifier_identity") is None) == cfg.verifier:
         return None
+    if cfg.verifier and old.get("verifier_identity") != _verifier_identity():
+        return None  # the verifier changed since: its statement metrics would be stale
     if old.get("name") != name:
         old["name"] = name
         sp.write_text(json.dumps(old, indent=2, default=_json_default), encoding="utf-8")
@@ -308,6 +310,12 @@ def _json_default(o):
     if isinstance(o, (np.floating, np.integer)):
         return o.item()
     return str(o)
+
+
+def _verifier_identity() -> dict:
+    """What the training verifier (as configured now) would record as its identity."""
+    from verifier_service.core import Verifier
+    return Verifier().cache_identity()
 
 
 def _verify_all(items, gens, progress: bool) -> tuple[list[dict], dict]:

@@ -107,6 +107,13 @@ def test_compare_hand_built_runs_mcnemar_and_verdict(tmp_path):
     assert r.returncode == 3 and "refuser vs base: fewer hallucinations but also fewer correct answers" in r.stdout
     r = rlfh("compare", str(a), str(c), "--out", str(tmp_path / "rep5"), "--n-boot", "100", "--expect", "nobody")
     assert r.returncode == 2 and "no run has that name; the runs are base, refuser" in r.stderr
+    # --expect-mode limits the gate to the named modes (these runs are all closed-book)
+    r = rlfh("compare", str(a), str(c), "--out", str(tmp_path / "rep6"), "--n-boot", "100", "--expect", "refuser",
+             "--expect-mode", "evidence")
+    assert r.returncode == 2 and "no run has that name in mode evidence" in r.stderr
+    r = rlfh("compare", str(a), str(c), "--out", str(tmp_path / "rep7"), "--n-boot", "100", "--expect", "refuser",
+             "--expect-mode", "closed")
+    assert r.returncode == 3
 
 
 @pytest.mark.slow

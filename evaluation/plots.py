@@ -45,7 +45,7 @@ def plot_outcomes(report: dict[str, Any], out_png: str | Path) -> Path:
             bars = ax.bar(xs, ys, width=width, color=OUTCOME_COLORS[k], label=OUTCOME_LABELS[k],
                           yerr=[lo, hi], capsize=3, error_kw={"elinewidth": 1, "ecolor": "black"})
             for b, y, h in zip(bars, ys, hi):
-                ax.text(b.get_x() + b.get_width() / 2, y + h + 1.0, f"{y:.0f}", ha="center", va="bottom",
+                ax.text(b.get_x() + b.get_width() / 2, y + h + 1.0, f"{abs(y):.0f}", ha="center", va="bottom",
                         fontsize=7)
         ax.set_xticks(range(len(models)))
         ax.set_xticklabels([_wrap(m["name"]) for m in models], fontsize=8)

@@ -363,6 +363,8 @@ class RLFHConfig(BaseModel):
             raise ValueError(
                 f"ADVANTAGE_ESTIMATOR={self.advantage_estimator} compares samples of a prompt: "
                 "set N_SAMPLES_PER_PROMPT >= 2")
+        if not self.system_prompt.strip():
+            raise ValueError("SYSTEM_PROMPT is blank; use 'default', 'may-abstain' or a prompt text")
         if self.abstain_samples >= self.n_samples_per_prompt:
             raise ValueError(
                 f"ABSTAIN_SAMPLES={self.abstain_samples} must be smaller than N_SAMPLES_PER_PROMPT="

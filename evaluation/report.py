@@ -108,10 +108,16 @@ def compare_pair(a: dict, b: dict, n_boot: int = 2000, seed: int = 0) -> dict[st
     return {"a": a["name"], "b": b["name"], "a_dir": a["dir"], "b_dir": b["dir"], "n_paired": len(ra),
             "mcnemar_incorrect": inc, "mcnemar_correct": cor,
             "diff": {k: {"value": v[0], "ci95": [v[1], v[2]]} for k, v in diff.items()},
-            "fewer_incorrect_significant": inc["b_only"] < inc["a_only"] and inc["p_value"] < ALPHA,
-            "fewer_correct_significant": cor["b_only"] < cor["a_only"] and cor["p_value"] < ALPHA,
+            "fewer_incorrect_significant": significantly_fewer(inc, "b"),
+            "fewer_correct_significant": significantly_fewer(cor, "b"),
             "success": success,
             "verdict": verdict, "transitions": transitions}
+
+
+def significantly_fewer(test: dict, side: str) -> bool:
+    """Run ``side`` ("a" or "b") has the outcome on significantly fewer items (McNemar ``test``, p < alpha)."""
+    other = "a" if side == "b" else "b"
+    return bool(test[f"{side}_only"] < test[f"{other}_only"] and test["p_value"] < ALPHA)
 
 
 def judge(inc: dict, cor: dict, new: str = "b") -> tuple[bool, str]:
@@ -119,10 +125,9 @@ def judge(inc: dict, cor: dict, new: str = "b") -> tuple[bool, str]:
 
     Success: incorrect answers significantly fewer (p < alpha) and correct answers not significantly fewer.
     """
-    old = "a" if new == "b" else "b"
-    fewer_incorrect = inc[f"{new}_only"] < inc[f"{old}_only"] and inc["p_value"] < ALPHA
-    more_incorrect = inc[f"{new}_only"] > inc[f"{old}_only"] and inc["p_value"] < ALPHA
-    fewer_correct = cor[f"{new}_only"] < cor[f"{old}_only"] and cor["p_value"] < ALPHA
+    fewer_incorrect = significantly_fewer(inc, new)
+    more_incorrect = significantly_fewer(inc, "a" if new == "b" else "b")
+    fewer_correct = significantly_fewer(cor, new)
     if fewer_incorrect and not fewer_correct:
         verdict = "fewer hallucinations, correct answers kept"
     elif fewer_incorrect:

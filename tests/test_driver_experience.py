@@ -230,6 +230,7 @@ def test_mixed_prompt_mode_is_a_stable_half_split_and_system_prompts_resolve():
     ({"ABSTAIN_SAMPLES": "4", "N_SAMPLES_PER_PROMPT": "4"}, "ABSTAIN_SAMPLES=4 must be smaller"),
     ({"ABSTAIN_SAMPLES": "1", "ABSTAIN_TEXT": "Paris is the capital."}, "ABSTAIN_TEXT="),
     ({"PROMPT_MODE": "open"}, "PROMPT_MODE"),
+    ({"SYSTEM_PROMPT": "   "}, "SYSTEM_PROMPT is blank"),
 ])
 def test_abstention_and_prompt_settings_are_checked(env, fragment):
     with pytest.raises(ConfigError, match=fragment):

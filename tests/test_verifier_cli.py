@@ -106,3 +106,15 @@ def test_swap_entity_is_deterministic_and_never_the_answer(halueval_test_items):
         assert dn and dn not in rn and rn not in dn
         assert dn in normalize(" ".join(it.knowledge))
     assert n > 150
+
+
+def test_bench_abstain_small_and_bad_input():
+    """`rlfh bench abstain` on the real model: one row per system prompt x mode, counts out of the right totals."""
+    import re
+    p = _run(["bench", "abstain", "--questions", "2", "--samples", "2", "--max-new-tokens", "4"])
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = re.findall(r"│ (default|may-abstain|strong)\s+│ (closed|evidence)\s+│ (\d) / 2\s+│ (\d) / 4", p.stdout)
+    assert {(r[0], r[1]) for r in rows} == {(s, m) for s in ("default", "may-abstain", "strong")
+                                            for m in ("closed", "evidence")}, p.stdout
+    bad = _run(["bench", "abstain", "--samples", "0"])
+    assert bad.returncode == 2 and "--samples must be >= 1" in bad.stdout

@@ -51,12 +51,12 @@ from cluster import metrics
 from cluster.config import RLFHConfig, env_name
 from cluster.serve_config import scaling_options
 from reward_service.cache import cache_key, make_cache
+from reward_service.openrlhf_adapter import GetRewardInputError, parse_get_reward
 from reward_service.schemas import (MAX_BODY_BYTES, ErrorBody, GetRewardRequest, GetRewardResponse, RewardsRequest,
-                                    RewardsResponse, parse_label)
+                                    RewardsResponse)
 from reward_service.token_rewards import (RewardInputError, RewardSettings, compute_token_rewards,
                                           offsets_from_tokenizer, validate_offsets)
-from verifier_service.schema import (GOOD_LABELS, LABELS, MAX_QUESTION_CHARS, MAX_RESPONSE_CHARS, VerifyRequest,
-                                     VerifyResult)
+from verifier_service.schema import GOOD_LABELS, LABELS, VerifyRequest, VerifyResult
 
 log = logging.getLogger(__name__)
 
@@ -522,35 +522,12 @@ class RewardDeployment:
         ``scores[i]`` the share of its statements that are Correct / Hedged correct (0 when none).
         """
         self._auth(creds)
-        n = len(body.query)
-        if n > self.cfg.max_batch_items:
-            raise ServiceError(422, "query", f"{n} samples, over the limit of {self.cfg.max_batch_items}",
-                               "send smaller batches (MAX_BATCH_ITEMS)")
-        for name in ("prompts", "labels"):
-            v = getattr(body, name)
-            if v is not None and len(v) != n:
-                raise ServiceError(422, name, f"has {len(v)} entries but query has {n}",
-                                   f"send one {name[:-1]} per query")
-        reqs, texts = [], []
-        for i, q in enumerate(body.query):
-            prompt = body.prompts[i] if body.prompts else ""
-            if q.startswith(prompt):
-                response = q[len(prompt):]
-            else:
-                pos = q.find(prompt) if prompt else -1
-                if pos < 0:
-                    raise ServiceError(422, f"prompts.{i}", f"is not part of query[{i}]",
-                                       "query must be the prompt text followed by the response", item_index=i)
-                response = q[pos + len(prompt):]
-            lab = parse_label(body.labels[i] if body.labels else None)
-            question = lab["question"] or prompt
-            if len(response) > MAX_RESPONSE_CHARS or len(question) > MAX_QUESTION_CHARS:
-                raise ServiceError(422, f"query.{i}", "response or question too long",
-                                   f"keep responses under {MAX_RESPONSE_CHARS} and questions under "
-                                   f"{MAX_QUESTION_CHARS} characters", item_index=i)
-            reqs.append(VerifyRequest(question=question, response=response, materials=lab["materials"],
-                                      gold_answer=lab["gold_answer"]))
-            texts.append(response)
+        try:
+            samples = parse_get_reward(body.query, body.prompts, body.labels, self.cfg.max_batch_items)
+        except GetRewardInputError as e:
+            raise ServiceError(422, e.field, e.message, e.fix, item_index=e.item_index) from None
+        reqs = [s.request for s in samples]
+        texts = [s.response for s in samples]
         verified = await self._verify(reqs)
         scalar = self.settings
         outs = []

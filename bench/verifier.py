@@ -15,8 +15,18 @@ Columns
       (+confidence for Correct / Hedged correct, -confidence for Wrong / Hedged wrong, 0 for Vague;
       0 when there are no statements).
 
+      Also the *reward* view of (b), as ``/get_reward`` sees it: the response's scalar reward from the
+      reward service's own :func:`reward_service.token_rewards.compute_token_rewards` (labels and
+      informativeness only, no confidences), pairwise accuracy and ties (two equal rewards).
+  (c) long-form answers - multi-sentence responses built from the item's passages (supported, entity /
+      number / date swapped, hedged versions of both, filler, an answer sentence), every statement with a
+      known label and span (construction and metrics: :mod:`bench.longform`): statement accuracy, precision /
+      recall per label, span cover / IoU, per-token reward-sign agreement, ms per response.
+
 Rows: length-only rule, lexical-support rule, question-word proximity rule ((b) baseline), the
-``evidence`` backend without and with the gold answer, and the ``llm`` backend when ``MODEL_URL`` is set.
+``evidence`` backend without and with the gold answer, and the ``llm`` backend without and with the gold
+answer when ``MODEL_URL`` is set (on the first ``--llm-limit`` items only: a CPU judge is slow). Any
+OpenAI-compatible judge gets its rows with ``--model-url URL --annotate-model NAME --model-api-key KEY``.
 """
 from __future__ import annotations
 
@@ -32,7 +42,8 @@ ROW_LEXICAL = "(2) lexical-support rule"
 ROW_PROX = "(b-baseline) q-word proximity"
 ROW_EV_NOGOLD = "(3) evidence, no gold"
 ROW_EV_GOLD = "(4) evidence, with gold"
-ROW_LLM = "(5) llm (MODEL_URL), with gold"
+ROW_LLM = "(6) llm (MODEL_URL), with gold"
+ROW_LLM_NOGOLD = "(5) llm (MODEL_URL), no gold"
 
 
 # ----------------------------------------------------------------------------- pair construction
@@ -156,6 +167,9 @@ class Row:
         self.labels: dict[str, int] = {}
         self.a_done = False
         self.b_done = False
+        self.rw_pairs = 0.0
+        self.rw_ties = 0
+        self.rw_n = 0
 
     def add_a(self, pred_halluc: bool, is_halluc: bool):
         self.a_done = True
@@ -177,6 +191,14 @@ class Row:
             self.pairs += 0.5
             self.ties += 1
 
+    def add_b_reward(self, r_right: float, r_wrong: float):
+        self.rw_n += 1
+        if r_right > r_wrong + 1e-9:
+            self.rw_pairs += 1
+        elif abs(r_right - r_wrong) <= 1e-9:
+            self.rw_pairs += 0.5
+            self.rw_ties += 1
+
     def metrics(self) -> dict:
         n = self.tp + self.fp + self.tn + self.fn
         out = {"row": self.name, "note": self.note}
@@ -189,6 +211,9 @@ class Row:
             out["b_pairwise"] = self.pairs / self.n_pairs
             out["b_ties"] = self.ties
             out["b_n"] = self.n_pairs
+        if self.rw_n:
+            out["b_reward_pairwise"] = self.rw_pairs / self.rw_n
+            out["b_reward_ties"] = self.rw_ties / self.rw_n
         if self.n_verified:
             out["ms_per_response"] = 1000.0 * self.seconds / self.n_verified
             out["labels"] = self.labels
@@ -206,7 +231,15 @@ def _rule_row(name: str, fn: Callable, items, pairs, do_a: bool = True) -> Row:
     return row
 
 
-def _verifier_row(name: str, verifier, items, pairs, use_gold: bool, progress, batch: int = 16) -> Row:
+def reward_of(res, text: str, settings) -> float:
+    """The scalar reward ``/get_reward`` gives this verified response (the whole response as one token)."""
+    from reward_service.token_rewards import compute_token_rewards
+    n = len(text)
+    return compute_token_rewards(res, [[0, n]], n, settings).score
+
+
+def _verifier_row(name: str, verifier, items, pairs, use_gold: bool, progress, batch: int = 16,
+                  settings=None) -> Row:
     from verifier_service.schema import VerifyRequest
     row = Row(name)
     reqs, kinds = [], []
@@ -232,55 +265,95 @@ def _verifier_row(name: str, verifier, items, pairs, use_gold: bool, progress, b
         row.seconds += time.perf_counter() - t0
         progress.advance(task, len(reqs[i:i + batch]))
     row.n_verified = len(results)
-    b_scores = []
-    for (kind, halluc), res in zip(kinds, results):
+    b_scores, b_rewards = [], []
+    for (kind, halluc), res, rq in zip(kinds, results, reqs):
         for lab, c in res.label_counts().items():
             row.labels[lab] = row.labels.get(lab, 0) + c
         if kind == "a":
             row.add_a(verifier_flags(res), halluc)
         else:
             b_scores.append(verifier_score(res))
+            if settings is not None:
+                b_rewards.append(reward_of(res, rq.response, settings))
     for j in range(0, len(b_scores), 2):
         row.add_b(b_scores[j], b_scores[j + 1])
+    for j in range(0, len(b_rewards), 2):
+        row.add_b_reward(b_rewards[j], b_rewards[j + 1])
     return row
 
 
 def run_bench(split: str = "test", limit: Optional[int] = None, with_llm: bool = True, cfg=None,
-              quiet: bool = False) -> list[dict]:
+              quiet: bool = False, longform: bool = True, llm_limit: int = 20,
+              out: Optional[dict] = None) -> list[dict]:
+    """Rows of the (a)/(b) table (returned); the long-form rows go to ``out["longform"]`` when ``out`` is given."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from bench import longform as LF
     from cluster.config import RLFHConfig
     from cluster.data import load_halueval
+    from reward_service.token_rewards import RewardSettings
     from verifier_service.core import Verifier
 
     cfg = cfg or RLFHConfig.load()
+    settings = RewardSettings.from_config(cfg)
     items = load_halueval(split)
     if limit:
         items = items[:limit]
     items = [it for it in items if it.right_answer and it.hallucinated_answer]
     pairs = [(it, d) for it in items if (d := swap_entity(it)) is not None]
+    long_rs = LF.build_longform(items) if longform else []
     console = Console(stderr=True, quiet=quiet)
     console.print(f"[bold]HaluEval-QA {split}[/]: {len(items)} items -> {2 * len(items)} responses for (a); "
-                  f"{len(pairs)} entity-swap pairs for (b) ({len(items) - len(pairs)} items had no distractor)")
+                  f"{len(pairs)} entity-swap pairs for (b) ({len(items) - len(pairs)} items had no distractor)"
+                  + (f"; {len(long_rs)} long answers, {sum(len(r.statements) for r in long_rs)} statements "
+                     "for (c)" if longform else ""))
     rows = [
         _rule_row(ROW_LENGTH, rule_length, items, pairs),
         _rule_row(ROW_LEXICAL, rule_lexical, items, pairs),
         _rule_row(ROW_PROX, rule_proximity, items, pairs, do_a=False),
     ]
+    lrows: list[dict] = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as progress:
         ev = Verifier(cfg, backend="evidence")
-        rows.append(_verifier_row(ROW_EV_NOGOLD, ev, items, pairs, use_gold=False, progress=progress))
-        rows.append(_verifier_row(ROW_EV_GOLD, ev, items, pairs, use_gold=True, progress=progress))
+        rows.append(_verifier_row(ROW_EV_NOGOLD, ev, items, pairs, use_gold=False, progress=progress,
+                                  settings=settings))
+        rows.append(_verifier_row(ROW_EV_GOLD, ev, items, pairs, use_gold=True, progress=progress,
+                                  settings=settings))
+        if longform:
+            lrows.append(LF.score_verifier(ROW_EV_NOGOLD, ev, long_rs, False, progress).metrics())
+            lrows.append(LF.score_verifier(ROW_EV_GOLD, ev, long_rs, True, progress).metrics())
         if with_llm and cfg.model_url:
             llm = Verifier(cfg, backend="llm")
-            rows.append(_verifier_row(ROW_LLM, llm, items, pairs, use_gold=True, progress=progress, batch=4))
+            l_items = items[:llm_limit]
+            l_pairs = [(it, d) for it, d in pairs if any(it is x for x in l_items)]
+            l_long = LF.build_longform(l_items) if longform else []
+            for name, gold in ((ROW_LLM_NOGOLD, False), (ROW_LLM, True)):
+                r = _verifier_row(name, llm, l_items, l_pairs, use_gold=gold, progress=progress, batch=4,
+                                  settings=settings)
+                r.note = f"first {len(l_items)} items"
+                rows.append(r)
+                if longform:
+                    sc = LF.score_verifier(name, llm, l_long, gold, progress, batch=4)
+                    sc.note = f"first {len(l_items)} items"
+                    lrows.append(sc.metrics())
         else:
-            r = Row(ROW_LLM)
-            r.note = "not configured (set MODEL_URL / --model-url)" if not cfg.model_url else "skipped (--no-llm)"
-            rows.append(r)
+            note = "not configured (set MODEL_URL / --model-url)" if not cfg.model_url else "skipped (--no-llm)"
+            for name in (ROW_LLM_NOGOLD, ROW_LLM):
+                r = Row(name)
+                r.note = note
+                rows.append(r)
+                if longform:
+                    lrows.append({"row": name, "note": note})
+    if out is not None:
+        out["longform"] = lrows
+        out["longform_n"] = {"responses": len(long_rs), "statements": sum(len(r.statements) for r in long_rs)}
     return [r.metrics() for r in rows]
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
 
 
 def print_table(metrics: list[dict], split: str, file=None) -> None:
@@ -289,9 +362,12 @@ def print_table(metrics: list[dict], split: str, file=None) -> None:
 
     t = Table(title=f"Verifier on HaluEval-QA {split}: (a) original pairs, (b) entity-swap pairs",
               caption="(a): predicted hallucinated = any Wrong/Hedged wrong statement. (b): pairwise accuracy of "
-                      "score(right) > score(distractor), ties = 1/2; score = mean signed statement confidence.")
+                      "score(right) > score(distractor), ties = 1/2; score = mean signed statement confidence. "
+                      "(b) reward: the same pairs ranked by the /get_reward scalar reward (labels + "
+                      "informativeness), ties = equal rewards.")
     t.add_column("row")
-    for c in ("(a) acc", "(a) prec", "(a) rec", "(b) pairwise", "(b) ties", "ms/resp"):
+    for c in ("(a) acc", "(a) prec", "(a) rec", "(b) pairwise", "(b) ties", "(b) reward pairwise",
+              "(b) reward ties", "ms/resp"):
         t.add_column(c, justify="right")
     for m in metrics:
         def f(k, pct=True):
@@ -300,26 +376,67 @@ def print_table(metrics: list[dict], split: str, file=None) -> None:
                 return "-"
             return f"{100 * v:.1f}%" if pct else (f"{v:.2f}" if isinstance(v, float) else str(v))
         if m.get("note") and "a_accuracy" not in m and "b_pairwise" not in m:
-            t.add_row(m["row"], m["note"], "", "", "", "", "")
+            t.add_row(m["row"], m["note"], "", "", "", "", "", "", "")
             continue
-        t.add_row(m["row"], f("a_accuracy"), f("a_precision"), f("a_recall"), f("b_pairwise"),
-                  f("b_ties", False), f("ms_per_response", False))
-    con = Console(file=file, width=max(130, Console(file=file).width))
+        name = m["row"] + (f" [{m['note']}]" if m.get("note") else "")
+        t.add_row(name, f("a_accuracy"), f("a_precision"), f("a_recall"), f("b_pairwise"),
+                  f("b_ties", False), f("b_reward_pairwise"), f("b_reward_ties"), f("ms_per_response", False))
+    con = Console(file=file, width=max(150, Console(file=file).width))
     con.print(t)
     con.print("(1) hallucinated if the answer has more than 5 words; (2) hallucinated if under 80% of the answer's "
               "content words (outside the question) occur in the knowledge; (b-baseline) X scores higher the closer "
               "it occurs to a question word in the knowledge; (3)/(4) the evidence backend without/with the gold "
-              "answer; (5) the llm backend on MODEL_URL with the gold answer.")
+              "answer; (5)/(6) the llm backend on MODEL_URL without/with the gold answer.")
+
+
+def print_longform_table(lrows: list[dict], split: str, n: Optional[dict] = None, file=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from bench.longform import LongformScore
+    sub = f" ({n['responses']} answers, {n['statements']} statements)" if n else ""
+    t = Table(title=f"(c) Verifier on long-form answers built from HaluEval-QA {split}{sub}",
+              caption="acc: exact label of each true statement (its overlapping predicted statements pooled: a bad "
+                      "label wins, then a good one, else Vague); sign acc: good/vague/bad agree; P/R per label; "
+                      "span cover: share of each true span's characters covered by the predicted statements; "
+                      "IoU: against their union; tok sign: per-token FSPO reward sign agrees (tokens inside true "
+                      "statements).")
+    t.add_column("row")
+    for c in ("acc", "sign acc") + tuple(f"{lb} P/R" for lb in LongformScore.LABELS) + (
+            "span cover", "span IoU", "tok sign", "ms/resp"):
+        t.add_column(c, justify="right")
+    for m in lrows:
+        if "accuracy" not in m:
+            t.add_row(m["row"], m.get("note", ""), *[""] * 10)
+            continue
+        pl = m["per_label"]
+        cells = [f"{_pct(pl[lb]['precision'])}/{_pct(pl[lb]['recall'])}" for lb in LongformScore.LABELS]
+        name = m["row"] + (f" [{m['note']}]" if m.get("note") else "")
+        t.add_row(name, _pct(m["accuracy"]), _pct(m["sign_accuracy"]), *cells, _pct(m["span_cover"]),
+                  _pct(m["span_iou"]), _pct(m["token_sign_agreement"]), f"{m.get('ms_per_response', 0):.2f}")
+    con = Console(file=file, width=max(200, Console(file=file).width))
+    con.print(t)
+    kinds = [m for m in lrows if "by_kind" in m]
+    if kinds:
+        con.print("accuracy by statement kind: " + "; ".join(
+            m["row"] + ": " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in sorted(m["by_kind"].items()))
+            for m in kinds))
 
 
 def _run(args: argparse.Namespace) -> int:
     from cluster.config import RLFHConfig
     cfg = RLFHConfig.from_args(args)
-    metrics = run_bench(split=args.split, limit=args.limit, with_llm=not args.no_llm, cfg=cfg)
+    extra: dict = {}
+    metrics = run_bench(split=args.split, limit=args.limit, with_llm=not args.no_llm, cfg=cfg,
+                        longform=not args.no_longform, llm_limit=args.llm_limit, out=extra)
     print_table(metrics, args.split)
+    if not args.no_longform:
+        print_longform_table(extra["longform"], args.split, extra.get("longform_n"))
+    print("Timings: measured on this machine as it is (on a shared machine they vary with load).")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"split": args.split, "limit": args.limit, "rows": metrics}, fh, indent=2)
+            json.dump({"split": args.split, "limit": args.limit, "rows": metrics,
+                       "longform": extra.get("longform", []), "longform_n": extra.get("longform_n")}, fh, indent=2)
         print(f"wrote {args.json}", file=sys.stderr)
     return 0
 
@@ -328,7 +445,7 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
     from cluster.cli import plain_doc
     from cluster.config import RLFHConfig, positive_int
     p = bench_sub.add_parser(
-        "verifier", help="Verifier accuracy on HaluEval-QA (original and entity-swap pairs).",
+        "verifier", help="Verifier accuracy on HaluEval-QA (original pairs, entity-swap pairs, long-form answers).",
         description=plain_doc(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--split", default="test", choices=["train", "dev", "test"],
                    help="HaluEval-QA split to evaluate (default: test, 1,504 items; tune on dev).")
@@ -336,9 +453,14 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
                    help="Use only the first N items of the split (default: all).")
     p.add_argument("--json", default=None, metavar="OUT",
                    help="Also write the metrics (per row: accuracy, precision, recall, pairwise, ties, label "
-                        "counts, ms/response) to this JSON file.")
+                        "counts, ms/response; long-form rows under 'longform') to this JSON file.")
     p.add_argument("--no-llm", action="store_true",
-                   help="Skip the llm-backend row even when MODEL_URL is configured.")
+                   help="Skip the llm-backend rows even when MODEL_URL is configured.")
+    p.add_argument("--llm-limit", type=positive_int, default=20, metavar="N",
+                   help="The llm rows use only the first N items (default 20: a judge on CPU takes seconds per "
+                        "call; raise it for a GPU endpoint).")
+    p.add_argument("--no-longform", action="store_true",
+                   help="Skip the (c) long-form table.")
     # the rows are fixed (evidence without / with gold, llm when MODEL_URL is set): no backend choice
     RLFHConfig.add_cli_args(p, groups={"verifier"}, exclude=("verifier_backend",))
     p.set_defaults(func=_run)

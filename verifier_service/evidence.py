@@ -40,7 +40,7 @@ from verifier_service.question import (ALL_HEADS, LOCATION_WORDS, ORG_WORDS, Ans
 from verifier_service.retrieval import MaterialIndex
 from verifier_service.schema import Sentence, Statement, VerifyRequest, VerifyResult
 
-ALGO_VERSION = "evidence-1.1"  # bump on any verdict change: cached verdicts of other versions are not reused
+ALGO_VERSION = "evidence-1.2"  # bump on any verdict change: cached verdicts of other versions are not reused
 
 # Without a gold answer, a candidate answer's label comes from its ranking margin against the other
 # entities of the evidence: P(correct) = sigmoid(SLOPE * (margin + OFFSET)). The offset leans towards
@@ -321,9 +321,119 @@ def _sigmoid(x: float) -> float:
 _BOTH_YN_RE = re.compile(r"\b(?:yes\s*(?:,\s*)?(?:or|and|/)\s*no|no\s*(?:,\s*)?(?:or|and|/)\s*yes)\b", re.IGNORECASE)
 
 
+@dataclass
+class SlotCheck:
+    """Where a statement's entities stand against the evidence sentence that best matches its other words."""
+
+    state: str            # "supported" | "contradicted" | "elsewhere"
+    sentence: int         # index of that evidence sentence
+    context_share: float  # share of the statement's non-entity content words found in it
+    conflict: str = ""    # the evidence's entity in the slot of the statement's (contradicted)
+
+
+def _ent_group(kind: str) -> str:
+    return "num" if kind in ("number", "date") else "name"
+
+
+def _ent_in(e: T.Entity, nwords: list[str], sent_nums: set) -> bool:
+    """Entity ``e`` is stated in an evidence sentence (its normalised words ``nwords``)."""
+    if e.kind in ("number", "date"):
+        nums = T.numbers(e.text)
+        if nums and nums <= sent_nums:
+            return True
+    target = e.norm.split()
+    n = len(target)
+    if not n:
+        return False
+    for j, w in enumerate(nwords):
+        if w != target[0]:
+            continue
+        if nwords[j:j + n] == target:
+            return True
+        if n >= 2 and target[-1] in nwords[j + 1:j + n + 3]:
+            return True  # "Oleg Menshikov" in "Oleg Evgenyevich Menshikov"
+    return False
+
+
+def _window(stems: list[str], a: int, b: int, skip: set, k: int = 3) -> tuple[set, set]:
+    """Up to ``k`` content stems left of ``[a, b)`` and right of it, ignoring ``skip`` (entity words)."""
+    left = [w for w in stems[:a] if w not in T.STOPWORDS and w not in skip][-k:]
+    right = [w for w in stems[b:] if w not in T.STOPWORDS and w not in skip][:k]
+    return set(left), set(right)
+
+
+def _norm_positions(text: str, e: T.Entity) -> tuple[list[str], int, int]:
+    """Stems of ``text``'s normalised words and the word range ``[a, b)`` of entity ``e`` in them."""
+    before = T.normalize(text[:e.start]).split()
+    inside = T.normalize(e.text).split()
+    after = T.normalize(text[e.end:]).split()
+    ws = before + inside + after
+    return [T.stem(w) for w in ws], len(before), len(before) + len(inside)
+
+
+def slot_check(text: str, idx: MaterialIndex, qi: QuestionInfo) -> Optional[SlotCheck]:
+    """Check a statement's entities against the evidence sentence that best matches the rest of it.
+
+    The best sentence maximises (shared non-entity content words) + (statement entities it states).
+    ``supported``: it states every entity of the statement; ``contradicted``: an entity of the statement is
+    missing from it and it holds another entity of the same kind (name / number-date) in the same slot
+    (sharing a content word right or left of the entity); ``elsewhere``: missing, no conflicting slot.
+    None when the statement has no entity or too little context to locate a sentence (fewer than 2
+    shared content words, or under half of them).
+    """
+    ents = [e for e in T.entities(text) if e.norm and len(e.norm) > 1 and e.norm not in ("answer",)]
+    if not ents or not idx.sents:
+        return None
+    ent_words = {T.stem(w) for e in ents for w in T.normalize(e.text).split()}
+    ctx_stems = [w for w in dict.fromkeys(T.content_words(text)) if w not in ent_words and not w.isdigit()]
+    if not ctx_stems:
+        return None
+    cset = set(ctx_stems)
+    best, best_key = -1, (-1, -1)
+    nums = [T.numbers(es.text) for es in idx.sents]
+    present_in: list[list[bool]] = []
+    for si, es in enumerate(idx.sents):
+        shared = len(cset & set(es.stems))
+        present = [_ent_in(e, es.nwords, nums[si]) for e in ents]
+        present_in.append(present)
+        if not shared:
+            continue
+        key = (shared + sum(present), shared)
+        if key > best_key:
+            best, best_key = si, key
+    if best < 0:
+        return None
+    shared = best_key[1]
+    share = shared / len(cset)
+    # located: at least two anchors (shared words, or a shared word and one of its entities) and most of
+    # the statement's other words
+    if best_key[0] < 2 or share < 0.5 or (len(ents) == 1 and shared < 2):
+        return None
+    missing = [e for e, ok in zip(ents, present_in[best]) if not ok]
+    if not missing:
+        return SlotCheck("supported", best, share)
+    es = idx.sents[best]
+    st_norm = " " + T.normalize(text) + " "
+    ev_ents = [c for c in idx.sentence_entities[best] if c.norm and f" {c.norm} " not in st_norm]
+    all_ev_words = {T.stem(w) for c in idx.sentence_entities[best] for w in T.normalize(c.text).split()}
+    for e in missing:
+        sst, a, b = _norm_positions(text, e)
+        el, er = _window(sst, a, b, ent_words | all_ev_words)
+        for c in ev_ents:
+            if _ent_group(c.kind) != _ent_group(e.kind):
+                continue
+            cst, ca, cb = _norm_positions(es.text, c)
+            cl, cr = _window(cst, ca, cb, ent_words | all_ev_words)
+            if (el & cl) or (er & cr):
+                return SlotCheck("contradicted", best, share, conflict=c.text)
+    return SlotCheck("elsewhere", best, share)
+
+
 def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
     """Verdict for one statement (see the module docstring for the rules)."""
     qi, idx = ctx.qi, ctx.idx
+    # hedge cues ("I think", "probably") are not claims: they neither need nor get evidence
+    st_text, sent_text = T.strip_hedges(st_text), T.strip_hedges(sent_text)
     answer = _answer_phrase(st_text, ctx)
     stems = T.content_words(st_text)
     ents = [e for e in T.entities(st_text) if e.norm and e.norm not in ("answer",)]
@@ -444,6 +554,14 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
         if not any(_NEG_RE.search(idx.sents[i].text) for i, _ in hits):
             truth_ans, conf_ans = -1.0, 0.6
 
+    # ---- evidence strength: the statement's entities against the evidence sentence that says the rest of it
+    explicit = answer is not None or stance is not None or option is not None
+    sc = slot_check(st_text, idx, qi) if (ents and not _TEMPLATE_RE.match(st_text) and not unsup_ents
+                                          and not unsup_nums) else None
+    if sc is not None:
+        evidence = [idx.sents[sc.sentence].text] + evidence
+    gold_ok = ctx.gold is not None and truth_ans is not None and truth_ans > 0 and explicit
+
     # ---- combine
     no_evidence = False
     if not idx.sents and not ctx.gold:
@@ -454,16 +572,28 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
             truth, conf = -1.0, 0.6  # the right answer wrapped in an unsupported name/number
         else:
             truth, conf = -1.0, min(0.97, 0.8 + 0.05 * k)
+    elif sc is not None and sc.state == "contradicted" and not gold_ok:
+        # "a 2004 comedy film" where the sentence saying the rest has "a 1988 comedy film": the swapped
+        # entity occurs elsewhere in the materials, but the evidence puts another one in its place
+        truth, conf = -1.0, 0.75 + 0.2 * sc.context_share
+    elif sc is not None and sc.state == "supported" and not explicit and ctx.n_statements > 1 \
+            and truth_ans is not None and truth_ans < 0 and not negated_claim:
+        # a background fact stated by the evidence, not offered as the answer: true, whatever the answer is
+        truth, conf = 1.0, 0.6 + 0.3 * sc.context_share
     elif truth_ans is not None:
         truth, conf = truth_ans, conf_ans
         if truth > 0 and new_stems and word_support < 0.5:
             # right answer wrapped in unsupported claims
             truth, conf = -1.0, 0.6 + 0.3 * (0.5 - word_support)
+    elif sc is not None and sc.state == "supported" and word_support >= 0.5:
+        truth, conf = 1.0, min(0.97, 0.7 + 0.25 * sc.context_share)
     else:
         truth = 1.0 if word_support >= 0.6 else -1.0
         conf = 0.5 + 0.45 * abs(word_support - 0.6) / 0.6
         if new_ents and not unsup_ents:
             conf = min(0.95, conf + 0.1)
+        if sc is not None and sc.state == "elsewhere" and truth > 0:
+            conf = min(conf, 0.55)  # its entity is in the materials, but not where the rest of it is
 
     # ---- informativeness
     if is_answer and (ans_fit >= 0.5 or stance is not None or option is not None

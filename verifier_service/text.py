@@ -112,6 +112,10 @@ _NOT_NAMES = frozenset(w.capitalize() for w in STOPWORDS) | {
     "Every", "Our", "Its", "Following", "Including", "Although", "Though", "Instead", "Meanwhile", "Thus",
     "Therefore", "Furthermore", "Moreover", "Nevertheless", "Yet", "Still", "Even", "Only", "Just", "Once",
     "Previously", "Subsequently", "Eventually", "Finally", "First", "Second", "Third", "Sir", "Dr", "Mr", "Mrs",
+    # conversational sentence starters ("Let me explain.", "Thanks for asking.")
+    "Let", "Lets", "Let's", "Thanks", "Thank", "Hope", "Please", "Hello", "Hi", "Okay", "Ok", "Sorry", "Overall",
+    "Actually", "Honestly", "Interestingly", "Unfortunately", "Fortunately", "Additionally", "Note", "Hopefully",
+    "Certainly", "Indeed", "Sure", "Great", "Good", "Anyway", "Basically", "Essentially", "Generally",
 }
 
 
@@ -230,6 +234,16 @@ def hedge_spans(text: str) -> list[tuple[int, int]]:
         if text[s:e] == "May":
             continue
         out.append((s, e))
+    return out
+
+
+def strip_hedges(text: str) -> str:
+    """``text`` with its hedge cues blanked out (same length, so offsets still hold):
+    "I think the film was released in 1999" -> "        the film was released in 1999"."""
+    out = text
+    spans = hedge_spans(text) + [(m.start(), m.end()) for m in _NOT_SURE_BUT_RE.finditer(text)]
+    for s, e in spans:
+        out = out[:s] + " " * (e - s) + out[e:]
     return out
 
 

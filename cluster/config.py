@@ -146,6 +146,10 @@ class RLFHConfig(BaseModel):
         "closed", "Prompt template: 'closed' (question only), 'evidence' (knowledge in the prompt) or 'mixed' "
         "(half the questions each way, fixed per question: the model learns to answer from evidence when it has "
         "it and to abstain when it does not).", env="PROMPT_MODE", group="data")
+    evidence_share: float = setting(
+        0.5, "PROMPT_MODE=mixed: share of the questions asked with their evidence in the prompt (fixed per question "
+        "by a stable hash); the rest are asked closed book. Closed-book prompts cost about a fifth of evidence "
+        "prompts, so a smaller share sees more questions per minute.", env="EVIDENCE_SHARE", group="data", ge=0, le=1)
     system_prompt: str = setting(
         "default", "System prompt of the rollouts: 'default', 'may-abstain' (tells the model it may answer "
         "\"I don't know\"; a small model almost never abstains without it, so RL has nothing to reinforce) or "
@@ -191,6 +195,30 @@ class RLFHConfig(BaseModel):
         -1.0, "Reward for a response that does not abstain and makes no checkable statement (none, or only Vague "
         "ones such as \"Sure, the answer is\"); added to the Vague penalties, so filler never beats abstaining.",
         env="EMPTY_REWARD", group="reward")
+    outcome_reward: Literal["none", "ternary"] = setting(
+        "none", "Outcome-level reward on each response's last token, added to the token rewards: 'ternary' (TruthRL, "
+        "arXiv 2509.25760) gives OUTCOME_CORRECT when the verifier finds every statement correct, OUTCOME_ABSTAIN to "
+        "an abstention and OUTCOME_WRONG to anything else, so a group prefers abstaining exactly where the model's "
+        "answers are mostly wrong. 'none': the token rewards alone.", env="OUTCOME_REWARD", group="reward")
+    outcome_judge: Literal["gold", "verifier"] = setting(
+        "gold", "Who decides right / abstained / wrong for OUTCOME_REWARD: 'gold' (the gold-answer grader of "
+        "`rlfh eval` against the item's right_answer: containment, yes/no and choice rules; items without a gold "
+        "answer fall back to the verifier) or 'verifier' (correct only when every statement is Correct / Hedged "
+        "correct: strict, a right answer with one unsupported side remark counts as wrong).",
+        env="OUTCOME_JUDGE", group="reward")
+    outcome_correct: float = setting(1.0, "OUTCOME_REWARD=ternary: reward of a correct response.",
+                                     env="OUTCOME_CORRECT", group="reward")
+    outcome_abstain: float = setting(
+        0.0, "OUTCOME_REWARD=ternary: reward of an abstention. Between OUTCOME_WRONG and OUTCOME_CORRECT; answering "
+        "pays when p * OUTCOME_CORRECT + (1 - p) * OUTCOME_WRONG > OUTCOME_ABSTAIN (p: how often the model is "
+        "right on that question), so -0.5 with +1/-1 keeps answers that are right more than a quarter of the time.",
+        env="OUTCOME_ABSTAIN", group="reward")
+    outcome_wrong: float = setting(-1.0, "OUTCOME_REWARD=ternary: reward of a wrong (not abstaining) response.",
+                                   env="OUTCOME_WRONG", group="reward")
+    token_reward_weight: float = setting(
+        1.0, "Weight of the verifier's token-level rewards in the total reward (0 with OUTCOME_REWARD=ternary: "
+        "TruthRL's pure outcome reward; 1: statement-level rewards plus the outcome).", env="TOKEN_REWARD_WEIGHT",
+        group="reward", ge=0)
     reward_tokenizer: str = setting(
         "", "Tokenizer the reward service uses when a caller sends no token offsets (empty: MODEL_PATH).",
         env="REWARD_TOKENIZER", group="reward")
@@ -323,6 +351,11 @@ class RLFHConfig(BaseModel):
                                         env="COLOCATE_ALL_MODELS", group="placement")
     num_cpus_per_actor: float = setting(0.25, "CPUs each actor reserves (fractional on small machines).",
                                         env="NUM_CPUS_PER_ACTOR", group="placement", gt=0)
+    cpu_threads: int = setting(
+        0, "Intra-op CPU threads of each phase (generate, log-prob forwards, train step) on CPU; phases the "
+        "driver runs at the same time split them. 0: every core of the machine. 1 on a machine busy with "
+        "other jobs (two OpenMP threads descheduled in turn wait for each other at every op).",
+        env="CPU_THREADS", group="placement", ge=0)
 
     # ---------------------------------------------------------------- checkpoints & logging
     save_step: int = setting(0, "Checkpoint every N steps (0: only at the end and on Ctrl-C).", env="SAVE_STEP",
@@ -351,7 +384,8 @@ class RLFHConfig(BaseModel):
         return parse_informative_map(v)
 
     @field_validator("info_weight", "truth_weight", "reward_epsilon", "reward_mu", "abstain_reward",
-                     "empty_reward", "kl_coef", "actor_lr", "critic_lr")
+                     "empty_reward", "kl_coef", "actor_lr", "critic_lr", "outcome_correct", "outcome_abstain",
+                     "outcome_wrong", "token_reward_weight", "evidence_share")
     @classmethod
     def _finite_float(cls, v, info):
         return _finite(info.field_name, v)
@@ -363,6 +397,14 @@ class RLFHConfig(BaseModel):
             raise ValueError(
                 f"ADVANTAGE_ESTIMATOR={self.advantage_estimator} compares samples of a prompt: "
                 "set N_SAMPLES_PER_PROMPT >= 2")
+        if not self.outcome_wrong <= self.outcome_abstain <= self.outcome_correct:
+            raise ValueError(
+                f"OUTCOME_WRONG={self.outcome_wrong} <= OUTCOME_ABSTAIN={self.outcome_abstain} <= OUTCOME_CORRECT="
+                f"{self.outcome_correct} must hold: an abstention is worth less than a right answer and more than "
+                "a wrong one")
+        if self.outcome_reward == "none" and self.token_reward_weight == 0 and not self.caution_reward:
+            raise ValueError("TOKEN_REWARD_WEIGHT=0 with OUTCOME_REWARD=none leaves no reward at all; set "
+                             "OUTCOME_REWARD=ternary or a positive TOKEN_REWARD_WEIGHT")
         if not self.system_prompt.strip():
             raise ValueError("SYSTEM_PROMPT is blank; use 'default', 'may-abstain' or a prompt text")
         if self.abstain_samples >= self.n_samples_per_prompt:

@@ -59,7 +59,7 @@ __all__ = [
     "masked_mean", "masked_sum", "masked_var", "masked_whiten", "kl_penalty", "KL_ESTIMATORS",
     "shape_token_rewards", "discounted_returns", "gae_advantages", "reinforce_plus_plus_advantages",
     "grpo_advantages", "rloo_advantages", "dr_grpo_advantages", "ADVANTAGE_ESTIMATORS",
-    "register_advantage_estimator", "compute_advantages", "fspo_flip", "caution_rewards",
+    "register_advantage_estimator", "compute_advantages", "fspo_flip", "caution_rewards", "ternary_outcome_rewards",
     "filter_by_outcome_variance", "aggregate_loss", "LOSS_AGG_MODES", "policy_loss", "value_loss",
     "entropy_from_logits", "logprobs_from_logits",
 ]
@@ -595,6 +595,40 @@ def caution_rewards(is_correct: Tensor, abstained: Tensor, n_samples_per_prompt:
     any_correct = c.view(n_groups, n_samples_per_prompt).any(dim=1, keepdim=True)
     any_correct = any_correct.expand(-1, n_samples_per_prompt).reshape(-1)
     return (c | (a & ~any_correct)).to(torch.float32)
+
+
+def ternary_outcome_rewards(is_correct: Tensor, abstained: Tensor, correct: float = 1.0, abstain: float = 0.0,
+                            wrong: float = -1.0) -> Tensor:
+    """Outcome-level reward of TruthRL (arXiv 2509.25760): ``correct`` for a right answer, ``abstain`` for an
+    abstention, ``wrong`` for anything else.
+
+    The three-way split is what makes abstaining worth learning: with ``wrong < abstain < correct`` a sample
+    group prefers answering exactly when the model's answers to that prompt are right often enough
+    (answer iff ``p * correct + (1 - p) * wrong > abstain``; with the defaults iff ``p > 1/2``). A sample
+    flagged both correct and abstained counts as correct.
+
+    Args:
+        is_correct: ``[N]`` bool (or 0/1).
+        abstained: ``[N]`` bool (or 0/1).
+        correct, abstain, wrong: the three reward values (need ``wrong <= abstain <= correct``).
+    Returns:
+        ``[N]`` float32.
+    """
+    _check_same_shape(is_correct=is_correct, abstained=abstained)
+    if is_correct.dim() != 1:
+        raise ValueError(f"is_correct must be 1-D [N], got shape {list(is_correct.shape)}")
+    vals = {"correct": correct, "abstain": abstain, "wrong": wrong}
+    for k, v in vals.items():
+        if not (isinstance(v, (int, float)) and math.isfinite(v)):
+            raise ValueError(f"ternary_outcome_rewards: {k} must be a finite number, got {v!r}")
+    if not wrong <= abstain <= correct:
+        raise ValueError(f"ternary_outcome_rewards needs wrong <= abstain <= correct (OUTCOME_WRONG <= "
+                         f"OUTCOME_ABSTAIN <= OUTCOME_CORRECT), got {wrong} / {abstain} / {correct}")
+    c = _as_bool(is_correct)
+    a = _as_bool(abstained) & ~c
+    out = torch.full(c.shape, float(wrong), dtype=torch.float32, device=c.device)
+    out = torch.where(a, torch.full_like(out, float(abstain)), out)
+    return torch.where(c, torch.full_like(out, float(correct)), out)
 
 
 def filter_by_outcome_variance(scores: Tensor, n_samples_per_prompt: int, min_std: float) -> Tensor:

@@ -47,8 +47,8 @@ from cluster import metrics
 from cluster.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
 from cluster.config import ConfigError, RLFHConfig
 from cluster.data import QAItem, load_items
-from cluster.experience import (KeywordReward, ServiceReward, SkipCounter, fetch_rewards, label_mix,
-                                inject_abstentions, last_token_rewards, reward_items, rewards_to_tensors)
+from cluster.experience import (KeywordReward, ServiceReward, SkipCounter, fetch_rewards, gold_outcomes,
+                                label_mix, inject_abstentions, last_token_rewards, reward_items, rewards_to_tensors)
 from cluster.train_report import PHASES, format_mix, plot_curves, print_summary, read_metrics
 
 log = logging.getLogger(__name__)
@@ -399,7 +399,7 @@ class Trainer:
         cfg, g = self.cfg, self.groups
         n = cfg.n_samples_per_prompt
         system = resolve_system(cfg.system_prompt)
-        modes = [prompt_mode_for(p.question, cfg.prompt_mode) for p in prompts]
+        modes = [prompt_mode_for(p.question, cfg.prompt_mode, cfg.evidence_share) for p in prompts]
 
         # 1. rollout: n samples per prompt, prompt-major
         with timer("generate"):
@@ -447,17 +447,37 @@ class Trainer:
             self._log_samples(step, prompts, modes, samples, results, injected)
         if cfg.caution_reward:  # correct = 1; "I don't know" = 1 when no sample of the prompt is correct
             token_rewards = last_token_rewards(algo.caution_rewards(is_correct, abstained, n), mask)
+        elif cfg.token_reward_weight != 1.0:
+            token_rewards = cfg.token_reward_weight * token_rewards
+        if cfg.outcome_reward == "ternary":  # right > abstain > wrong, on each response's last token
+            o_correct, o_abst = ((is_correct, abstained) if cfg.outcome_judge == "verifier"
+                                 else gold_outcomes(samples, prompts, is_correct, abstained))
+            row["gold_correct_rate"] = float(o_correct[sampled].float().mean())
+            row["gold_abstain_rate"] = float(o_abst[sampled].float().mean())
+            if cfg.prompt_mode == "mixed":
+                for m in ("closed", "evidence"):
+                    sel = torch.tensor([modes[s.prompt_index] == m for s in samples]) & sampled
+                    if bool(sel.any()):
+                        row[f"gold_correct_rate/{m}"] = float(o_correct[sel].float().mean())
+                        row[f"gold_abstain_rate/{m}"] = float(o_abst[sel].float().mean())
+            outcome = algo.ternary_outcome_rewards(o_correct, o_abst, cfg.outcome_correct, cfg.outcome_abstain,
+                                                   cfg.outcome_wrong)
+            token_rewards = token_rewards + last_token_rewards(outcome, mask)
 
         # 3. forwards: reference log-probs, values, old log-probs; different actors, so they run concurrently.
         # With one policy update per rollout and no KL term the old log-probs are the very log-probs the
         # update computes (same weights), so that forward is skipped and the update uses its own, detached.
+        # Concurrent actors split the CPU threads (``share``; CPU_THREADS).
+        want = [p for p, on in (("policy_forward", not self.reuses_train_logprobs),
+                                ("reference", g.reference is not None), ("critic", g.critic is not None)) if on]
+        share = max(1, len(want))
         launched = {}
-        if not self.reuses_train_logprobs:
-            launched["policy_forward"] = g.policy.dispatch_async("logprobs", batch)
-        if g.reference is not None:
-            launched["reference"] = g.reference.dispatch_async("logprobs", batch)
-        if g.critic is not None:
-            launched["critic"] = g.critic.dispatch_async("values", batch)
+        if "policy_forward" in want:
+            launched["policy_forward"] = g.policy.dispatch_async("logprobs", batch, share=share)
+        if "reference" in want:
+            launched["reference"] = g.reference.dispatch_async("logprobs", batch, share=share)
+        if "critic" in want:
+            launched["critic"] = g.critic.dispatch_async("values", batch, share=share)
         fwd = _gather_timed(launched, timer)
         old_logprobs, ref_logprobs, values = fwd.get("policy_forward"), fwd.get("reference"), fwd.get("critic")
 
@@ -524,9 +544,11 @@ class Trainer:
                 B = exp["sequences"].shape[0]
                 perm = torch.randperm(B, generator=gen) if epoch > 0 else torch.arange(B)
                 # the critic and the policy are different actors: train them concurrently
-                crefs = (g.critic.dispatch_async("train_step", {k: exp[k][perm] for k in critic_keys})
+                share = int(g.critic is not None) + int(train_policy)   # concurrent actors split the threads
+                crefs = (g.critic.dispatch_async("train_step", {k: exp[k][perm] for k in critic_keys}, share=share)
                          if g.critic is not None else [])
-                prefs = (g.policy.dispatch_async("train_step", {k: exp[k][perm] for k in policy_keys if k in exp})
+                prefs = (g.policy.dispatch_async("train_step", {k: exp[k][perm] for k in policy_keys if k in exp},
+                                                 share=share)
                          if train_policy else [])
                 critic_stats += ray.get(crefs)
                 policy_stats += ray.get(prefs)

@@ -199,6 +199,24 @@ def reward_items(samples: Sequence[Any], prompts: Sequence[Any]) -> list[dict[st
     return items
 
 
+def gold_outcomes(samples: Sequence[Any], prompts: Sequence[Any], is_correct: torch.Tensor,
+                  abstained: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(correct, abstained) per sample by the gold-answer grader, for the outcome reward (OUTCOME_JUDGE=gold).
+
+    The grader compares the response with the item's ``right_answer`` (containment, yes/no and choice rules);
+    samples whose prompt has no gold answer keep the verifier's verdicts ``is_correct`` / ``abstained``
+    (``[N]`` bool each). Returns two ``[N]`` bool tensors.
+    """
+    from evaluation.graders import CORRECT, grade_answer
+    correct, abst = is_correct.clone(), abstained.clone()
+    for i, s in enumerate(samples):
+        p = prompts[s.prompt_index]
+        if (p.right_answer or "").strip():
+            g = grade_answer(s.response_text, p.right_answer, p.question)
+            correct[i], abst[i] = g.grade == CORRECT, g.abstained or g.reason == "empty"
+    return correct, abst
+
+
 @dataclass
 class SkipCounter:
     """Batches skipped because rewards were unavailable (the run's total, and the last reason)."""

@@ -28,8 +28,9 @@ def resolve_system(spec: str) -> str:
     return SYSTEM_PROMPTS.get(spec, spec)
 
 
-def prompt_mode_for(question: str, mode: str) -> str:
-    """The template one question gets: ``mode`` itself, or for 'mixed' closed/evidence by a stable hash.
+def prompt_mode_for(question: str, mode: str, evidence_share: float = 0.5) -> str:
+    """The template one question gets: ``mode`` itself, or for 'mixed' closed/evidence by a stable hash
+    (a share ``evidence_share`` of the questions get 'evidence').
 
     A stable hash (not a random draw) keeps a question's template fixed across epochs, resumes and
     processes, so the two halves of a mixed run are the same questions every time.
@@ -38,7 +39,11 @@ def prompt_mode_for(question: str, mode: str) -> str:
         raise ValueError(f"prompt mode must be one of {', '.join(PROMPT_MODES)}, got {mode!r}")
     if mode != "mixed":
         return mode
-    return "evidence" if hashlib.sha1(question.encode("utf-8")).digest()[0] % 2 else "closed"
+    if not 0.0 <= evidence_share <= 1.0:
+        raise ValueError(f"evidence_share (EVIDENCE_SHARE) must be in [0, 1], got {evidence_share!r}")
+    # the hash's first two bytes as a uniform number in [0, 1): stable across runs and processes
+    u = int.from_bytes(hashlib.sha1(question.encode("utf-8")).digest()[:2], "big") / 65536.0
+    return "evidence" if u < evidence_share else "closed"
 
 
 def build_messages(question: str, knowledge: Optional[str] = None, mode: str = "closed",

@@ -24,10 +24,14 @@ Compare `rlfh eval` runs: pair items by question, test the differences, write a 
 Runs are grouped by data and prompt mode. For every pair of runs in a group: exact McNemar tests on
 incorrect vs not-incorrect and on correct vs not, and paired bootstrap CIs of the differences. The
 verdict "fewer hallucinations, correct answers kept" needs incorrect answers significantly fewer
-(p < 0.05) while correct answers are not significantly fewer.
+(p < 0.05) while correct answers are not significantly fewer. Selectivity against the first run of each
+mode (the reference): a random-abstention baseline (the reference declining as many random questions),
+a question-type rule baseline (the reference declining every open question), what the reference answered
+where each model abstains, outcomes per question type, and -- where `rlfh eval` recorded confidences --
+the AUROC of the model's mean token log-prob against correctness and a risk-coverage plot.
 
 Writes OUT/report.md, OUT/report.json, OUT/outcomes.png, OUT/tradeoff.png and, with --run,
-OUT/training_curves.png (reward, KL, label mix from RUN_DIR/metrics.jsonl).
+OUT/training_curves.png (reward, KL, label mix from RUN_DIR/metrics.jsonl), and OUT/risk_coverage.png.
 """
 
 
@@ -59,6 +63,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=0,
                    help="Torch CPU threads (0: auto = all cores on an idle machine, 1 when other work keeps the "
                         "cores busy: on a shared small machine one thread avoids OpenMP stalls).")
+    p.add_argument("--confidence", choices=["auto", "on", "off"], default="auto",
+                   help="Record each answer's mean token log-prob (the model's own confidence; `rlfh compare` "
+                        "reports its AUROC against correctness and a risk-coverage plot). One extra forward "
+                        "pass; 'auto' (default): closed book only, where prompts are short.")
     p.add_argument("--name", default="",
                    help="Display name of this run in tables and reports (default: derived from --model and "
                         "--system).")
@@ -86,9 +94,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--n-boot", type=int, default=2000, help="Bootstrap resamples. Default 2000.")
     c.add_argument("--seed", type=int, default=0, help="Bootstrap seed. Default 0.")
     c.add_argument("--expect", default="", metavar="NAME",
-                   help="Gate (for CI and the demo): exit with status 3 unless the run named NAME (its --name) "
-                        "has significantly fewer incorrect answers than every other run of every mode it appears "
-                        "in, without significantly fewer correct answers. The report is written either way.")
+                   help="Gate (for CI and the demo): exit with status 3 unless the run named NAME (its --name) is "
+                        "selective in every gated mode: significantly fewer incorrect answers than every other run "
+                        "without significantly fewer correct ones (exact McNemar), accuracy on its attempted answers "
+                        "significantly above the mode's first run (paired bootstrap CI above 0), and more correct "
+                        "answers than the first run would keep declining as many random questions (exact "
+                        "hypergeometric p < 0.05). The report is written either way.")
     c.add_argument("--expect-mode", action="append", choices=["closed", "evidence"], default=None,
                    metavar="MODE", help="With --expect: only these prompt modes are gated (repeatable; default: "
                                         "all). The other modes are still compared and reported.")
@@ -100,7 +111,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     cfg = EvalConfig(model=args.model, data=args.data, mode=args.mode, out=args.out, limit=args.limit,
                      batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, system=args.system,
                      dtype=args.dtype, name=args.name, verifier=args.verifier, n_boot=args.n_boot, seed=args.seed,
-                     progress=args.progress, reuse=args.reuse, threads=args.threads)
+                     progress=args.progress, reuse=args.reuse, threads=args.threads,
+                     confidence=args.confidence)
     try:
         cfg.check()
         summary = run_eval(cfg)
@@ -137,5 +149,6 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             return 3
         where = f" ({', '.join(args.expect_mode)} mode)" if args.expect_mode else ""
         print(f"EXPECTATION MET{where}: {args.expect!r} has significantly fewer incorrect answers than every other "
-              "run, with correct answers not significantly fewer")
+              "run, with correct answers not significantly fewer, higher accuracy on its attempted answers than the "
+              "reference, and beats random abstention")
     return 0

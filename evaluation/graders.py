@@ -18,12 +18,17 @@ Rules, in order (each grade carries a ``reason`` code so a report can show why):
    ``incorrect`` (SimpleQA's convention); ``Grade.hedged`` records the hedge.
 4. Yes/no gold: the first explicit "yes"/"no" in the answer decides (``yes_no``);
    with neither, a negation or contrast ("not", "neither", "n't", "while",
-   "different"...) reads as "no", otherwise "yes" (``yes_no_implicit``).
+   "different"...) reads as "no", otherwise "yes" (``yes_no_implicit``) -- in the
+   strict reading (the default) only when the answer repeats at least half of the
+   question's predicate words ("same", "nationality"), else ``incorrect``
+   (``yes_no_unanswered``): an answer about something else says neither yes nor no.
 5. Choice questions ("..., A or B?"): the option the answer names first is its
    choice; naming the gold option first is ``correct``, the other ``incorrect``.
 6. Containment after normalisation (lowercase, punctuation and articles
    stripped, number words and ordinals to digits): gold inside the answer is
-   ``correct`` (``gold_in_answer``); a short answer inside the gold that covers
+   ``correct`` (``gold_in_answer``) -- in the strict reading not when every
+   mention is glued into a hyphenated compound ("Canadian-American" for
+   "American": ``compound``, incorrect); a short answer inside the gold that covers
    at least half of the gold's words is ``correct`` (``answer_in_gold``:
    "Howard Marks" for "Dennis Howard Marks").
 7. Token F1 between answer and gold >= ``F1_THRESHOLD`` is ``correct``
@@ -46,6 +51,7 @@ GRADES: tuple[str, ...] = (CORRECT, INCORRECT, NOT_ATTEMPTED)
 F1_THRESHOLD = 0.6
 SHORT_ANSWER_WORDS = 6          # "answer in gold" only applies to answers at most this long
 ANSWER_IN_GOLD_COVERAGE = 0.5   # ...that cover at least this share of the gold's words
+PREDICATE_SHARE = 0.5           # strict yes/no: an implicit answer repeats this share of the question's predicate
 
 # ----------------------------------------------------------------------------- normalisation
 
@@ -371,13 +377,64 @@ class Grade:
         return asdict(self)
 
 
-def grade_answer(answer: Optional[str], gold: Optional[str], question: Optional[str] = None) -> Grade:
+def _stem(t: str) -> str:
+    return t[:-1] if len(t) > 3 and t.endswith("s") and not t.endswith("ss") else t
+
+
+def predicate_words(question: str) -> set[str]:
+    """The question's content words outside its names ("same", "nationality", "director"), crudely stemmed."""
+    names = {t for ent in question_entities(question) for t in normalize_tokens(ent)}
+    return {_stem(t) for t in _content(normalize_tokens(question))
+            if t not in names and t.lower() not in {w.lower() for w in _QUESTION_WORDS} and not t.isdigit()}
+
+
+def addresses_question(answer: str, question: Optional[str], min_share: float = PREDICATE_SHARE) -> bool:
+    """True when the answer repeats at least ``min_share`` of the question's predicate words (or the question
+    has none): "Both were American citizens" addresses "Were A and B American citizens?", "The film A has a
+    male and a female lead" does not address "Are the directors of A and B from the same country?"."""
+    if not question:
+        return True
+    pred = predicate_words(question)
+    if not pred:
+        return True
+    have = {_stem(t) for t in normalize_tokens(answer)}
+    return len(pred & have) / len(pred) >= min_share
+
+
+def only_in_compounds(answer: str, gold: str) -> bool:
+    """True when every mention of the gold in the answer is glued into a hyphenated compound: "American" in
+    "a Canadian-American actor" names a different nationality; False when no mention is found at all."""
+    def fold(t: str) -> str:
+        t = unicodedata.normalize("NFKD", t)
+        return "".join(ch for ch in t if not unicodedata.combining(ch)).lower()
+    words = re.findall(r"\w+", fold(gold))
+    if not words:
+        return False
+    pat = re.compile(r"(?<!\w)" + r"[\s\-]+".join(map(re.escape, words)) + r"(?!\w)")
+    hits = list(pat.finditer(fold(answer)))
+    if not hits:
+        return False
+    a = fold(answer)
+
+    def glued(m) -> bool:
+        before = a[max(0, m.start() - 2):m.start()]
+        after = a[m.end():m.end() + 2]
+        return bool(re.match(r"\w-$", before) or re.match(r"^-\w", after))
+    return all(glued(m) for m in hits)
+
+
+def grade_answer(answer: Optional[str], gold: Optional[str], question: Optional[str] = None,
+                 strict: bool = True) -> Grade:
     """Grade one answer against its gold answer (see the module docstring for the rules).
 
     Args:
         answer: the model's answer text.
         gold: the reference answer; required (a ``ValueError`` names it when missing).
-        question: the question, used for choice questions ("A or B?").
+        question: the question, used for choice questions ("A or B?") and the strict yes/no reading.
+        strict: the stricter reading (default): a yes/no answer without an explicit "yes"/"no" or a negation
+            must address the question's predicate (else ``incorrect``, reason ``yes_no_unanswered``), and a gold
+            found only inside a hyphenated compound ("Canadian-American" for "American") is ``incorrect``
+            (``compound``). ``strict=False`` is the earlier, lenient reading; reports show both where they differ.
     """
     if gold is None or not str(gold).strip():
         raise ValueError("grade_answer: the gold answer ('right_answer') is missing or empty; "
@@ -406,6 +463,8 @@ def grade_answer(answer: Optional[str], gold: Optional[str], question: Optional[
         if _BOTH_POLARITIES.search(answer):
             return done(False, "both_options")
         pol, explicit = polarity(answer)
+        if strict and not explicit and pol == "yes" and not addresses_question(answer, question):
+            return done(False, "yes_no_unanswered")
         return done(pol == g_tok[0], "yes_no" if explicit else "yes_no_implicit")
 
     # a question that names its candidate answers: the candidate the answer names first is its choice
@@ -421,6 +480,8 @@ def grade_answer(answer: Optional[str], gold: Optional[str], question: Optional[
 
     # containment
     if _find(a_tok, g_tok) >= 0:
+        if strict and only_in_compounds(answer, gold):
+            return done(False, "compound")
         return done(True, "gold_in_answer")
     g_content = _content(g_tok) or g_tok
     a_content = _content(a_tok) or a_tok

@@ -101,6 +101,57 @@ def plot_tradeoff(report: dict[str, Any], out_png: str | Path) -> Path:
     return out_png
 
 
+def plot_risk_coverage(report: dict[str, Any], out_png: str | Path) -> Optional[Path]:
+    """Risk (incorrect share of the answers given) vs coverage (share of questions answered), one panel per group.
+
+    Curves: each model answering its most confident questions first (mean token log-prob), where recorded.
+    Points: each model's own operating point (its abstentions decide). Dotted: random abstention from the
+    reference (the same risk at every coverage). None when no group has anything to draw.
+    """
+    groups = [(gname, g) for gname, g in report["groups"].items() if (g.get("selectivity") or {}).get("runs")]
+    if not groups:
+        return None
+    plt = _plt()
+    names: list[str] = []
+    for _, g in groups:
+        for m in g["models"]:
+            if m["name"] not in names:
+                names.append(m["name"])
+    fig, axes = plt.subplots(1, len(groups), figsize=(6.2 * len(groups), 4.8), squeeze=False)
+    for ax, (gname, g) in zip(axes[0], groups):
+        sel = g["selectivity"]
+        for m in g["models"]:
+            e = sel["runs"].get(m["name"])
+            if e is None:
+                continue
+            color = MODEL_COLORS[names.index(m["name"]) % len(MODEL_COLORS)]
+            rc = e.get("risk_coverage") or {}
+            if rc.get("coverage"):
+                ax.plot([100 * c for c in rc["coverage"]], [100 * r for r in rc["risk"]], color=color, lw=1.6,
+                        label=f"{m['name']}: by confidence (AURC {rc['aurc']:.2f})")
+            gd = m["metrics"]["gold"]
+            cov = 1 - gd["not_attempted"]["value"]
+            risk = gd["incorrect"]["value"] / cov if cov > 0 else float("nan")
+            ax.plot(100 * cov, 100 * risk, "o", color=color, ms=9, mec="black",
+                    label=f"{m['name']}: own abstentions")
+            if m["name"] == sel["reference"]:
+                ax.axhline(100 * risk, color=color, ls=":", lw=1.2, label=f"random abstention from {m['name']}")
+        ax.set_xlabel("coverage: questions answered (%)")
+        ax.set_ylabel("risk: incorrect among answered (%)")
+        ax.set_title(gname, fontsize=10)
+        ax.set_xlim(0, 102)
+        ax.set_ylim(0, 102)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle("Risk-coverage: lower is better at every coverage; below the dotted line = better than random "
+                 "abstention", fontsize=10)
+    fig.tight_layout()
+    out_png = Path(out_png)
+    fig.savefig(out_png, dpi=120)
+    plt.close(fig)
+    return out_png
+
+
 def plot_training(run_dir: str | Path, out_png: str | Path) -> Optional[Path]:
     """Reward, KL, label mix and rollout behaviour (correct / abstain rate, length) from RUN_DIR/metrics.jsonl."""
     from evaluation.report import read_metrics

@@ -62,7 +62,8 @@ def regrade(records: list[dict]) -> None:
             if k not in r:
                 raise CompareError(f"an answers.jsonl record has no {k!r} field; re-run `rlfh eval`")
         gr = grade_answer(r["answer"], r["gold"], r["question"])
-        r.update(grade=gr.grade, reason=gr.reason, hedged=gr.hedged, abstained=gr.abstained, f1=round(gr.f1, 4))
+        r.update(grade=gr.grade, reason=gr.reason, hedged=gr.hedged, abstained=gr.abstained, f1=round(gr.f1, 4),
+                 grade_lenient=grade_answer(r["answer"], r["gold"], r["question"], strict=False).grade)
 
 
 def _unique_names(runs: list[dict]) -> None:
@@ -142,14 +143,42 @@ def judge(inc: dict, cor: dict, new: str = "b") -> tuple[bool, str]:
 
 
 def expectation_failures(report: dict[str, Any], name: str, modes: Optional[list[str]] = None) -> list[str]:
-    """Why run ``name`` does not beat every other run of its groups (empty list: it does).
+    """Why run ``name`` is not *selective* in its groups (empty list: it is).
 
-    ``modes``: only groups of these prompt modes count (None: every group).
+    In every group (of the ``modes`` prompt modes; None: every group) the run must have
+
+    1. significantly fewer incorrect answers than every other run, with correct answers not significantly
+       fewer (exact McNemar, p < alpha);
+    2. accuracy on its attempted answers significantly above the reference's (the group's first run, e.g. the
+       base model): the paired bootstrap 95% CI of the difference lies above 0, so its abstentions fall on
+       questions the reference got wrong;
+    3. more correct answers than the reference would keep if it declined the same number of questions at
+       random (exact hypergeometric p < alpha).
     """
     failures, found = [], False
     for gname, g in report["groups"].items():
         if modes and not {m.get("mode") for m in g["models"]} & set(modes):
             continue
+        sel = (g.get("selectivity") or {})
+        ref = sel.get("reference")
+        entry = (sel.get("runs") or {}).get(name)
+        if entry is not None and ref is not None and ref != name:
+            rnd = entry["random"]
+            if not rnd.get("beats"):
+                failures.append(f"{gname}: {name} is no better than random abstention: {rnd['observed_correct']} "
+                                f"correct vs {100 * rnd['correct']:.1f}% ({rnd['correct'] * rnd['n']:.1f}) expected "
+                                f"from {ref} declining the same {rnd['n_abstain']} questions at random "
+                                f"(p={_p(rnd['p_value'])})")
+            for pr in g["pairs"]:
+                if {pr["a"], pr["b"]} == {ref, name}:
+                    d = pr["diff"]["accuracy_given_attempted"]
+                    lo, hi = d["ci95"]
+                    sign = 1 if pr["b"] == name else -1
+                    if not (sign * (lo if sign > 0 else hi) > 0):
+                        failures.append(f"{gname}: {name}'s accuracy on attempted answers is not significantly "
+                                        f"above {ref}'s ({100 * sign * d['value']:+.1f} pts, 95% CI "
+                                        f"[{100 * sign * (lo if sign > 0 else hi):+.1f}, "
+                                        f"{100 * sign * (hi if sign > 0 else lo):+.1f}])")
         for pr in g["pairs"]:
             if name not in (pr["a"], pr["b"]):
                 continue
@@ -198,13 +227,17 @@ def compare_runs(dirs: list[str], out: str | Path, run_dir: Optional[str] = None
         pairs = [compare_pair(gruns[i], gruns[j], n_boot=n_boot, seed=seed)
                  for i in range(len(gruns)) for j in range(i + 1, len(gruns))]
         report["groups"][gname] = {"models": models, "pairs": pairs,
+                                   "selectivity": selectivity(gruns),
                                    "examples": _examples(gruns) if len(gruns) >= 2 else []}
     training = _training_summary(run_dir) if run_dir else None
     report["training"] = training
 
-    from evaluation.plots import plot_outcomes, plot_tradeoff, plot_training
+    from evaluation.plots import plot_outcomes, plot_risk_coverage, plot_tradeoff, plot_training
     report["plots"]["outcomes"] = str(plot_outcomes(report, out / "outcomes.png"))
     report["plots"]["tradeoff"] = str(plot_tradeoff(report, out / "tradeoff.png"))
+    rc_png = plot_risk_coverage(report, out / "risk_coverage.png")
+    if rc_png:
+        report["plots"]["risk_coverage"] = str(rc_png)
     if run_dir:
         png = plot_training(run_dir, out / "training_curves.png")
         if png:
@@ -212,6 +245,47 @@ def compare_runs(dirs: list[str], out: str | Path, run_dir: Optional[str] = None
     (out / "report.json").write_text(json.dumps(report, indent=2, default=_json_default), encoding="utf-8")
     (out / "report.md").write_text(render_markdown(report, out), encoding="utf-8")
     return report
+
+
+def selectivity(gruns: list[dict]) -> dict[str, Any]:
+    """Selectivity of every run of a group against the group's first run (the reference, e.g. the base model).
+
+    Per run: its random-abstention baseline (the reference's answers with as many random questions declined,
+    and the exact p-value of keeping this many right answers by chance), what the reference answered where the
+    run abstains, outcomes per question type, and the AUROC of its confidence (mean token log-prob) against
+    correctness on its attempted answers. Also the question-type rule: the reference's answers with every
+    open question declined (a selectivity that needs no training).
+    """
+    from evaluation.selectivity import (QUESTION_TYPES, abstention_overlap, auroc, question_type, random_abstention,
+                                        risk_coverage, type_rule_grades)
+    from evaluation.stats import outcome_metrics
+    ref = gruns[0]
+    out: dict[str, Any] = {"reference": ref["name"], "runs": {}}
+    for run in gruns:
+        ra, rb = pair_records(ref, run)
+        if not ra:
+            continue
+        g_ref, g_run = [r["grade"] for r in ra], [r["grade"] for r in rb]
+        n_na = sum(g == NOT_ATTEMPTED for g in g_run)
+        n_cor = sum(g == CORRECT for g in g_run)
+        per_type = {}
+        for t in QUESTION_TYPES:
+            sel = [g for g, r in zip(g_run, rb) if (r.get("qtype") or question_type(r["question"])) == t]
+            per_type[t] = {"n": len(sel), **{k: sum(g == k for g in sel) for k in (CORRECT, INCORRECT, NOT_ATTEMPTED)}}
+        conf = [r.get("confidence") for r in rb]
+        entry = {"n": len(rb), "random": random_abstention(g_ref, n_na, observed_correct=n_cor),
+                 "overlap": abstention_overlap(g_ref, g_run), "per_type": per_type, "auroc": None,
+                 "risk_coverage": None}
+        if any(c is not None for c in conf):
+            att = [(c, g) for c, g in zip(conf, g_run) if g != NOT_ATTEMPTED and c is not None]
+            entry["auroc"] = auroc([c for c, _ in att], [g == CORRECT for _, g in att]) if att else None
+            rc = risk_coverage([float("nan") if c is None else c for c in conf], g_run)
+            entry["risk_coverage"] = rc
+        out["runs"][run["name"]] = entry
+    rule = type_rule_grades([r["grade"] for r in ref["records"]], [r["question"] for r in ref["records"]])
+    out["type_rule"] = {"name": f"{ref['name']} + abstain on open questions (question-type rule)",
+                        "metrics": outcome_metrics(rule), "n": len(rule)}
+    return out
 
 
 def _json_default(o):
@@ -335,6 +409,58 @@ def render_markdown(report: dict[str, Any], out: Path) -> str:
             L.append(f"| {m['name']} | {mm['n']} | {_ci(gd['correct'])} | {_ci(gd['incorrect'])} | "
                      f"{_ci(gd['not_attempted'])} | {_ci(gd['accuracy_given_attempted'])} | {_ci(gd['f_score'])} | "
                      f"{_ci(mm['abstain_rate'])} | {mw['value']:.1f} |")
+        sel = g.get("selectivity") or {}
+        for mname, e in (sel.get("runs") or {}).items():
+            rnd = e["random"]
+            if mname == sel.get("reference") or rnd["n_abstain"] == 0:
+                continue
+            L.append(f"| *random abstention: {sel['reference']} declining {rnd['n_abstain']} random questions "
+                     f"(as many as {mname})* | {rnd['n']} | {pct(rnd['correct'])} [{pct(rnd['correct_ci95'][0])}, "
+                     f"{pct(rnd['correct_ci95'][1])}] | {pct(rnd['incorrect'])} [{pct(rnd['incorrect_ci95'][0])}, "
+                     f"{pct(rnd['incorrect_ci95'][1])}] | {pct(rnd['not_attempted'])} | "
+                     f"{pct(rnd['accuracy_given_attempted'])} | - | - | - |")
+        if sel.get("type_rule"):
+            tr = sel["type_rule"]
+            tm = tr["metrics"]
+            L.append(f"| *{tr['name']}* | {tr['n']} | {pct(tm['correct'])} | {pct(tm['incorrect'])} | "
+                     f"{pct(tm['not_attempted'])} | {pct(tm['accuracy_given_attempted'])} | {pct(tm['f_score'])} | "
+                     "- | - |")
+        if sel.get("runs"):
+            L += ["", f"**Selectivity** against {sel['reference']} (the reference). *Declined*: questions the "
+                      f"model did not attempt that {sel['reference']} did; a selective model declines where the "
+                      "reference was wrong. *Random abstention*: the reference declining as many random questions "
+                      "(p: exact probability of keeping at least this many right answers by chance). *AUROC*: the "
+                      "model's confidence (mean token log-prob) against correctness on its attempted answers "
+                      "(0.5 = no signal; - where not recorded).", "",
+                  f"| model | declined | {sel['reference']} right / wrong there | correct (random abstention "
+                  "expects) | p | confidence AUROC | risk-coverage AURC |", "|---|---|---|---|---|---|---|"]
+            for mname, e in sel["runs"].items():
+                ov, rnd = e["overlap"], e["random"]
+                au = "-" if e.get("auroc") is None or math.isnan(e["auroc"]) else f"{e['auroc']:.3f}"
+                rc = e.get("risk_coverage") or {}
+                aurc = "-" if rc.get("aurc") is None or math.isnan(rc.get("aurc", float("nan"))) else \
+                    f"{rc['aurc']:.3f}"
+                L.append(f"| {mname} | {ov['declined']} | {ov['ref_right']} / {ov['ref_wrong']} | "
+                         f"{rnd['observed_correct']} ({rnd['correct'] * rnd['n']:.1f}) | {_p(rnd['p_value'])} | "
+                         f"{au} | {aurc} |")
+            L += ["", "**Outcomes per question type** (from the question text: yes/no, two options \"A or B\", "
+                      "open), counts correct / incorrect / not attempted:", "",
+                  "| model | " + " | ".join(f"{t} (n={next(iter(sel['runs'].values()))['per_type'][t]['n']})"
+                                           for t in ("yes_no", "choice", "open")) + " |", "|---|---|---|---|"]
+            for mname, e in sel["runs"].items():
+                cells = [f"{e['per_type'][t]['correct']} / {e['per_type'][t]['incorrect']} / "
+                         f"{e['per_type'][t]['not_attempted']}" for t in ("yes_no", "choice", "open")]
+                L.append(f"| {mname} | " + " | ".join(cells) + " |")
+        lenient = [(m["name"], m["metrics"].get("lenient")) for m in g["models"]]
+        if any(x and x["differ"] for _, x in lenient):
+            L += ["", "**Grader sensitivity.** The strict reading (used everywhere above) grades an implicit yes/no "
+                      "answer that does not address the question, and a gold found only inside a hyphenated compound "
+                      "(\"Canadian-American\" for \"American\"), as incorrect. The lenient (earlier) reading:", ""]
+            for mname, x in lenient:
+                if x:
+                    L.append(f"- {mname}: correct {pct(x['correct'])}, incorrect {pct(x['incorrect'])} "
+                             f"({x['differ']} grade(s) differ from the strict reading)")
+            L.append("")
         L += ["", "**Paired tests** (second model minus first; McNemar counts are items where only the first / "
                   "only the second has the outcome):", "",
               "| first | second | n | incorrect: first-only / second-only, p | correct: first-only / second-only, p | "
@@ -384,7 +510,9 @@ def render_markdown(report: dict[str, Any], out: Path) -> str:
             L += ["Training settings:", "", "```", *[f"{k}={v}" for k, v in tr["demo_env"].items()], "```", ""]
     L += ["## Plots", ""]
     for key, cap in (("outcomes", "Outcomes per model with 95% CIs"),
-                     ("tradeoff", "Correct vs abstain trade-off"), ("training", "Training curves")):
+                     ("tradeoff", "Correct vs abstain trade-off"),
+                     ("risk_coverage", "Risk-coverage: incorrect share of the answers given vs share answered"),
+                     ("training", "Training curves")):
         if report["plots"].get(key):
             L += [f"![{cap}]({Path(report['plots'][key]).name})", ""]
     L += ["## How to read this", "",
@@ -392,6 +520,10 @@ def render_markdown(report: dict[str, Any], out: Path) -> str:
           "prompt alone gives is not credited to training.",
           "- The verdict \"fewer hallucinations, correct answers kept\" needs incorrect answers significantly fewer "
           "(McNemar p < 0.05) while correct answers are not significantly fewer.",
+          "- Fewer incorrect answers alone prove nothing: a model that refuses at random has them too. The "
+          "*random abstention* rows show what the reference would score declining as many questions at random; "
+          "a selective model beats them, and its accuracy on the answers it still gives rises. The "
+          "*question-type rule* row shows the selectivity that needs no training (decline every open question).",
           "- The verifier's metrics use the judge the model was trained against; trust the gold grader first.", ""]
     return "\n".join(L)
 

@@ -55,7 +55,12 @@ class EvalConfig:
     progress: bool = True
     reuse: bool = False
     threads: int = 0
+    confidence: str = "auto"
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def wants_confidence(self) -> bool:
+        """Score each answer's mean token log-prob ('auto': closed book only, where it is cheap)."""
+        return self.confidence == "on" or (self.confidence == "auto" and self.mode == "closed")
 
     def check(self) -> None:
         if self.mode not in MODES:
@@ -70,6 +75,8 @@ class EvalConfig:
             raise ValueError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
         if self.threads < 0:
             raise ValueError(f"--threads must be >= 0 (0: auto), got {self.threads}")
+        if self.confidence not in ("auto", "on", "off"):
+            raise ValueError(f"--confidence must be auto, on or off, got {self.confidence!r}")
         if self.dtype not in ("fp32", "bf16", "fp16"):
             raise ValueError(f"--dtype must be fp32, bf16 or fp16, got {self.dtype!r}")
 
@@ -167,6 +174,11 @@ def summarise(records: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) 
     }
     for r in records:
         out["reasons"][r["reason"]] = out["reasons"].get(r["reason"], 0) + 1
+    if all("grade_lenient" in r for r in records):
+        lg = [r["grade_lenient"] for r in records]
+        lm = outcome_metrics(lg)
+        out["lenient"] = {"correct": lm["correct"], "incorrect": lm["incorrect"],
+                          "differ": sum(a != b for a, b in zip(grades, lg))}
     vs = [r["verifier"] for r in records if r.get("verifier")]
     if vs:
         tot = {lab: sum(v["labels"][lab] for v in vs) for lab in VERIFIER_LABELS}
@@ -235,10 +247,18 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
     gens, gstats = generate_greedy(model, tok, prompts, batch_size=cfg.batch_size,
                                    max_new_tokens=cfg.max_new_tokens, progress=cfg.progress,
                                    desc=f"{name} [{cfg.mode}]")
+    confidence: list[Optional[float]] = [None] * len(items)
+    t_conf = 0.0
+    if cfg.wants_confidence():
+        from evaluation.confidence import answer_confidence
+        t0 = time.perf_counter()
+        confidence = answer_confidence(model, tok, prompts, [g.text for g in gens], batch_size=cfg.batch_size)
+        t_conf = time.perf_counter() - t0
     del model
     torch.cuda.empty_cache() if torch.cuda.is_available() else None
 
     grades = [grade_answer(g.text, it.right_answer, it.question) for g, it in zip(gens, items)]
+    lenient = [grade_answer(g.text, it.right_answer, it.question, strict=False).grade for g, it in zip(gens, items)]
 
     vstats: list[Optional[dict]] = [None] * len(items)
     t_ver = 0.0
@@ -249,13 +269,15 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
         t_ver = time.perf_counter() - t0
 
     records = []
-    for it, g, gr, vs in zip(items, gens, grades, vstats):
+    from evaluation.selectivity import question_type
+    for it, g, gr, vs, conf, lg in zip(items, gens, grades, vstats, confidence, lenient):
         records.append({
             "uid": it.uid, "key": pair_key(it.question), "question": it.question, "gold": it.right_answer,
-            "answer": g.text, "grade": gr.grade, "reason": gr.reason, "hedged": gr.hedged,
+            "answer": g.text, "grade": gr.grade, "grade_lenient": lg, "reason": gr.reason, "hedged": gr.hedged,
             "abstained": gr.abstained, "f1": round(gr.f1, 4), "answer_words": len(g.text.split()),
             "new_tokens": g.new_tokens, "prompt_tokens": g.prompt_tokens, "truncated": g.truncated,
-            "verifier": vs,
+            "verifier": vs, "qtype": question_type(it.question),
+            "confidence": None if conf is None or math.isnan(conf) else round(conf, 5),
         })
     with open(out / "answers.jsonl", "w", encoding="utf-8") as fh:
         for r in records:
@@ -265,10 +287,12 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
         "name": name, "model": cfg.model, "model_dir": model_dir, "model_fingerprint": _model_fingerprint(model_dir),
         "data": cfg.data, "mode": cfg.mode, "system": cfg.system, "system_prompt": system, "limit": cfg.limit,
         "max_new_tokens": cfg.max_new_tokens, "batch_size": cfg.batch_size, "dtype": cfg.dtype,
+        "confidence": cfg.wants_confidence(),
         "verifier_identity": verifier_identity,
         "metrics": summarise(records, cfg.n_boot, cfg.seed),
         "timing": {"generate_s": round(gstats.seconds, 2), "new_tokens": gstats.new_tokens,
                    "tokens_per_s": round(gstats.tokens_per_s, 1), "threads": threads, "verify_s": round(t_ver, 2),
+                   "confidence_s": round(t_conf, 2),
                    "total_s": round(time.perf_counter() - t_start, 2)},
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
         **cfg.extra,
@@ -278,7 +302,8 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
     return summary
 
 
-REUSE_KEYS = ("model_fingerprint", "data", "mode", "system", "limit", "max_new_tokens", "batch_size", "dtype")
+REUSE_KEYS = ("model_fingerprint", "data", "mode", "system", "limit", "max_new_tokens", "batch_size", "dtype",
+              "confidence")
 
 
 def reusable_summary(cfg: EvalConfig, model_dir: str, name: str) -> Optional[dict[str, Any]]:
@@ -292,7 +317,7 @@ def reusable_summary(cfg: EvalConfig, model_dir: str, name: str) -> Optional[dic
         return None
     want = {"model_fingerprint": _model_fingerprint(model_dir), "data": cfg.data, "mode": cfg.mode,
             "system": cfg.system, "limit": cfg.limit, "max_new_tokens": cfg.max_new_tokens,
-            "batch_size": cfg.batch_size, "dtype": cfg.dtype}
+            "batch_size": cfg.batch_size, "dtype": cfg.dtype, "confidence": cfg.wants_confidence()}
     if any(old.get(k) != v for k, v in want.items()) or (old.get("verifier_identity") is None) == cfg.verifier:
         return None
     if cfg.verifier and old.get("verifier_identity") != _verifier_identity():

@@ -376,6 +376,27 @@ def test_caution_rewards_with_and_without_a_correct_sample():
         ca.caution_rewards(correct, abst, 4)
 
 
+def test_ternary_outcome_rewards_and_the_group_preference_it_makes():
+    correct = T_([True, False, False, False])
+    abst = T_([False, False, True, False])
+    close(ca.ternary_outcome_rewards(correct, abst), [1.0, -1.0, 0.0, -1.0])
+    close(ca.ternary_outcome_rewards(correct, abst, abstain=-0.5), [1.0, -1.0, -0.5, -1.0])
+    close(ca.ternary_outcome_rewards(T_([1]), T_([1])), [1.0])  # correct and abstained counts as correct
+    # with GRPO, an abstention candidate beside three wrong answers gets the positive advantage, beside two
+    # right answers the negative one: abstaining is learnt exactly where the model's answers are wrong
+    n = 4
+    r = ca.ternary_outcome_rewards(T_([False, False, False, False, True, True, False, False]),
+                                   T_([False, False, False, True, False, False, False, True]), abstain=-0.5)
+    mask = torch.ones(8, 1, dtype=torch.bool)
+    adv, _ = ca.compute_advantages("grpo", r[:, None], mask, n_samples_per_prompt=n)
+    assert adv[3, 0] > 0 and (adv[:3, 0] < 0).all()
+    assert adv[7, 0] < 0 and (adv[4:6, 0] > 0).all()
+    with pytest.raises(ValueError, match="wrong <= abstain <= correct"):
+        ca.ternary_outcome_rewards(correct, abst, abstain=2.0)
+    with pytest.raises(ValueError, match="finite"):
+        ca.ternary_outcome_rewards(correct, abst, wrong=float("nan"))
+
+
 def test_filter_by_outcome_variance():
     scores = T_([1.0, 1.0, 1.0, 0.0, 1.0, 0.0])
     # p0 std 0 ; p1: mean 1/3, squared devs 1/9 + 4/9 + 1/9 = 6/9, unbiased var 1/3, std 0.57735

@@ -218,6 +218,14 @@ def test_mixed_prompt_mode_is_a_stable_half_split_and_system_prompts_resolve():
     share = modes.count("evidence") / len(modes)
     assert 0.35 < share < 0.65, share
     assert {prompt_mode_for(q, "closed") for q in qs} == {"closed"}
+    # EVIDENCE_SHARE: a stable share; a smaller share only moves questions from evidence to closed book
+    quarter = [prompt_mode_for(q, "mixed", 0.25) for q in qs]
+    assert 0.15 < quarter.count("evidence") / len(qs) < 0.35
+    assert all(m == "evidence" for m, h in zip(modes, quarter) if h == "evidence")
+    assert {prompt_mode_for(q, "mixed", 0.0) for q in qs} == {"closed"}
+    assert {prompt_mode_for(q, "mixed", 1.0) for q in qs} == {"evidence"}
+    with pytest.raises(ValueError, match="evidence_share"):
+        prompt_mode_for("q", "mixed", 1.5)
     assert resolve_system("may-abstain") == SYSTEM_MAY_ABSTAIN
     assert resolve_system("Be brief.") == "Be brief."
     with pytest.raises(ValueError, match="prompt mode"):
@@ -226,7 +234,30 @@ def test_mixed_prompt_mode_is_a_stable_half_split_and_system_prompts_resolve():
         resolve_system("  ")
 
 
+def test_gold_outcomes_use_the_gold_grader_and_fall_back_to_the_verifier():
+    from types import SimpleNamespace
+
+    from cluster.data import QAItem
+    from cluster.experience import gold_outcomes
+    prompts = [QAItem(question="Were A and B both American?", knowledge=["A and B are American."],
+                      right_answer="yes"),
+               QAItem(question="Who founded C?", knowledge=["D founded C."], right_answer=None)]
+    samples = [SimpleNamespace(prompt_index=0, response_text=t) for t in ("Yes, both were.", "No.",
+                                                                         "I don't know.", "")]
+    samples.append(SimpleNamespace(prompt_index=1, response_text="D founded C."))
+    # the verifier's strict verdicts: only the last counts as correct
+    ver_c = torch.tensor([False, False, False, False, True])
+    ver_a = torch.tensor([False, False, True, False, False])
+    c, a = gold_outcomes(samples, prompts, ver_c, ver_a)
+    assert c.tolist() == [True, False, False, False, True]   # gold grader; no gold: the verifier's verdict
+    assert a.tolist() == [False, False, True, True, False]   # an empty response is no answer either
+
+
 @pytest.mark.parametrize("env, fragment", [
+    ({"OUTCOME_ABSTAIN": "2"}, "OUTCOME_WRONG=-1.0 <= OUTCOME_ABSTAIN=2.0"),
+    ({"TOKEN_REWARD_WEIGHT": "0"}, "leaves no reward"),
+    ({"EVIDENCE_SHARE": "1.5"}, "EVIDENCE_SHARE"),
+    ({"OUTCOME_REWARD": "binary"}, "OUTCOME_REWARD"),
     ({"ABSTAIN_SAMPLES": "4", "N_SAMPLES_PER_PROMPT": "4"}, "ABSTAIN_SAMPLES=4 must be smaller"),
     ({"ABSTAIN_SAMPLES": "1", "ABSTAIN_TEXT": "Paris is the capital."}, "ABSTAIN_TEXT="),
     ({"PROMPT_MODE": "open"}, "PROMPT_MODE"),

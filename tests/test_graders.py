@@ -267,3 +267,28 @@ def test_mcnemar_paired_counts():
     assert (r["a_only"], r["b_only"], r["both"], r["neither"]) == (3, 1, 1, 1)
     assert r["p_value"] == pytest.approx(mcnemar_exact(3, 1))
     assert r["p_value"] == pytest.approx(2 * 5 / 16)
+
+
+# ----------------------------------------------------------------------------- the strict reading (issue 9)
+
+def test_strict_reading_hyphenated_compound_is_not_the_gold():
+    q = "What nationality is the director of film Meeting Evil?"
+    a = "The director of film Meeting Evil is a Canadian-American actor and director."
+    r = grade_answer(a, "American", q)
+    assert (r.grade, r.reason) == (INCORRECT, "compound")
+    assert grade_answer(a, "American", q, strict=False).grade == CORRECT  # the lenient reading, reported beside
+    # a plain mention still counts, even when a compound appears too
+    assert grade_answer("He is American, born to a Canadian-American family.", "American", q).grade == CORRECT
+    assert grade_answer("He is an American actor.", "American", q).grade == CORRECT
+
+
+def test_strict_reading_yes_no_answer_must_address_the_question():
+    q = "Are the directors of films Border Bandits and Fun both from the same country?"
+    off = "The film Border Bandits is a film that has both a male and female protagonist."
+    r = grade_answer(off, "yes", q)
+    assert (r.grade, r.reason) == (INCORRECT, "yes_no_unanswered")
+    assert grade_answer(off, "yes", q, strict=False).grade == CORRECT
+    # answers that do address it keep their implicit reading, and explicit yes/no is unaffected
+    assert grade_answer("Both directors are from the same country.", "yes", q).grade == CORRECT
+    assert grade_answer("Yes.", "yes", q).grade == CORRECT
+    assert grade_answer("The directors are from different countries.", "yes", q).grade == INCORRECT

@@ -1,0 +1,56 @@
+"""The real reward service for the integration tests (tests/test_integrations_*.py).
+
+An embedded Ray with fractional CPUs, the Serve app with the real evidence Verifier, a private
+redis-server, on a free loopback port; no auth token (OpenRLHF's HTTP client sends none).
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import httpx
+
+from cluster.config import RLFHConfig
+
+#: The issue 11 example (SmolLM2 tokenizer, OpenRLHF's client).
+OBEROI = {
+    "question": "Where is the head office of the Oberoi Group?",
+    "knowledge": "The Oberoi Group is a hotel company with its head office in Delhi. Founded in 1934, the company "
+                 "owns and operates 30 luxury hotels.",
+    "right": "The head office is in Delhi.",
+    "wrong": "The head office is in Mumbai.",
+    "gold": "Delhi",
+}
+
+
+@contextlib.contextmanager
+def running_service(**overrides) -> Iterator[dict]:
+    """``{"url", "cfg"}`` of a running reward service; everything stopped on exit."""
+    import ray
+    from ray import serve
+
+    from conftest import RedisProcess, free_port
+    from reward_service.app import deploy
+
+    redis_proc = RedisProcess().start()
+    started_ray = not ray.is_initialized()
+    if started_ray:
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    cfg = RLFHConfig.load(environ={}, redis_url=redis_proc.url, cache_ttl_s=600, **overrides)
+    try:
+        url = deploy(cfg, "127.0.0.1", free_port())
+        yield {"url": url, "cfg": cfg}
+    finally:
+        serve.shutdown()
+        if started_ray:
+            ray.shutdown()
+        redis_proc.stop()
+
+
+def direct_rewards(url: str, items: list[dict]) -> list[dict]:
+    """``/v1/rewards`` for plain ``{question, response, materials, gold_answer}`` items, one token per response
+    (the layout ``/get_reward``'s scalar is defined on)."""
+    body = {"items": [{**it, "token_offsets": [[0, len(it["response"])]]} for it in items]}
+    r = httpx.post(f"{url}/v1/rewards", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()["items"]

@@ -61,7 +61,7 @@ __all__ = [
     "grpo_advantages", "rloo_advantages", "dr_grpo_advantages", "ADVANTAGE_ESTIMATORS",
     "register_advantage_estimator", "compute_advantages", "fspo_flip", "caution_rewards", "ternary_outcome_rewards",
     "filter_by_outcome_variance", "aggregate_loss", "LOSS_AGG_MODES", "policy_loss", "value_loss",
-    "entropy_from_logits", "logprobs_from_logits",
+    "entropy_from_logits", "logprobs_from_logits", "dpo_loss",
 ]
 
 
@@ -845,3 +845,53 @@ def logprobs_from_logits(logits: Tensor, labels: Tensor, *, chunk_rows: int = 40
         outs.append(z.gather(1, lab[a:b]).squeeze(1) - torch.logsumexp(z, dim=-1))
     out = torch.cat(outs) if outs else flat.new_zeros(0, dtype=torch.float32)
     return out.view(labels.shape)
+
+
+def dpo_loss(policy_chosen_logps: Tensor, policy_rejected_logps: Tensor, ref_chosen_logps: Tensor,
+             ref_rejected_logps: Tensor, beta: float = 0.1, *, label_smoothing: float = 0.0) -> tuple[Tensor, dict]:
+    """Direct Preference Optimization loss (Rafailov et al. 2023) on sequence log-probs.
+
+    With the implicit rewards ``r_c = beta * (policy_chosen_logps - ref_chosen_logps)`` and
+    ``r_r = beta * (policy_rejected_logps - ref_rejected_logps)`` and the margin ``z = r_c - r_r``::
+
+        loss = mean_i[ -(1 - ls) * log sigmoid(z_i) - ls * log sigmoid(-z_i) ]       (ls = label_smoothing)
+
+    ``ls = 0`` is plain DPO; ``ls > 0`` is the conservative DPO reading (the preference label is flipped with
+    probability ``ls``). The gradient raises the chosen response's log-prob and lowers the rejected one's,
+    weighted by ``sigmoid(-z)`` (pairs the policy already orders correctly weigh less).
+
+    Args:
+        policy_chosen_logps: ``[B]`` float, sum of the policy's response-token log-probs of the chosen response
+            (differentiable).
+        policy_rejected_logps: ``[B]`` float, the same for the rejected response.
+        ref_chosen_logps: ``[B]`` float, the frozen reference model's sum for the chosen response (no gradient
+            needed; detached here).
+        ref_rejected_logps: ``[B]`` float, the reference's sum for the rejected response.
+        beta: ``> 0``, the KL-regularisation strength (inverse temperature of the implicit reward).
+        label_smoothing: in ``[0, 0.5)``.
+    Returns:
+        ``(loss [], metrics)``; metrics (python floats): ``reward_chosen`` / ``reward_rejected`` (means of
+        ``r_c`` / ``r_r``), ``margin`` (mean ``z``), ``accuracy`` (share of pairs with ``z > 0``).
+        An empty batch (``B = 0``) gives a zero loss that still has a graph.
+    """
+    _check_same_shape(policy_chosen_logps=policy_chosen_logps, policy_rejected_logps=policy_rejected_logps,
+                      ref_chosen_logps=ref_chosen_logps, ref_rejected_logps=ref_rejected_logps)
+    if policy_chosen_logps.dim() != 1:
+        raise ValueError(f"dpo_loss takes per-pair sequence log-probs of shape [B], got "
+                         f"{list(policy_chosen_logps.shape)} (sum the token log-probs over the response first)")
+    if not (isinstance(beta, (int, float)) and math.isfinite(beta) and beta > 0):
+        raise ValueError(f"dpo_loss: beta must be a finite number > 0 (--beta), got {beta!r}")
+    if not (isinstance(label_smoothing, (int, float)) and 0.0 <= label_smoothing < 0.5):
+        raise ValueError(f"dpo_loss: label_smoothing must be in [0, 0.5), got {label_smoothing!r}")
+    r_c = beta * (policy_chosen_logps.float() - ref_chosen_logps.detach().float())
+    r_r = beta * (policy_rejected_logps.float() - ref_rejected_logps.detach().float())
+    z = r_c - r_r
+    if z.numel() == 0:
+        return policy_chosen_logps.sum() * 0.0, {"reward_chosen": 0.0, "reward_rejected": 0.0, "margin": 0.0,
+                                                  "accuracy": 0.0}
+    per_pair = -(1.0 - label_smoothing) * torch.nn.functional.logsigmoid(z) \
+        - label_smoothing * torch.nn.functional.logsigmoid(-z)
+    with torch.no_grad():
+        metrics = {"reward_chosen": float(r_c.mean()), "reward_rejected": float(r_r.mean()),
+                   "margin": float(z.mean()), "accuracy": float((z > 0).float().mean())}
+    return per_pair.mean(), metrics

@@ -18,9 +18,11 @@ Routes (OpenAPI at ``/docs``):
 - ``GET /healthz``: status, replicas, cache state, counters (no auth);
 - ``GET /v1/stats``: counters of this replica and of one verifier replica.
 
-With ``REWARD_API_TOKEN`` set every route but ``/healthz``, ``/docs`` and
-``/openapi.json`` needs ``Authorization: Bearer <token>`` (401 otherwise).
+With ``REWARD_API_TOKEN`` set every route but ``/healthz`` (``/docs``, ``/redoc`` and
+``/openapi.json`` included) needs ``Authorization: Bearer <token>``: 401 before the body is read.
+A body over ``MAX_BODY_BYTES`` answers 413 as it streams in (:mod:`reward_service.middleware`).
 
+Every error is an ``ErrorBody`` (:mod:`reward_service.errors`).
 Bad input answers 422 with ``{"error", "status", "detail": [{"field", "message", "fix"}]}``;
 a verifier failure on an item answers 422 (the verifier rejected the input) or
 502 (it crashed or timed out) with ``item_index``, and is counted.
@@ -41,7 +43,6 @@ from collections import Counter
 from typing import Any, Optional
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
@@ -51,6 +52,10 @@ from cluster import metrics
 from cluster.config import RLFHConfig, env_name
 from cluster.serve_config import scaling_options
 from reward_service.cache import cache_key, make_cache
+from reward_service.errors import (ServiceError, error_response, fix_for, install_error_handlers, install_openapi,
+                                   loc_str)
+from reward_service.middleware import OPEN_PATHS, GuardMiddleware, guard_counters
+from reward_service.middleware import configure as configure_guard
 from reward_service.openrlhf_adapter import GetRewardInputError, parse_get_reward
 from reward_service.schemas import (MAX_BODY_BYTES, ErrorBody, GetRewardRequest, GetRewardResponse, RewardsRequest,
                                     RewardsResponse)
@@ -62,62 +67,8 @@ log = logging.getLogger(__name__)
 
 APP_NAME = "rlfh-rewards"
 VERIFY_CHUNK = 8          # items per verifier handle call
-_ROUTES = {"/v1/rewards", "/v1/verify", "/get_reward", "/healthz", "/v1/stats", "/docs", "/openapi.json"}
-_OPEN_ROUTES = {"/healthz", "/docs", "/openapi.json", "/docs/oauth2-redirect", "/redoc"}
-
-
-# --------------------------------------------------------------------------------------
-# errors
-# --------------------------------------------------------------------------------------
-
-class ServiceError(Exception):
-    """An error answered as JSON (:class:`ErrorBody`)."""
-
-    def __init__(self, status: int, field: str, message: str, fix: str = "", item_index: Optional[int] = None):
-        self.status = status
-        self.field = field
-        self.message = message
-        self.fix = fix
-        self.item_index = item_index
-        super().__init__(f"{field}: {message}")
-
-    def body(self) -> dict:
-        line = f"{self.field}: {self.message}" + (f" (fix: {self.fix})" if self.fix else "")
-        return ErrorBody(error=line, status=self.status, item_index=self.item_index,
-                         detail=[{"field": self.field, "message": self.message, "fix": self.fix}]).model_dump()
-
-
-def _fix_for(err: dict) -> str:
-    t = err.get("type", "")
-    ctx = err.get("ctx") or {}
-    if t == "missing":
-        return "add this field"
-    if t == "extra_forbidden":
-        return "remove this field (see /docs for the schema)"
-    if t == "string_too_long":
-        return f"send at most {ctx.get('max_length')} characters"
-    if t == "too_long":
-        return f"send at most {ctx.get('max_length')} entries (split the batch)"
-    if t == "too_short":
-        return f"send at least {ctx.get('min_length')} entries"
-    if t == "finite_number":
-        return "NaN and Infinity are not allowed; send a finite number"
-    if t == "json_invalid":
-        return "send a valid JSON body (Content-Type: application/json)"
-    if t == "literal_error":
-        return f"use one of {ctx.get('expected')}"
-    if t.endswith("_type") or t.endswith("_parsing"):
-        return f"send a value of the right type ({t.removesuffix('_type').removesuffix('_parsing')})"
-    if t in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        return "send a value in range " + ", ".join(f"{k} {v}" for k, v in ctx.items())
-    return "see /docs for the request schema"
-
-
-def _loc(loc) -> str:
-    parts = [str(p) for p in loc]
-    if parts and parts[0] == "body":
-        parts = parts[1:]
-    return ".".join(parts) or "body"
+_BODY_ROUTES = ("/v1/rewards", "/v1/verify", "/get_reward")
+_ROUTES = {*_BODY_ROUTES, "/healthz", "/v1/stats", "/docs", "/openapi.json", "/redoc"}
 
 
 # --------------------------------------------------------------------------------------
@@ -128,7 +79,7 @@ api = FastAPI(
     title="RLFH reward service",
     version="1",
     description="Token-level factuality rewards from an atomic-fact verifier (RLFH). "
-                "Bad input answers 422 naming the field and the fix.",
+                "Bad input answers 422 naming the field and the fix; every error has the ErrorBody shape.",
 )
 _bearer = HTTPBearer(auto_error=False, description="REWARD_API_TOKEN (only when the service sets one)")
 
@@ -136,33 +87,11 @@ _bearer = HTTPBearer(auto_error=False, description="REWARD_API_TOKEN (only when 
 _requests: Counter = Counter()
 _requests_lock = threading.Lock()
 
-
-@api.exception_handler(RequestValidationError)
-async def _validation_handler(request: Request, exc: RequestValidationError):
-    details = []
-    for err in exc.errors():
-        field, msg = _loc(err.get("loc", ())), err.get("msg", "invalid")
-        if err.get("type") == "json_invalid":   # loc is ("body", <char position>)
-            pos = err.get("loc", ("body", "?"))[-1]
-            field, msg = "body", f"{msg} at character {pos}"
-        details.append({"field": field, "message": msg, "fix": _fix_for(err)})
-    first = details[0] if details else {"field": "body", "message": "invalid request", "fix": ""}
-    line = f"{first['field']}: {first['message']} (fix: {first['fix']})"
-    if len(details) > 1:
-        line += f" [+{len(details) - 1} more]"
-    return JSONResponse(status_code=422, content=ErrorBody(error=line, status=422, detail=details).model_dump())
-
-
-@api.exception_handler(ServiceError)
-async def _service_error_handler(request: Request, exc: ServiceError):
-    return JSONResponse(status_code=exc.status, content=exc.body())
-
-
-@api.exception_handler(Exception)
-async def _unexpected_handler(request: Request, exc: Exception):  # pragma: no cover - a bug, but never a hang
-    log.exception("unexpected error on %s", request.url.path)
-    return JSONResponse(status_code=500, content=ErrorBody(
-        error=f"internal error: {type(exc).__name__}: {exc}", status=500).model_dump())
+# Errors: every answer but a 2xx is an ErrorBody (reward_service/errors.py); auth, the body limit and lone
+# surrogates are checked before the body is parsed (reward_service/middleware.py, inner to the counter below).
+install_error_handlers(api)
+install_openapi(api, body_routes=_BODY_ROUTES, bearer_routes=tuple(sorted(_ROUTES - OPEN_PATHS)))
+api.add_middleware(GuardMiddleware)
 
 
 @api.middleware("http")
@@ -170,18 +99,11 @@ async def _count_requests(request: Request, call_next):
     t0 = time.perf_counter()
     path = request.url.path
     route = path if path in _ROUTES else "other"
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-        response = JSONResponse(status_code=422, content=ServiceError(
-            422, "body", f"request body is {int(length)} bytes, over the limit of {MAX_BODY_BYTES}",
-            "split the batch into smaller requests").body())
-    else:
-        try:
-            response = await call_next(request)
-        except Exception as exc:  # pragma: no cover - handled by the exception handlers above
-            log.exception("unhandled error on %s", path)
-            response = JSONResponse(status_code=500, content=ErrorBody(
-                error=f"internal error: {type(exc).__name__}: {exc}", status=500).model_dump())
+    try:
+        response = await call_next(request)
+    except Exception as exc:  # pragma: no cover - the exception handlers answer first
+        log.exception("unhandled error on %s", path)
+        response = error_response(500, "server", f"internal error ({type(exc).__name__}); it is logged")
     status = response.status_code
     with _requests_lock:
         _requests[(route, status)] += 1
@@ -196,8 +118,8 @@ def _verify_request(item, index: int) -> VerifyRequest:
         return item.verify_request()
     except ValidationError as e:
         err = e.errors()[0]
-        raise ServiceError(422, f"items.{index}.{_loc(err.get('loc', ())) if err.get('loc') else 'materials'}",
-                           err.get("msg", "invalid").removeprefix("Value error, "), _fix_for(err),
+        raise ServiceError(422, f"items.{index}.{loc_str(err.get('loc', ())) if err.get('loc') else 'materials'}",
+                           err.get("msg", "invalid").removeprefix("Value error, "), fix_for(err),
                            item_index=index) from None
 
 
@@ -285,6 +207,7 @@ class VerifierDeployment:
 class RewardDeployment:
     def __init__(self, cfg_dict: dict, verifier):
         self.cfg = _cfg_from(cfg_dict)
+        configure_guard(token=self.cfg.reward_api_token, max_body_bytes=MAX_BODY_BYTES)
         self.settings = RewardSettings.from_config(self.cfg)
         self.cache = make_cache(self.cfg)
         self.verifier = verifier
@@ -576,6 +499,8 @@ class RewardDeployment:
         with self._lock:
             c = dict(self.c)
         c["requests"] = _request_counts()
+        for reason, n in guard_counters().items():      # refused before the routes (auth, size, surrogates)
+            c[reason] = c.get(reason, 0) + n
         return c
 
     async def _replicas(self) -> dict:

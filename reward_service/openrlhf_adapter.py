@@ -30,7 +30,9 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from reward_service.schemas import parse_label
+from pydantic import ValidationError
+
+from reward_service.schemas import LabelError, parse_label
 from verifier_service.schema import MAX_QUESTION_CHARS, MAX_RESPONSE_CHARS, VerifyRequest
 
 __all__ = ["GetRewardInputError", "ParsedSample", "parse_get_reward", "response_after_prompt", "clean_response",
@@ -169,7 +171,10 @@ def parse_get_reward(query: Sequence[str], prompts: Optional[Sequence[str]],
                 "send query = prompt + response, with the prompt exactly as it was given to the model "
                 "(OpenRLHF: the untruncated prompt fits --prompt_max_len)", item_index=i)
         response = clean_response(raw)
-        lab = parse_label(labels[i] if labels else None)
+        try:
+            lab = parse_label(labels[i] if labels else None)
+        except LabelError as e:     # e.g. a lone surrogate in the label's JSON (issue 12)
+            raise GetRewardInputError(f"labels.{i}.{e.field}", e.message, e.fix, item_index=i) from None
         question = (lab["question"] or "").strip() or question_from_prompt(prompt)
         if not question:
             raise GetRewardInputError(f"labels.{i}", "no question: the prompt is empty and the label has none",
@@ -184,8 +189,9 @@ def parse_get_reward(query: Sequence[str], prompts: Optional[Sequence[str]],
         try:
             req = VerifyRequest(question=question, response=response, materials=lab["materials"],
                                 gold_answer=lab["gold_answer"])
-        except ValueError as e:   # materials too large in all
-            msg = str(e).split("\n")[-1].strip() if "\n" in str(e) else str(e)
+        except ValueError as e:   # materials too large in all, too many passages
+            errs = e.errors(include_url=False) if isinstance(e, ValidationError) else []
+            msg = (" ".join(str(p) for p in errs[0]["loc"]) + ": " + errs[0]["msg"]).strip(": ") if errs else str(e)
             raise GetRewardInputError(f"labels.{i}", msg.removeprefix("Value error, "),
                                       "send the relevant passages only", item_index=i) from None
         out.append(ParsedSample(request=req, raw_response=raw))

@@ -7,43 +7,56 @@ into the *response* text, half-open ``[start, end)``.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, FiniteFloat, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, field_validator
 
 from verifier_service.schema import (MAX_MATERIALS, MAX_QUESTION_CHARS, MAX_RESPONSE_CHARS, VerifyRequest,
                                      VerifyResult, wrap_single_material)
 
 #: Upper bound on tokens per response: byte-level BPE may split one character into up to 4 tokens.
 MAX_TOKENS = 4 * MAX_RESPONSE_CHARS + 64
-#: Requests whose body is larger than this are refused (422) before parsing.
+#: Requests whose body is larger than this are refused (413) while they stream in, before parsing.
 MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+#: Largest magnitude of a reward setting sent per request: products and sums of such settings over the
+#: longest response stay far inside float64, so a reward can never overflow to Infinity (which JSON cannot carry).
+MAX_SETTING_ABS = 1e6
+
+#: A reward setting: a JSON number (strict: "1" or true is refused, not converted), finite, |x| <= MAX_SETTING_ABS.
+RewardNumber = Annotated[float, Strict(), Field(allow_inf_nan=False, ge=-MAX_SETTING_ABS, le=MAX_SETTING_ABS)]
+LabelName = Literal["Correct", "Hedged correct", "Vague", "Hedged wrong", "Wrong"]
+InfoScore = Literal["1", "2", "3", "4", "5"]
+#: A character offset into the response (strict: false / 1.0 / "1" are refused).
+Offset = Annotated[int, Strict(), Field(ge=0)]
 
 
 class RewardOverrides(BaseModel):
     """Per-request overrides of the service's reward settings (``cluster.config.REWARD_FIELDS``).
 
-    Omitted fields keep the service's value; partial maps update the service's maps.
+    Omitted fields keep the service's value; partial maps update the service's maps. Numbers are finite
+    JSON numbers with ``|x| <= 1e6`` (MAX_SETTING_ABS).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     granularity: Optional[Literal["token", "sentence", "response"]] = Field(
         None, description="Where rewards land: per statement (token), per sentence, or one per response.")
     placement: Optional[Literal["end", "spread"]] = Field(
         None, description="'end': last token of each span (paper); 'spread': split evenly over the span.")
-    verification_map: Optional[dict[str, FiniteFloat]] = Field(
+    verification_map: Optional[dict[LabelName, RewardNumber]] = Field(
         None, description="Truthfulness reward per label (Correct, Hedged correct, Vague, Hedged wrong, Wrong).")
-    informative_map: Optional[dict[str, FiniteFloat]] = Field(
+    informative_map: Optional[dict[InfoScore, RewardNumber]] = Field(
         None, description="Informativeness reward per score \"1\"..\"5\".")
-    info_weight: Optional[FiniteFloat] = None
-    truth_weight: Optional[FiniteFloat] = None
-    reward_epsilon: Optional[FiniteFloat] = Field(
+    info_weight: Optional[RewardNumber] = None
+    truth_weight: Optional[RewardNumber] = None
+    reward_epsilon: Optional[RewardNumber] = Field(
         None, description="Floor of a sentence's summed informativeness inside the log (paper's epsilon).")
-    reward_mu: Optional[FiniteFloat] = Field(None, description="Shift inside the informativeness log (paper's mu).")
-    reward_clip: Optional[FiniteFloat] = Field(None, gt=0, description="Per-token clip |r| <= this.")
-    abstain_reward: Optional[FiniteFloat] = None
-    empty_reward: Optional[FiniteFloat] = None
+    reward_mu: Optional[RewardNumber] = Field(None, description="Shift inside the informativeness log (paper's mu).")
+    reward_clip: Optional[Annotated[RewardNumber, Field(gt=0)]] = Field(None, description="Per-token clip |r| <= this.")
+    abstain_reward: Optional[RewardNumber] = None
+    empty_reward: Optional[RewardNumber] = None
 
 
 class RewardItem(BaseModel):
@@ -56,7 +69,7 @@ class RewardItem(BaseModel):
     materials: list[str] = Field(default_factory=list, max_length=MAX_MATERIALS,
                                  description="Evidence passages (a single string is wrapped).")
     gold_answer: Optional[str] = Field(None, description="Reference answer, when known.")
-    token_offsets: Optional[list[tuple[int, int]]] = Field(
+    token_offsets: Optional[list[tuple[Offset, Offset]]] = Field(
         None, max_length=MAX_TOKENS,
         description="Character offsets [start, end) of every response token in `response`, in order "
                     "(special tokens such as EOS: [len(response), len(response)]). Omitted: the service "
@@ -76,7 +89,7 @@ class RewardsRequest(BaseModel):
 
     items: list[RewardItem] = Field(..., min_length=1, description="Responses to reward (at least one).")
     overrides: Optional[RewardOverrides] = Field(None, description="Reward settings for this request only.")
-    return_verification: bool = Field(False, description="Include each item's VerifyResult (statements, labels).")
+    return_verification: StrictBool = Field(False, description="Include each item's VerifyResult (statements, labels).")
 
 
 class ItemReward(BaseModel):
@@ -142,7 +155,7 @@ def parse_label(label: Optional[str]) -> dict[str, Any]:
     """An OpenRLHF label -> ``{"gold_answer", "materials", "question"}`` (missing keys: None / []).
 
     A JSON object string may carry ``knowledge`` (string or list), ``answer`` and ``question``;
-    any other string is the gold answer.
+    any other string is the gold answer. A lone surrogate in any of them raises :class:`LabelError`.
     """
     out: dict[str, Any] = {"gold_answer": None, "materials": [], "question": None}
     if label is None:
@@ -163,6 +176,33 @@ def parse_label(label: Optional[str]) -> dict[str, Any]:
             out["gold_answer"] = None if ans is None else str(ans)
             q = obj.get("question")
             out["question"] = None if q is None else str(q)
+            _check_text(out)
             return out
     out["gold_answer"] = label
+    _check_text(out)
     return out
+
+
+class LabelError(ValueError):
+    """A label the service cannot use (``field`` is the key inside the label, ``fix`` what to send instead)."""
+
+    def __init__(self, field: str, message: str, fix: str = ""):
+        self.field = field
+        self.message = message
+        self.fix = fix
+        super().__init__(f"{field}: {message}")
+
+
+def _check_text(parsed: dict[str, Any]) -> None:
+    """Refuse lone UTF-16 surrogates (``"\\ud800"`` escapes inside a label's JSON): no UTF-8 text can hold them."""
+    values = [("answer", parsed["gold_answer"]), ("question", parsed["question"])]
+    values += [(f"knowledge.{i}", m) for i, m in enumerate(parsed["materials"])]
+    for key, v in values:
+        if v is None:
+            continue
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise LabelError(key, f"holds a lone UTF-16 surrogate at character {e.start}",
+                             "send valid Unicode text (pair each \\uD800-\\uDBFF escape with a \\uDC00-\\uDFFF one)"
+                             ) from None

@@ -228,13 +228,15 @@ def test_auth(service):
     with pytest.raises(RewardRequestError) as ei:
         RewardClient(url, token="wrong", max_retries=3).rewards([item])
     assert ei.value.status == 401
-    # health and docs stay open
+    # health stays open; the docs and the schema need the token too (issue 12)
     h = httpx.get(f"{url}/healthz", timeout=30).json()
     assert h["status"] == "ok" and h["auth"] is True
     assert h["replicas"]["running"]["RLFHRewards"].get("RUNNING", 0) >= 1
     assert h["replicas"]["running"]["RLFHVerifier"].get("RUNNING", 0) >= 1
-    assert httpx.get(f"{url}/docs", timeout=30).status_code == 200
-    spec = httpx.get(f"{url}/openapi.json", timeout=30).json()
+    assert httpx.get(f"{url}/docs", timeout=30).status_code == 401
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    assert httpx.get(f"{url}/docs", timeout=30, headers=auth).status_code == 200
+    spec = httpx.get(f"{url}/openapi.json", timeout=30, headers=auth).json()
     assert {"/v1/rewards", "/v1/verify", "/get_reward", "/healthz", "/v1/stats"} <= set(spec["paths"])
 
 

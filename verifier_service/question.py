@@ -333,6 +333,8 @@ def candidate_types(x: str, idx: MaterialIndex, occ: list[tuple[int, int, int]])
             types.add("person")
         if after[:1] and after[0] in LOCATION_HEADS and after[0] not in ("where",):
             types.add("location")
+    if types & {"date", "number"}:
+        types -= {"person", "location", "org", "work"}  # "(born 8 October 1988) is a Russian dancer"
     if not types and 2 <= len(caps) <= 4 and len(caps) == len(x.split()) and not (wl & ORG_WORDS):
         types.add("person?")
     if not types and caps:
@@ -391,6 +393,42 @@ def _similar(a: str, b: str) -> bool:
 
 # ----------------------------------------------------------------------------- ranker
 
+_SLOT_SKIP = frozenset("is are was were be been did do does has have had the a an of that this which what".split())
+
+
+@lru_cache(maxsize=4096)
+def question_slot(q: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The words that frame the asked slot: (stems right before the wh-word, stems right after it).
+
+    "... named after who?" -> (("name", "after"), ()); "... released by which company?" ->
+    (("releas", "by"), ()); "Who released their second album ...?" -> ((), ("releas",)). A leading
+    wh-word asks for a subject, so its frame is the verb after it; a later one, the words before it.
+    """
+    ws = T.normalize(q).split()
+    if not ws:
+        return (), ()
+    wh = _question_word(ws)
+    tail = [i for i in range(max(0, len(ws) - 2), len(ws)) if ws[i] in _WH]
+    if tail:
+        wh = tail[-1]  # "... who Matt Groening named after who?": the slot is the last one
+    if wh is None:
+        return (), ()
+    if wh == 0 or (wh == 1 and ws[0] in _PREPS):
+        # "Who released ...?": the verb right after a leading who/whom frames a subject slot
+        nxt = ws[wh + 1] if wh + 1 < len(ws) else ""
+        if ws[wh] in ("who", "whom") and nxt and nxt not in T.STOPWORDS and nxt not in _SLOT_SKIP:
+            return (), (T.stem(nxt),)
+        return (), ()
+    before = []
+    for w in reversed(ws[max(0, wh - 3):wh]):
+        if w in _SLOT_SKIP or w in _WH or w.isdigit():
+            continue
+        before.append(T.stem(w) if w not in _PREPS else w)
+        if len(before) == 2:
+            break
+    return tuple(reversed(before)), ()
+
+
 @dataclass
 class Ranking:
     score: float           # candidate's own score
@@ -415,6 +453,7 @@ class AnswerRanker:
     """
 
     W_REL, W_PROX, W_HEAD, W_TYPE, W_SUBJ, W_INQ = 1.0, 1.5, 0.8, 1.5, 0.8, 2.0
+    W_SLOT = 1.0
 
     def __init__(self, qi: QuestionInfo, idx: MaterialIndex):
         self.qi = qi
@@ -429,6 +468,7 @@ class AnswerRanker:
         self._cache: dict[str, tuple[float, float, list[int]]] = {}
         self._cmp: Optional[dict[str, float]] = None
         self._subj: Optional[dict[str, float]] = None
+        self.slot_before, self.slot_after = question_slot(qi.text)
 
     # -- candidates present in the evidence
     def candidates(self) -> list[str]:
@@ -474,6 +514,25 @@ class AnswerRanker:
                 if top > 0 and not self.qi.mentions(n):
                     self._subj[n] = rel[p] / top
         return self._subj
+
+    def _slot(self, si: int, pos: int, n: int) -> float:
+        """Evidence strength of one occurrence: the words that frame the question's slot frame it here too.
+
+        "... described in 1809 by whom?" -> "described by" right before the candidate ("It was described
+        by Panzer"); "Who released ...?" -> "released" right after it. Share of those words found within
+        4 words on that side, 0..1.
+        """
+        st = self.idx.sents[si].nstems
+        tot = hit = 0.0
+        if self.slot_before:
+            win = set(st[max(0, pos - 4):pos])
+            tot += len(self.slot_before)
+            hit += sum(1 for w in self.slot_before if w in win)
+        if self.slot_after:
+            win = set(st[pos + n:pos + n + 4])
+            tot += len(self.slot_after)
+            hit += sum(1 for w in self.slot_after if w in win)
+        return hit / tot if tot else 0.0
 
     def _proximity(self, si: int, pos: int, n: int) -> float:
         st = self.idx.sents[si].nstems
@@ -564,7 +623,8 @@ class AnswerRanker:
             return res
         best, best_si = -math.inf, occ[0][0]
         for si, pos, n in occ:
-            s = self.W_REL * self.qrel[si] + self.W_PROX * self._proximity(si, pos, n)
+            s = self.W_REL * self.qrel[si] + self.W_PROX * self._proximity(si, pos, n) \
+                + self.W_SLOT * self._slot(si, pos, n)
             if s > best:
                 best, best_si = s, si
         s = best + self.W_TYPE * fit + self.W_HEAD * self._head_bonus(x, occ)

@@ -115,7 +115,7 @@ _NOT_NAMES = frozenset(w.capitalize() for w in STOPWORDS) | {
     # conversational sentence starters ("Let me explain.", "Thanks for asking.")
     "Let", "Lets", "Let's", "Thanks", "Thank", "Hope", "Please", "Hello", "Hi", "Okay", "Ok", "Sorry", "Overall",
     "Actually", "Honestly", "Interestingly", "Unfortunately", "Fortunately", "Additionally", "Note", "Hopefully",
-    "Certainly", "Indeed", "Sure", "Great", "Good", "Anyway", "Basically", "Essentially", "Generally",
+    "Certainly", "Indeed", "Sure", "Great", "Good", "Anyway", "Basically", "Essentially", "Generally", "Prior",
 }
 
 

@@ -3,7 +3,8 @@
 Construction (deterministic: every choice is drawn from ``random.Random(sha1(question))``), per HaluEval item:
 
 - **supported** statements: sentences of the item's own passages, copied verbatim (5-30 words, with at
-  least one entity, number or date), label ``Correct``;
+  least one entity, number or date, no hedge cue of their own, not a restatement of the question),
+  label ``Correct``;
 - **swapped** statements: such a sentence with ONE entity, number or date replaced by another of the same
   kind (name for name, number/date for number/date) taken from the same passage (other passages of the
   item when the passage has none), sharing no word with the original; label ``Wrong``. The swapped-in
@@ -141,14 +142,24 @@ def _hedge(sentence: str, rng: random.Random) -> str:
 
 
 def _evidence_sentences(item) -> list[tuple[int, str]]:
+    """Usable passage sentences: 5-30 words, an entity, no hedge cue of their own ("about 200 species"
+    would make a copied fact a hedged one), and not a restatement of the question (at least 2 content
+    words and a third of them that the question lacks: a restatement is Vague by design)."""
     from verifier_service import text as T
+    qs = set(T.content_words(item.question))
     out = []
     for pi, p in enumerate(item.knowledge):
         for sp in T.split_sentences(p):
             s = sp.text.strip()
             n = len(s.split())
-            if 5 <= n <= 30 and s.endswith(".") and T.entities(s) and '"' not in s and "\n" not in s:
-                out.append((pi, s))
+            if not (5 <= n <= 30 and s.endswith(".") and T.entities(s) and '"' not in s and "\n" not in s):
+                continue
+            if T.is_hedged(s):
+                continue
+            cw = set(T.content_words(s))
+            if len(cw - qs) < max(2, len(cw) / 3):
+                continue
+            out.append((pi, s))
     return out
 
 

@@ -22,6 +22,7 @@ SUBCOMMANDS = [
     "verifier_service.cli",      # verify
     "evaluation.cli",            # eval, compare
     "bench.cli",                 # bench verifier|rewards|train
+    "baselines.cli",             # baseline rtuning|dpo
     "cluster.config",            # config
     "cluster.submit",            # submit
 ]

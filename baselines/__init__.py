@@ -1,0 +1,1 @@
+"""Baselines the RL must beat: R-Tuning (refusal-aware SFT) and DPO on self-sampled factuality pairs."""

@@ -1,0 +1,98 @@
+"""`rlfh baseline rtuning|dpo`: the baselines RL must beat. Only argparse at import time."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+DESCRIPTION = """\
+Train a baseline the RL must beat (issue 9), on the model's own graded answers, and save a HF folder
+that `rlfh eval --model OUT` loads:
+
+  rtuning  refusal-aware SFT (R-Tuning): the base model answers each training question greedily; the gold
+           grader keeps its right answers as targets and replaces wrong ones by "I don't know."; SFT on
+           those targets (loss on response tokens only).
+  dpo      DPO on self-sampled factuality pairs (F-DPO / Mask-DPO family): k sampled answers per question,
+           graded; pairs ordered correct > abstain ("I don't know.") > wrong; DPO against the frozen base.
+
+Both use the trainer's prompt (cluster.prompts) and plain torch AdamW (CPU is fine). Train on
+halueval:train, evaluate on halueval:dev, never tune on test.
+"""
+
+
+def _common(p: argparse.ArgumentParser, limit: int, epochs: int, lr: float, batch: int) -> None:
+    p.add_argument("--model", default="smollm2-135m-instruct",
+                   help="Base model: 'smollm2-135m-instruct' (embedded) or a HF folder. Default: the embedded one.")
+    p.add_argument("--data", default="halueval:train",
+                   help="Training questions with gold answers: 'halueval:train' (default) or 'halueval:dev', or a "
+                        "JSONL file with question, knowledge and right_answer. halueval:test is refused.")
+    p.add_argument("--limit", type=int, default=limit,
+                   help=f"Use the first N questions (0: all; the train split has ~8,000). Default {limit}.")
+    p.add_argument("--mode", choices=["closed", "evidence", "mixed"], default="closed",
+                   help="Prompt: closed (question only), evidence (the item's passages in the prompt) or mixed "
+                        "(each question closed or evidence by a stable hash). Default closed.")
+    p.add_argument("--evidence-share", type=float, default=0.5,
+                   help="With --mode mixed: the share of questions given the evidence prompt. Default 0.5.")
+    p.add_argument("--system", default="default",
+                   help="System prompt: 'default' (the trainer's), 'may-abstain' or a literal text. Default: default.")
+    p.add_argument("--abstain-text", default="I don't know.",
+                   help="The abstention response (the trainer's ABSTAIN_TEXT default). Default: \"I don't know.\"")
+    p.add_argument("--out", required=True, help="Output folder: the HF model, baseline.json and the training data.")
+    p.add_argument("--overwrite", action="store_true", help="Write into --out even when it is not empty.")
+    p.add_argument("--epochs", type=int, default=epochs, help=f"Passes over the training examples. Default {epochs}.")
+    p.add_argument("--lr", type=float, default=lr, help=f"AdamW learning rate (constant). Default {lr:g}.")
+    p.add_argument("--batch-size", type=int, default=batch,
+                   help=f"Examples (pairs for dpo) per optimizer step. Default {batch}.")
+    p.add_argument("--micro-batch-size", type=int, default=4,
+                   help="Examples per forward/backward (gradients are accumulated up to --batch-size). Default 4.")
+    p.add_argument("--max-norm", type=float, default=1.0, help="Gradient-norm clip. Default 1.0.")
+    p.add_argument("--max-new-tokens", type=int, default=40,
+                   help="Answer length cap when the base model answers (rlfh eval's default). Default 40.")
+    p.add_argument("--gen-batch-size", type=int, default=16, help="Sequences per generate call. Default 16.")
+    p.add_argument("--seed", type=int, default=0, help="Seed for sampling and shuffling. Default 0.")
+    p.add_argument("--threads", type=int, default=0,
+                   help="Torch CPU threads (0: all cores; 1 on a busy shared machine). Default 0.")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="Hide progress bars.")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("baseline", help="Train a baseline the RL must beat: R-Tuning (refusal-aware SFT) or DPO on "
+                                        "self-sampled factuality pairs.",
+                       description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    bsub = p.add_subparsers(dest="baseline", metavar="BASELINE")
+    r = bsub.add_parser("rtuning", help="Refusal-aware SFT on self-labelled data (R-Tuning).",
+                        description="R-Tuning: greedy answers of the base model, graded against the gold answer; "
+                                    "right ones kept, wrong ones replaced by the abstention text; SFT on those "
+                                    "targets (response-token loss).")
+    _common(r, limit=400, epochs=2, lr=2e-5, batch=8)
+    r.set_defaults(func=_run("rtuning"))
+    d = bsub.add_parser("dpo", help="DPO on self-sampled, gold-graded pairs (correct > abstain > wrong).",
+                        description="DPO: k sampled answers per question, graded against the gold answer; pairs "
+                                    "ordered correct > abstain > wrong; DPO loss against the frozen base model.")
+    _common(d, limit=100, epochs=1, lr=5e-6, batch=8)
+    d.add_argument("--samples", type=int, default=4, help="Sampled answers per question (k >= 2). Default 4.")
+    d.add_argument("--temperature", type=float, default=0.7, help="Sampling temperature. Default 0.7.")
+    d.add_argument("--top-p", type=float, default=1.0, help="Nucleus sampling threshold in (0, 1]. Default 1.0.")
+    d.add_argument("--beta", type=float, default=0.1,
+                   help="DPO beta (strength of the pull toward the reference). Default 0.1.")
+    d.add_argument("--label-smoothing", type=float, default=0.0,
+                   help="Conservative DPO: probability that a preference label is wrong, in [0, 0.5). Default 0.")
+    d.add_argument("--pairs-per-question", type=int, default=3,
+                   help="Cap on pairs per question, taken round-robin over correct>wrong, correct>abstain, "
+                        "abstain>wrong (0: all). Default 3.")
+    d.set_defaults(func=_run("dpo"))
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1] if not getattr(args, "baseline", None) else 0)
+
+
+def _run(name: str):
+    def func(args) -> int:
+        from baselines.common import BaselineError
+        try:
+            if name == "rtuning":
+                from baselines.rtuning import run
+            else:
+                from baselines.dpo import run
+            return run(args)
+        except BaselineError as e:
+            print(f"rlfh baseline {name}: {e}", file=sys.stderr)
+            return 2
+    return func

@@ -1,0 +1,279 @@
+"""What the two baselines share: questions and prompts, self-generated answers, the gold grade, token
+encoding of (prompt, response) examples, a plain AdamW training loop on response tokens, saving a HF folder.
+
+Nothing here knows about Ray or DeepSpeed: one process, one model, torch's AdamW (CPU is fine).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+log = logging.getLogger("baselines")
+
+DEFAULT_ABSTAIN_TEXT = "I don't know."  # the trainer's ABSTAIN_TEXT default (cluster.config)
+
+
+class BaselineError(ValueError):
+    """Bad input to a baseline command; the message names the option and the fix."""
+
+
+# ----------------------------------------------------------------------------------------------- inputs
+
+def check_positive(name: str, value, allow_zero: bool = False) -> None:
+    ok = value >= 0 if allow_zero else value > 0
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and ok):
+        raise BaselineError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+
+
+def load_questions(spec: str, limit: int) -> list:
+    """Training items from ``--data`` (``halueval:SPLIT`` or a JSONL path); every item needs a gold answer."""
+    from cluster.data import DataError, load_items
+    check_positive("--limit", limit, allow_zero=True)
+    if spec.startswith("halueval") and spec.partition(":")[2] == "test":
+        raise BaselineError("--data halueval:test is the held-out split: baselines train on halueval:train "
+                            "(tune on halueval:dev, report on test)")
+    try:
+        items = load_items(spec, limit=limit or None)
+    except (DataError, FileNotFoundError) as e:
+        raise BaselineError(f"--data {spec}: {e}") from None
+    missing = [i for i, it in enumerate(items) if not (it.right_answer or "").strip()]
+    if missing:
+        raise BaselineError(f"--data {spec}: {len(missing)} of {len(items)} items have no 'right_answer' (first at "
+                            f"item {missing[0]}); self-labelled baselines grade answers against the gold answer")
+    if not items:
+        raise BaselineError(f"--data {spec}: no items")
+    return items
+
+
+def render_prompts(tokenizer, items: Sequence, mode: str, system: str, evidence_share: float = 0.5) -> list[str]:
+    """The trainer's prompt for every item (``mixed``: closed or evidence by the question's stable hash)."""
+    from cluster.prompts import prompt_mode_for, render_prompt, resolve_system
+    sys_text = resolve_system(system)
+    return [render_prompt(tokenizer, it.question, it.knowledge_text,
+                          prompt_mode_for(it.question, mode, evidence_share), system=sys_text) for it in items]
+
+
+def set_seed(seed: int) -> None:
+    import torch
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def set_threads(threads: int) -> int:
+    import torch
+    from actors.base import machine_cores
+    n = threads if threads > 0 else machine_cores()
+    torch.set_num_threads(n)
+    return n
+
+
+def load_model(model_spec: str):
+    """``(path, model, tokenizer)`` of ``--model`` (the embedded alias or a HF folder), fp32, on this device."""
+    from actors.model_loader import default_device, load_causal_lm, load_tokenizer, resolve_model_path
+    try:
+        path = resolve_model_path(model_spec)
+    except FileNotFoundError as e:
+        raise BaselineError(f"--model: {e}") from None
+    log.info("loading %s from %s", model_spec, path)
+    tok = load_tokenizer(path)
+    model = load_causal_lm(path, dtype="fp32", device=default_device())
+    return path, model, tok
+
+
+def eos_id(model, tokenizer) -> int:
+    """The token ``generate`` stops on (the first of the generation config's EOS ids)."""
+    e = model.generation_config.eos_token_id
+    if isinstance(e, (list, tuple)):
+        e = e[0] if e else None
+    return int(e if e is not None else tokenizer.eos_token_id)
+
+
+# ----------------------------------------------------------------------------------------------- sampling
+
+def sample_answers(model, tokenizer, prompts: Sequence[str], n: int, temperature: float, top_p: float = 1.0,
+                   max_new_tokens: int = 40, batch_size: int = 16, prompt_max_len: int = 1024,
+                   progress: bool = True, desc: str = "sample") -> list[list[str]]:
+    """``n`` sampled answers per prompt (``temperature`` > 0), decoded up to the first EOS, stripped.
+
+    Prompts go ``max(1, batch_size // n)`` at a time, each with ``num_return_sequences=n``.
+    Returns ``len(prompts)`` lists of ``n`` strings, in input order.
+    """
+    import torch
+    from tqdm import tqdm
+    tokenizer.padding_side = "left"
+    tokenizer.truncation_side = "left"
+    eos = eos_id(model, tokenizer)
+    device = next(model.parameters()).device
+    per_call = max(1, batch_size // n)
+    out: list[list[str]] = []
+    model.eval()
+    with tqdm(total=len(prompts), desc=desc, unit="q", disable=not progress, dynamic_ncols=True) as bar:
+        for start in range(0, len(prompts), per_call):
+            chunk = list(prompts[start:start + per_call])
+            enc = tokenizer(chunk, return_tensors="pt", padding=True, truncation=True, max_length=prompt_max_len,
+                            add_special_tokens=False).to(device)
+            with torch.inference_mode():
+                seq = model.generate(**enc, do_sample=True, temperature=temperature, top_p=top_p, top_k=None,
+                                     num_return_sequences=n, max_new_tokens=max_new_tokens,
+                                     pad_token_id=tokenizer.pad_token_id)
+            new = seq[:, enc["input_ids"].shape[1]:].tolist()
+            for i in range(len(chunk)):
+                answers = []
+                for toks in new[i * n:(i + 1) * n]:
+                    cut = toks.index(eos) if eos in toks else len(toks)
+                    answers.append(tokenizer.decode(toks[:cut], skip_special_tokens=True).strip())
+                out.append(answers)
+            bar.update(len(chunk))
+    return out
+
+
+def grade_all(items: Sequence, answers: Sequence[str]) -> list:
+    """Gold-grader :class:`evaluation.graders.Grade` of ``answers[i]`` for ``items[i]`` (strict reading)."""
+    from evaluation.graders import grade_answer
+    return [grade_answer(a, it.right_answer, it.question) for it, a in zip(items, answers)]
+
+
+# ----------------------------------------------------------------------------------------------- encoding
+
+def encode_example(tokenizer, prompt: str, response: str, eos: int, max_prompt_len: int = 1024):
+    """A :class:`actors.types.RolloutSample` for ``prompt`` + ``response`` + EOS (the response tokens, EOS
+    included, are what a loss is taken on). Prompts longer than ``max_prompt_len`` keep their last tokens."""
+    from actors.types import RolloutSample
+    p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"][-max_prompt_len:]
+    r_ids = tokenizer(response, add_special_tokens=False)["input_ids"] + [eos]
+    return RolloutSample(prompt_index=0, prompt_token_ids=p_ids, response_token_ids=r_ids, response_text=response,
+                         token_offsets=[(0, 0)] * len(r_ids), finish_reason="stop")
+
+
+def response_logprobs(model, samples: Sequence, pad_id: int):
+    """Per-token response log-probs ``[B, R]`` and the action mask ``[B, R]`` of ``samples`` under ``model``
+    (the trainer's forward: :func:`actors.base.causal_lm_response_logprobs` on :func:`actors.types.make_batch`)."""
+    from actors.base import causal_lm_response_logprobs
+    from actors.types import make_batch
+    device = next(model.parameters()).device
+    batch = {k: v.to(device) for k, v in make_batch(samples, pad_id).items()}
+    return causal_lm_response_logprobs(model, batch), batch["action_mask"]
+
+
+def sequence_logprobs(model, samples: Sequence, pad_id: int):
+    """Sum of each sample's response-token log-probs: ``[B]`` float32."""
+    from cluster.core_algos import masked_sum
+    lp, mask = response_logprobs(model, samples, pad_id)
+    return masked_sum(lp, mask, dim=-1)
+
+
+# ----------------------------------------------------------------------------------------------- training
+
+@dataclass
+class TrainHistory:
+    losses: list[float] = field(default_factory=list)     # one per optimizer step
+    metrics: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def first(self) -> float:
+        return self.losses[0] if self.losses else float("nan")
+
+    @property
+    def last(self) -> float:
+        return self.losses[-1] if self.losses else float("nan")
+
+
+def train_loop(model, examples: Sequence, step_loss: Callable, *, epochs: int, lr: float, batch_size: int,
+               micro_batch_size: int, seed: int, max_norm: float = 1.0, progress: bool = True,
+               desc: str = "train") -> TrainHistory:
+    """AdamW over ``examples`` (shuffled each epoch with ``seed``), ``batch_size`` examples per optimizer step.
+
+    ``step_loss(model, micro_examples, weight) -> (loss, metrics)`` returns the micro batch's share of the
+    step's loss (``weight`` = micro size / step size); its gradient is accumulated, the norm clipped to
+    ``max_norm``, then one AdamW step.
+    """
+    import torch
+    from tqdm import tqdm
+    check_positive("--epochs", epochs)
+    check_positive("--lr", lr)
+    check_positive("--batch-size", batch_size)
+    check_positive("--micro-batch-size", micro_batch_size)
+    if not examples:
+        raise BaselineError("nothing to train on (no examples were built)")
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    rng = random.Random(seed)
+    hist = TrainHistory()
+    steps_per_epoch = math.ceil(len(examples) / batch_size)
+    t0 = time.perf_counter()
+    model.train()
+    with tqdm(total=steps_per_epoch * epochs, desc=desc, unit="step", disable=not progress, dynamic_ncols=True) as bar:
+        for epoch in range(epochs):
+            order = list(range(len(examples)))
+            rng.shuffle(order)
+            for s in range(steps_per_epoch):
+                idx = order[s * batch_size:(s + 1) * batch_size]
+                opt.zero_grad(set_to_none=True)
+                total, merged = 0.0, {}
+                for m in range(0, len(idx), micro_batch_size):
+                    micro = [examples[i] for i in idx[m:m + micro_batch_size]]
+                    loss, metrics = step_loss(model, micro, len(micro) / len(idx))
+                    loss.backward()
+                    total += float(loss.detach())
+                    for k, v in metrics.items():
+                        merged[k] = merged.get(k, 0.0) + v * len(micro) / len(idx)
+                if not math.isfinite(total):
+                    raise FloatingPointError(f"{desc}: loss is {total} at epoch {epoch + 1} step {s + 1}; "
+                                             "lower --lr")
+                torch.nn.utils.clip_grad_norm_(params, max_norm)
+                opt.step()
+                hist.losses.append(total)
+                hist.metrics.append(merged)
+                bar.update(1)
+                bar.set_postfix_str(f"epoch {epoch + 1} loss {total:.4f}")
+                log.debug("%s epoch %d step %d loss %.4f %s", desc, epoch + 1, s + 1, total, merged)
+            log.info("%s: epoch %d/%d done, last loss %.4f", desc, epoch + 1, epochs, hist.last)
+    model.eval()
+    hist.seconds = time.perf_counter() - t0
+    return hist
+
+
+# ----------------------------------------------------------------------------------------------- output
+
+def prepare_out(out: str, overwrite: bool) -> Path:
+    p = Path(out)
+    if p.exists() and any(p.iterdir()) and not overwrite:
+        raise BaselineError(f"--out {out} exists and is not empty; pick a new folder or pass --overwrite")
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def save_model(model, tokenizer, out: Path, meta: dict) -> None:
+    """A plain HF folder (``rlfh eval --model OUT`` loads it) plus ``baseline.json`` with how it was made."""
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / "baseline.json").write_text(json.dumps(meta, indent=2, default=str))
+
+
+def write_jsonl(path: Path, rows: Sequence[dict]) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        for r in rows:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+
+def print_summary(title: str, rows: Sequence[tuple[str, str]]) -> None:
+    """A two-column rich table on stdout."""
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title=title, show_header=True, header_style="bold")
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    for k, v in rows:
+        t.add_row(k, v)
+    Console().print(t)
+
+
+def fmt_loss(x: Optional[float]) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{x:.4f}"

@@ -1,0 +1,221 @@
+"""Baselines (issue 9): the DPO loss, R-Tuning targets, DPO pairs, and one tiny real run of each command."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from baselines.common import BaselineError, load_questions
+from baselines.dpo import PAIR_KINDS, dpo_pairs
+from baselines.rtuning import rtuning_targets
+from cluster.core_algos import dpo_loss
+from cluster.data import QAItem
+from evaluation.graders import Grade, grade_answer
+
+ROOT = Path(__file__).resolve().parents[1]
+IDK = "I don't know."
+
+
+# ------------------------------------------------------------------------------------------------ dpo_loss
+
+def test_dpo_loss_matches_hand_computed_value():
+    # pair 0: policy moved +1 on chosen, -1 on rejected vs. the reference -> z = 0.5 * (1 - (-1)) = 1.0
+    # pair 1: policy moved -2 on chosen, 0 on rejected                       -> z = 0.5 * (-2 - 0)   = -1.0
+    pc = torch.tensor([-4.0, -7.0])
+    pr = torch.tensor([-6.0, -3.0])
+    rc = torch.tensor([-5.0, -5.0])
+    rr = torch.tensor([-5.0, -3.0])
+    loss, m = dpo_loss(pc, pr, rc, rr, beta=0.5)
+    want = 0.5 * (math.log1p(math.exp(-1.0)) + math.log1p(math.exp(1.0)))  # mean of -log sigmoid(+-1)
+    assert loss.item() == pytest.approx(want, abs=1e-6)
+    assert m["accuracy"] == pytest.approx(0.5)
+    assert m["reward_chosen"] == pytest.approx(0.5 * (1.0 + -2.0) / 2)
+    assert m["reward_rejected"] == pytest.approx(0.5 * (-1.0 + 0.0) / 2)
+    assert m["margin"] == pytest.approx(0.0)
+    # label smoothing: -(1-ls) log s(z) - ls log s(-z); at z = 0 it is log 2 whatever ls is
+    z0, _ = dpo_loss(rc, rr, rc, rr, beta=0.1, label_smoothing=0.2)
+    assert z0.item() == pytest.approx(math.log(2.0), abs=1e-6)
+
+
+def test_dpo_loss_gradient_raises_chosen_lowers_rejected():
+    pc = torch.tensor([-4.0, -2.0, -9.0], requires_grad=True)
+    pr = torch.tensor([-5.0, -1.0, -3.0], requires_grad=True)
+    ref = torch.tensor([-4.5, -1.5, -6.0])
+    loss, _ = dpo_loss(pc, pr, ref, ref, beta=0.1)
+    loss.backward()
+    assert (pc.grad < 0).all(), "descending the loss must raise the chosen log-probs"
+    assert (pr.grad > 0).all(), "descending the loss must lower the rejected log-probs"
+    # d loss / d pc_i = -beta * sigmoid(-z_i) / B: pairs already ordered right weigh less
+    z = 0.1 * ((pc - ref) - (pr - ref)).detach()
+    assert torch.allclose(pc.grad, -0.1 * torch.sigmoid(-z) / 3, atol=1e-7)
+    assert torch.allclose(pr.grad, -pc.grad, atol=1e-7)
+    # the reference gets no gradient even when it requires one
+    ref2 = ref.clone().requires_grad_(True)
+    loss2, _ = dpo_loss(pc.detach().requires_grad_(True), pr.detach(), ref2, ref, beta=0.1)
+    loss2.backward()
+    assert ref2.grad is None
+
+
+def test_dpo_loss_bad_input():
+    x = torch.zeros(3)
+    with pytest.raises(ValueError, match="shape mismatch"):
+        dpo_loss(x, torch.zeros(2), x, x)
+    with pytest.raises(ValueError, match=r"\[B\]"):
+        dpo_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 3))
+    with pytest.raises(ValueError, match="beta"):
+        dpo_loss(x, x, x, x, beta=0.0)
+    with pytest.raises(ValueError, match="label_smoothing"):
+        dpo_loss(x, x, x, x, label_smoothing=0.5)
+    empty = torch.zeros(0, requires_grad=True)
+    loss, _ = dpo_loss(empty, empty, empty, empty)
+    assert loss.item() == 0.0 and loss.requires_grad
+
+
+# ------------------------------------------------------------------------------------------------ targets
+
+def _items():
+    return [
+        QAItem(question="Were Scott Derrickson and Ed Wood of the same nationality?", knowledge=["k"],
+               right_answer="yes"),
+        QAItem(question="What government position was held by the woman who portrayed Corliss Archer?",
+               knowledge=["k"], right_answer="Chief of Protocol"),
+        QAItem(question="Which city is the capital of France?", knowledge=["k"], right_answer="Paris"),
+    ]
+
+
+def test_rtuning_targets_keep_right_and_replace_wrong():
+    items = _items()
+    answers = ["Yes, they were both American.", "She was a senator in California.", "I'm not sure."]
+    grades = [grade_answer(a, it.right_answer, it.question) for it, a in zip(items, answers)]
+    assert [g.grade for g in grades] == ["correct", "incorrect", "not_attempted"]  # the real grader, checked
+    prompts = ["p0", "p1", "p2"]
+    t = rtuning_targets(items, prompts, answers, grades, IDK)
+    assert [x.target for x in t] == ["Yes, they were both American.", IDK, IDK]
+    assert [x.source for x in t] == ["right", "wrong", "abstained"]
+    assert [x.prompt for x in t] == prompts and [x.answer for x in t] == answers
+    with pytest.raises(ValueError, match="3 items, 3 prompts, 2 answers"):
+        rtuning_targets(items, prompts, answers[:2], grades)
+    with pytest.raises(BaselineError, match="abstain-text"):
+        rtuning_targets(items, prompts, answers, grades, "  ")
+
+
+def _g(grade: str) -> Grade:
+    return Grade(grade, "hand")
+
+
+def test_dpo_pairs_order_correct_over_abstain_over_wrong():
+    answers = ["Paris.", "Lyon.", "Paris.", "Marseille.", "I don't know."]
+    grades = [_g("correct"), _g("incorrect"), _g("correct"), _g("incorrect"), _g("not_attempted")]
+    pairs = dpo_pairs("u", "prompt", answers, grades, IDK)
+    got = {(p.kind, p.chosen, p.rejected) for p in pairs}
+    assert got == {  # duplicates ("Paris." twice) count once; the model's own abstention is not a sample
+        ("correct>wrong", "Paris.", "Lyon."), ("correct>wrong", "Paris.", "Marseille."),
+        ("correct>abstain", "Paris.", IDK),
+        ("abstain>wrong", IDK, "Lyon."), ("abstain>wrong", IDK, "Marseille."),
+    }
+    rank = {"Paris.": 2, IDK: 1, "Lyon.": 0, "Marseille.": 0}
+    assert all(rank[p.chosen] > rank[p.rejected] for p in pairs)
+    assert all(p.prompt == "prompt" and p.uid == "u" for p in pairs)
+    # the cap is round-robin over kinds: 3 pairs -> one of each kind
+    capped = dpo_pairs("u", "prompt", answers, grades, IDK, max_pairs=3)
+    assert [p.kind for p in capped] == list(PAIR_KINDS)
+    assert dpo_pairs("u", "prompt", answers, grades, IDK, max_pairs=3, seed=1) == \
+        dpo_pairs("u", "prompt", answers, grades, IDK, max_pairs=3, seed=1)  # deterministic
+
+
+def test_dpo_pairs_one_sided_questions():
+    all_wrong = dpo_pairs("u", "p", ["A", "B"], [_g("incorrect"), _g("incorrect")], IDK)
+    assert {(p.chosen, p.rejected) for p in all_wrong} == {(IDK, "A"), (IDK, "B")}
+    all_right = dpo_pairs("u", "p", ["A", "A"], [_g("correct"), _g("correct")], IDK)
+    assert [(p.kind, p.chosen, p.rejected) for p in all_right] == [("correct>abstain", "A", IDK)]
+    assert dpo_pairs("u", "p", ["", "I don't know"], [_g("not_attempted")] * 2, IDK) == []
+    with pytest.raises(ValueError, match="2 answers but 1 grades"):
+        dpo_pairs("u", "p", ["A", "B"], [_g("correct")], IDK)
+
+
+def test_load_questions_refuses_test_split_and_bad_limit(tmp_path):
+    with pytest.raises(BaselineError, match="held-out"):
+        load_questions("halueval:test", 4)
+    with pytest.raises(BaselineError, match="--limit"):
+        load_questions("halueval:train", -1)
+    f = tmp_path / "q.jsonl"
+    f.write_text(json.dumps({"question": "Q?", "knowledge": "k"}) + "\n")
+    with pytest.raises(BaselineError, match="right_answer"):
+        load_questions(str(f), 0)
+    with pytest.raises(BaselineError, match="no such file"):
+        load_questions(str(tmp_path / "missing.jsonl"), 0)
+
+
+# ------------------------------------------------------------------------------------------------ commands
+
+def _rlfh(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
+    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _loads_and_generates(out: Path) -> str:
+    from actors.model_loader import load_causal_lm, load_tokenizer
+    from cluster.prompts import render_prompt
+    tok = load_tokenizer(str(out))
+    model = load_causal_lm(str(out))
+    enc = tok(render_prompt(tok, "Which city is the capital of France?"), return_tensors="pt",
+              add_special_tokens=False)
+    with torch.inference_mode():
+        seq = model.generate(**enc, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id)
+    assert seq.shape[1] > enc["input_ids"].shape[1]
+    return tok.decode(seq[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+def test_cli_rejects_bad_options(tmp_path):
+    r = _rlfh("baseline", "dpo", "--samples", "1", "--out", str(tmp_path / "x"), "--limit", "2")
+    assert r.returncode == 2 and "--samples must be >= 2" in r.stderr
+    r = _rlfh("baseline", "rtuning", "--data", "halueval:test", "--out", str(tmp_path / "y"))
+    assert r.returncode == 2 and "held-out" in r.stderr
+    assert not (tmp_path / "y").exists()
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "f").write_text("x")
+    r = _rlfh("baseline", "rtuning", "--limit", "2", "--out", str(tmp_path / "full"))
+    assert r.returncode == 2 and "--overwrite" in r.stderr
+
+
+@pytest.mark.slow
+def test_rtuning_command_end_to_end(tmp_path):
+    out = tmp_path / "rt"
+    r = _rlfh("baseline", "rtuning", "--limit", "4", "--epochs", "1", "--batch-size", "4", "--max-new-tokens", "12",
+              "--no-progress", "--out", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "R-Tuning baseline" in r.stdout and "loss first / last" in r.stdout
+    meta = json.loads((out / "baseline.json").read_text())
+    assert meta["baseline"] == "rtuning" and meta["questions"] == 4
+    assert sum(meta["targets"].values()) == 4 and math.isfinite(meta["loss_first"])
+    rows = [json.loads(x) for x in (out / "targets.jsonl").read_text().splitlines()]
+    assert len(rows) == 4
+    for row in rows:  # every target is the model's own right answer or the abstention
+        assert (row["source"] == "right" and row["target"] == row["answer"]) or \
+            (row["source"] != "right" and row["target"] == IDK)
+    _loads_and_generates(out)
+
+
+@pytest.mark.slow
+def test_dpo_command_end_to_end(tmp_path):
+    out = tmp_path / "dpo"
+    r = _rlfh("baseline", "dpo", "--limit", "3", "--samples", "2", "--epochs", "1", "--batch-size", "4",
+              "--max-new-tokens", "12", "--pairs-per-question", "2", "--no-progress", "--out", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "DPO baseline" in r.stdout
+    meta = json.loads((out / "baseline.json").read_text())
+    assert meta["baseline"] == "dpo" and meta["questions"] == 3
+    assert sum(meta["sample_grades"].values()) == 6
+    pairs = [json.loads(x) for x in (out / "pairs.jsonl").read_text().splitlines()]
+    assert 1 <= len(pairs) <= 6 and sum(meta["pairs"].values()) == len(pairs)
+    assert all(p["kind"] in PAIR_KINDS for p in pairs)
+    # the first step's policy equals the reference: DPO's loss there is log 2
+    assert meta["loss_first"] == pytest.approx(math.log(2.0), abs=1e-3)
+    _loads_and_generates(out)

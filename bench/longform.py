@@ -115,12 +115,14 @@ def swap_one(item, passage_i: int, sentence: str, rng: random.Random) -> Optiona
     ents = [e for e in T.entities(sentence) if e.norm and len(e.norm) > 1 and e.norm not in ("yes", "no")]
     rng.shuffle(ents)
     cands = _swap_candidates(item, passage_i, sentence)
+    sent_words = {w for e in ents for w in e.norm.split()}
     for e in ents:
         ewords = set(e.norm.split())
         e_nat = e.norm in NATIONALITIES
         pool = [(same, c) for same, c in cands if _group(c.kind) == _group(e.kind)
                 and not (set(c.norm.split()) & ewords) and c.norm not in e.norm and e.norm not in c.norm
-                and (c.norm in NATIONALITIES) == e_nat]  # "American" only for another nationality
+                and (c.norm in NATIONALITIES) == e_nat  # "American" only for another nationality
+                and not (set(c.norm.split()) & sent_words)]  # nor a variant of a name already there
         if _group(e.kind) == "num":
             # a year for a year, a count for a count ("1991" -> "2003", not "1991" -> "12")
             is_year = bool(re.fullmatch(r"1[0-9]{3}|20[0-9]{2}", e.text.strip()))

@@ -40,7 +40,7 @@ from verifier_service.question import (ALL_HEADS, LOCATION_WORDS, ORG_WORDS, Ans
 from verifier_service.retrieval import MaterialIndex
 from verifier_service.schema import Sentence, Statement, VerifyRequest, VerifyResult
 
-ALGO_VERSION = "evidence-1.4"  # bump on any verdict change: cached verdicts of other versions are not reused
+ALGO_VERSION = "evidence-1.5"  # bump on any verdict change: cached verdicts of other versions are not reused
 
 # Without a gold answer, a candidate answer's label comes from its ranking margin against the other
 # entities of the evidence: P(correct) = sigmoid(SLOPE * (margin + OFFSET)). The offset leans towards
@@ -418,7 +418,7 @@ def slot_check(text: str, idx: MaterialIndex, qi: QuestionInfo) -> Optional[Slot
         return SlotCheck("supported", best, share)
     es = idx.sents[best]
     st_norm = " " + T.normalize(text) + " "
-    ev_ents = [c for c in idx.sentence_entities[best] if c.norm and c.norm not in st_norm]
+    ev_ents = [c for c in idx.sentence_entities[best] if c.norm and f" {c.norm} " not in st_norm]
     all_ev_words = {T.stem(w) for c in idx.sentence_entities[best] for w in T.normalize(c.text).split()}
     for e in missing:
         sst, a, b = _norm_positions(text, e)
@@ -494,6 +494,13 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
         # the whole response is this one statement and it does not give the gold answer: an answer attempt
         # ("Both have experience in cinematography." for "film director"), checkable against the gold
         has_content = True
+    frag_sc = None
+    if not has_content and ents and sent_text.strip() != st_text.strip():
+        # a list item naming an entity of the question ("..., Albania, Council of Europe, Monaco"): it
+        # restates nothing, it puts that entity where the evidence has another one
+        frag_sc = _fragment_check(ents, sent_text, idx, qi)
+        if frag_sc is not None and frag_sc.state == "contradicted":
+            has_content = True
     if not has_content:
         restates = bool(set(stems) & qi.stems)
         return Verdict(truth=0.0, confidence=0.7, informativeness=1 if restates or not stems else 2,
@@ -582,14 +589,14 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
     # an answer the statement gives in so many words ("The answer is X", "Yes, ..."); an option merely
     # mentioned in a background fact is not one
     firm = answer is not None or (stance is not None and bool(_YESNO_RE.match(st_text)))
-    sc = None
-    if ents and not _TEMPLATE_RE.match(st_text) and not unsup_ents and not unsup_nums:
+    sc = frag_sc
+    if sc is None and ents and not _TEMPLATE_RE.match(st_text) and not unsup_ents and not unsup_nums:
         sc = slot_check(st_text, idx, qi)
         if sc is None and sent_text.strip() != st_text.strip():
             sc = _fragment_check(ents, sent_text, idx, qi)
     if sc is not None:
         evidence = [idx.sents[sc.sentence].text] + evidence
-    gold_ok = ctx.gold is not None and truth_ans is not None and truth_ans > 0 and explicit
+    gold_ok = ctx.gold is not None and truth_ans is not None and truth_ans > 0 and firm
 
     # ---- combine
     no_evidence = False

@@ -40,7 +40,7 @@ from verifier_service.question import (ALL_HEADS, LOCATION_WORDS, ORG_WORDS, Ans
 from verifier_service.retrieval import MaterialIndex
 from verifier_service.schema import Sentence, Statement, VerifyRequest, VerifyResult
 
-ALGO_VERSION = "evidence-1.5"  # bump on any verdict change: cached verdicts of other versions are not reused
+ALGO_VERSION = "evidence-1.6"  # bump on any verdict change: cached verdicts of other versions are not reused
 
 # Without a gold answer, a candidate answer's label comes from its ranking margin against the other
 # entities of the evidence: P(correct) = sigmoid(SLOPE * (margin + OFFSET)). The offset leans towards
@@ -64,6 +64,8 @@ _YES = {"yes", "yeah", "yep", "correct", "true"}
 FILLER_STEMS = frozenset(T.stem(w) for w in """
 good great nice interesting important question thing things something anything lot really well sure know think
 guess hope help happy glad course indeed actually basically simply kind sort way stuff point fact matter
+background cover explain explanation overview context summary discuss mention clarify detail details topic ask
+asking thanks thank tell let walk
 """.split())
 GENERIC_NAME_WORDS = frozenset(LOCATION_WORDS | ORG_WORDS | ALL_HEADS | {"north", "south", "east", "west", "new",
                                                                       "great", "national", "international"})

@@ -319,7 +319,9 @@ def split_sentences(text: str) -> list[Span]:
             prev = text[k:j].lower().strip("(\"'")
             if text[m.start()] == "." and (prev in _ABBREV or re.fullmatch(r"[a-z]", prev)
                                            or re.fullmatch(r"(?:[a-z]\.)+[a-z]?", prev)):
-                continue
+                nm = _NEXT_CHAR_RE.match(text, m.end())
+                if not (prev == "no" and nm and not nm.group(1).isdigit()):
+                    continue  # "No. 32" is an abbreviation, "The answer is no. Thanks" ends a sentence
             # next char must look like a sentence start (upper-case, digit, quote) or end of text
             # (found in place: copying the rest of the text at every candidate end was quadratic)
             nm = _NEXT_CHAR_RE.match(text, m.end())

@@ -58,7 +58,7 @@ from reward_service.middleware import OPEN_PATHS, GuardMiddleware, guard_counter
 from reward_service.middleware import configure as configure_guard
 from reward_service.openrlhf_adapter import GetRewardInputError, parse_get_reward
 from reward_service.schemas import (MAX_BODY_BYTES, ErrorBody, GetRewardRequest, GetRewardResponse, RewardsRequest,
-                                    RewardsResponse)
+                                    RewardsResponse, VerifyBody)
 from reward_service.token_rewards import (RewardInputError, RewardSettings, compute_token_rewards,
                                           offsets_from_tokenizer, validate_offsets)
 from verifier_service.schema import GOOD_LABELS, LABELS, VerifyRequest, VerifyResult
@@ -425,7 +425,7 @@ class RewardDeployment:
 
     @api.post("/v1/verify", response_model=VerifyResult, responses={422: {"model": ErrorBody},
                                                                       502: {"model": ErrorBody}})
-    async def verify(self, body: VerifyRequest,
+    async def verify(self, body: VerifyBody,
                      creds: Optional[HTTPAuthorizationCredentials] = Depends(_bearer)) -> JSONResponse:
         """The verifier's statements and labels for one response (cached)."""
         self._auth(creds)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, WithJsonSchema, field_validator
 
 from verifier_service.schema import (MAX_MATERIALS, MAX_QUESTION_CHARS, MAX_RESPONSE_CHARS, VerifyRequest,
                                      VerifyResult, wrap_single_material)
@@ -30,6 +30,10 @@ LabelName = Literal["Correct", "Hedged correct", "Vague", "Hedged wrong", "Wrong
 InfoScore = Literal["1", "2", "3", "4", "5"]
 #: A character offset into the response (strict: false / 1.0 / "1" are refused).
 Offset = Annotated[int, Strict(), Field(ge=0)]
+
+
+_EXAMPLE_QUESTION = "Where is the head office of the Oberoi Group?"
+_EXAMPLE_KNOWLEDGE = "The Oberoi Group is a hotel company with its head office in Delhi."
 
 
 class RewardOverrides(BaseModel):
@@ -59,6 +63,12 @@ class RewardOverrides(BaseModel):
     empty_reward: Optional[RewardNumber] = None
 
 
+#: ``materials``: a list of passages, or one string (one passage; blank: none). The JSON schema says both, as the
+#: validator accepts both (a fuzzer reading the schema must find no accepted input the schema forbids).
+Materials = Annotated[list[str], WithJsonSchema({
+    "anyOf": [{"type": "array", "items": {"type": "string"}, "maxItems": MAX_MATERIALS}, {"type": "string"}]})]
+
+
 class RewardItem(BaseModel):
     """One response to reward."""
 
@@ -66,7 +76,7 @@ class RewardItem(BaseModel):
 
     question: str = Field(..., max_length=MAX_QUESTION_CHARS, description="The question the response answers.")
     response: str = Field(..., max_length=MAX_RESPONSE_CHARS, description="The policy's response text.")
-    materials: list[str] = Field(default_factory=list, max_length=MAX_MATERIALS,
+    materials: Materials = Field(default_factory=list, max_length=MAX_MATERIALS,
                                  description="Evidence passages (a single string is wrapped).")
     gold_answer: Optional[str] = Field(None, description="Reference answer, when known.")
     token_offsets: Optional[list[tuple[Offset, Offset]]] = Field(
@@ -82,10 +92,24 @@ class RewardItem(BaseModel):
                              gold_answer=self.gold_answer)
 
 
+class VerifyBody(VerifyRequest):
+    """``POST /v1/verify``: a :class:`VerifyRequest` whose schema documents the single-string ``materials``."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "question": _EXAMPLE_QUESTION, "response": "It is in Delhi.", "materials": _EXAMPLE_KNOWLEDGE}]})
+
+    materials: Materials = Field(
+        default_factory=list, max_length=MAX_MATERIALS,
+        description="Evidence passages (e.g. HaluEval `knowledge`). A single string is accepted and wrapped.")
+
+
 class RewardsRequest(BaseModel):
     """``POST /v1/rewards``: a batch of responses (at most ``MAX_BATCH_ITEMS``)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "items": [{"question": _EXAMPLE_QUESTION, "response": "It is in Delhi.", "materials": [_EXAMPLE_KNOWLEDGE],
+                   "gold_answer": "Delhi", "token_offsets": [[0, 2], [2, 5], [5, 8], [8, 14], [14, 15]]}],
+        "overrides": {"granularity": "sentence"}}]})
 
     items: list[RewardItem] = Field(..., min_length=1, description="Responses to reward (at least one).")
     overrides: Optional[RewardOverrides] = Field(None, description="Reward settings for this request only.")
@@ -122,7 +146,9 @@ class RewardsResponse(BaseModel):
 class GetRewardRequest(BaseModel):
     """OpenRLHF remote reward protocol (``--remote_rm_url http://host:port/get_reward``)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"examples": [{
+        "query": [f"{_EXAMPLE_QUESTION} It is in Delhi.<|im_end|>"], "prompts": [_EXAMPLE_QUESTION],
+        "labels": [json.dumps({"knowledge": _EXAMPLE_KNOWLEDGE, "answer": "Delhi"})]}]})
 
     query: list[str] = Field(..., min_length=1, description="Full prompt + response texts.")
     prompts: Optional[list[str]] = Field(None, description="Prompt texts; response = query[i][len(prompts[i]):].")

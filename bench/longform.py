@@ -143,6 +143,16 @@ def _hedge(sentence: str, rng: random.Random) -> str:
     return rng.choice(HEDGES) + body
 
 
+def strip_hedge_prefix(text: str) -> str:
+    """Undo :func:`_hedge`: the source sentence of a hedged statement."""
+    for h in HEDGES:
+        if text.startswith(h):
+            rest = text[len(h):]
+            first = rest.split(" ", 1)[0]
+            return (rest[0].upper() + rest[1:]) if first[:1].upper() + first[1:] in _LOWER_FIRST else rest
+    return text
+
+
 def _evidence_sentences(item) -> list[tuple[int, str]]:
     """Usable passage sentences: 5-30 words, an entity, no hedge cue of their own ("about 200 species"
     would make a copied fact a hedged one), and not a restatement of the question (at least 2 content

@@ -90,6 +90,19 @@ def test_bench_verifier_small(tmp_path):
     gold = rows["(4) evidence, with gold"]
     assert gold["a_n"] == 80 and 0.0 <= gold["a_accuracy"] <= 1.0 and gold["b_n"] > 20
     assert gold["b_pairwise"] > rows["(b-baseline) q-word proximity"]["b_pairwise"]
+    assert 0.0 <= gold["b_reward_ties"] <= 1.0 and gold["b_reward_pairwise"] > 0.5
+    # (c) long-form table: with and without gold, every metric in range, llm rows say why they are empty
+    assert "(c) Verifier on long-form answers" in p.stdout
+    lrows = {r["row"]: r for r in data["longform"]}
+    assert data["longform_n"]["responses"] >= 30 and data["longform_n"]["statements"] >= 100
+    for name in ("(3) evidence, no gold", "(4) evidence, with gold"):
+        m = lrows[name]
+        assert m["n_statements"] == data["longform_n"]["statements"]
+        for k in ("accuracy", "span_cover", "span_iou", "token_sign_agreement"):
+            assert 0.0 <= m[k] <= 1.0, (name, k)
+        assert set(m["per_label"]) == {"Correct", "Hedged correct", "Vague", "Hedged wrong", "Wrong"}
+    assert lrows["(4) evidence, with gold"]["accuracy"] > 0.5
+    assert "not configured" in lrows["(5) llm (MODEL_URL), no gold"]["note"]
 
 
 def test_swap_entity_is_deterministic_and_never_the_answer(halueval_test_items):

@@ -41,6 +41,78 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def machine_cores() -> int:
+    """CPU cores this process may run on (its affinity mask; ``os.cpu_count()`` where there is none)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def other_load(window_s: float = 0.2) -> float:
+    """Cores kept busy right now (machine-wide, from ``/proc/stat`` over ``window_s``); 0.0 when unknown.
+
+    Called while this run's other actors wait for the calling one, so it measures other people's jobs.
+    """
+    def snap():
+        with open("/proc/stat", encoding="ascii") as fh:
+            vals = [int(x) for x in fh.readline().split()[1:]]
+        return sum(vals), vals[3] + (vals[4] if len(vals) > 4 else 0)
+    try:
+        t0, i0 = snap()
+        time.sleep(window_s)
+        t1, i1 = snap()
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    total = t1 - t0
+    return 0.0 if total <= 0 else machine_cores() * max(0.0, 1.0 - (i1 - i0) / total)
+
+
+#: Busy cores (other jobs) above which CPU_THREADS=0 uses one thread, and how long a probe's answer is kept.
+BUSY_THRESHOLD = 0.5
+_PROBE_TTL_S = 30.0
+_probe: dict[str, float] = {}
+
+
+def auto_cores(now: Optional[float] = None) -> int:
+    """CPU_THREADS=0: every core on a quiet machine, ONE when other jobs keep more than half a core busy.
+
+    On a shared 2-core machine two OpenMP threads that are descheduled in turn wait for each other at every
+    op: measured here (load average ~20), a forward+backward of 8 x 128 tokens took 35-47 s with one thread
+    and 46-130 s with two. The probe (0.2 s) is cached for 30 s per process.
+    """
+    now = time.monotonic() if now is None else now
+    if now - _probe.get("at", -1e9) > _PROBE_TTL_S:
+        cores = machine_cores()
+        _probe["cores"] = float(cores if cores <= 1 or other_load() <= BUSY_THRESHOLD else 1)
+        _probe["at"] = now
+    return int(_probe["cores"])
+
+
+def phase_threads(cfg: RLFHConfig, share: int = 1, device: Optional[torch.device] = None) -> int:
+    """Intra-op threads for one phase (generate, a log-prob forward, a train step) of an actor on CPU.
+
+    ``CPU_THREADS`` (0: :func:`auto_cores`, i.e. every core of a quiet machine) divided by ``share``, the
+    number of actors the driver runs at the same time in this phase (e.g. 2 when the critic and the policy
+    train concurrently), at least 1. Ray starts fractional-CPU actors with ``OMP_NUM_THREADS=1``; without
+    this the actor that works computes on one core while the idle ones hold the rest.
+    ``RLFH_TORCH_THREADS`` (environment) overrides everything.
+    """
+    forced = os.environ.get("RLFH_TORCH_THREADS")
+    if forced:
+        return max(1, int(forced))
+    total = int(getattr(cfg, "cpu_threads", 0) or 0) or auto_cores()
+    return max(1, total // max(1, int(share)))
+
+
+def set_threads(n: int) -> int:
+    """``torch.set_num_threads(n)`` when it changes anything; returns ``n``."""
+    n = max(1, int(n))
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return n
+
+
 def pick_device() -> torch.device:
     """cuda:0 when this process sees a GPU (Ray sets CUDA_VISIBLE_DEVICES per actor) and RLFH_FORCE_CPU != 1.
 
@@ -75,17 +147,27 @@ class BaseActor:
         self.device = pick_device()
         if self.device.type == "cpu":
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
-        # Intra-op threads: Ray gives fractional-CPU actors OMP_NUM_THREADS=1, and that is what a shared CPU box
-        # wants (2 threads per actor on 2 busy cores ran a train step ~10x slower in OpenMP barriers).
-        # RLFH_TORCH_THREADS overrides it for dedicated machines.
-        threads = os.environ.get("RLFH_TORCH_THREADS")
-        if threads:
-            torch.set_num_threads(int(threads))
+        # Intra-op threads: Ray gives fractional-CPU actors OMP_NUM_THREADS=1; each phase (forward, train step)
+        # sets its own count from CPU_THREADS (see :meth:`_phase_threads`). RLFH_TORCH_THREADS forces one.
+        if os.environ.get("RLFH_TORCH_THREADS"):
+            set_threads(int(os.environ["RLFH_TORCH_THREADS"]))
         self.model = None
         self.tokenizer = None
         self._weights_version = 0
         logging.basicConfig(level=os.environ.get("RLFH_LOG_LEVEL", "INFO"),
                             format=f"%(asctime)s {self.role}[{self.rank}] %(levelname)s %(message)s")
+
+    def _phase_threads(self, share: int = 1) -> int:
+        """Set this phase's intra-op threads: CPU_THREADS split over ``share`` concurrent actors and over this
+        group's ranks on one node (data-parallel CPU ranks run at the same time)."""
+        nodes = {"policy": self.cfg.actor_num_nodes, "critic": self.cfg.critic_num_nodes,
+                 "reference": self.cfg.ref_num_nodes}.get(self.role, 1)
+        local = max(1, self.world_size // max(1, nodes))
+        return set_threads(phase_threads(self.cfg, max(1, int(share)) * local, self.device))
+
+    def phase_threads(self, share: int = 1) -> dict:
+        """Apply this actor's phase thread rule now; ``{"threads": n, "omp_env": OMP_NUM_THREADS}`` (debugging)."""
+        return {"threads": self._phase_threads(share), "omp_env": os.environ.get("OMP_NUM_THREADS", "")}
 
     # ------------------------------------------------------------------ group plumbing
     def master_address(self) -> tuple[str, int]:

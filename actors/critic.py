@@ -83,13 +83,17 @@ class CriticActor(TrainableLMActor):
         return info
 
     @torch.no_grad()
-    def values(self, batch: Batch) -> torch.Tensor:
-        """Values of the response positions: CPU float32 [B, R] (0 off the action mask)."""
+    def values(self, batch: Batch, share: int = 1) -> torch.Tensor:
+        """Values of the response positions: CPU float32 [B, R] (0 off the action mask).
+
+        ``share``: actors the driver runs concurrently in this phase (they split CPU_THREADS).
+        """
+        self._phase_threads(share)
         self.engine.eval()
         return batched_response_forward(lambda mb: response_values(self.engine, mb), batch,
                                         self.cfg.micro_rollout_batch_size, self.device)
 
-    def train_step(self, batch: Batch, value_clip: Optional[float] = None) -> dict:
+    def train_step(self, batch: Batch, value_clip: Optional[float] = None, share: int = 1) -> dict:
         """One pass of the clipped value loss (needs ``old_values`` and ``returns`` [B, R]).
 
         Returns means over micro batches: value_loss, vf_clipfrac, value_mean, plus grad_norm, lr.
@@ -97,6 +101,7 @@ class CriticActor(TrainableLMActor):
         from cluster.core_algos import value_loss
         check_batch(batch, need=("old_values", "returns"))
         clip = self.cfg.value_clip if value_clip is None else value_clip
+        self._phase_threads(share)
 
         def loss_fn(mb):
             v = response_values(self.engine, mb)

@@ -210,13 +210,17 @@ class PolicyActor(TrainableLMActor):
 
     # ------------------------------------------------------------------ inference
     @torch.no_grad()
-    def logprobs(self, batch: Batch) -> torch.Tensor:
-        """Log-probs of the response tokens under the current policy: CPU float32 [B, R] (0 off the action mask)."""
+    def logprobs(self, batch: Batch, share: int = 1) -> torch.Tensor:
+        """Log-probs of the response tokens under the current policy: CPU float32 [B, R] (0 off the action mask).
+
+        ``share``: actors the driver runs concurrently in this phase (they split CPU_THREADS).
+        """
+        self._phase_threads(share)
         self.engine.eval()
         return response_logprobs(self.engine, batch, self.cfg, self.device)
 
     # ------------------------------------------------------------------ training
-    def train_step(self, batch: Batch, eps_clip: Optional[float] = None) -> dict:
+    def train_step(self, batch: Batch, eps_clip: Optional[float] = None, share: int = 1) -> dict:
         """One PPO pass over ``batch`` (needs ``advantages`` [B, R]; ``old_logprobs`` [B, R] unless this pass
         is the rollout's only update, where the pass's own detached log-probs are the old ones: ratio 1).
 
@@ -226,6 +230,7 @@ class PolicyActor(TrainableLMActor):
         from cluster.core_algos import masked_mean, policy_loss
         check_batch(batch, need=("advantages",))
         clip = self.cfg.eps_clip if eps_clip is None else eps_clip
+        self._phase_threads(share)
 
         def loss_fn(mb):
             lp, ent = causal_lm_response_logprobs(self.engine, mb, self.cfg.temperature, with_entropy=True)

@@ -30,8 +30,12 @@ class ReferenceActor(BaseActor):
         return info
 
     @torch.no_grad()
-    def logprobs(self, batch: Batch) -> torch.Tensor:
-        """Reference log-probs of the response tokens: CPU float32 [B, R] (0 off the action mask)."""
+    def logprobs(self, batch: Batch, share: int = 1) -> torch.Tensor:
+        """Reference log-probs of the response tokens: CPU float32 [B, R] (0 off the action mask).
+
+        ``share``: actors the driver runs concurrently in this phase (they split CPU_THREADS).
+        """
+        self._phase_threads(share)
         return response_logprobs(self.model, batch, self.cfg, self.device)
 
     def weights_fingerprint(self) -> dict[str, float]:

@@ -145,6 +145,11 @@ class _EngineBase:
     def weights_version(self) -> int:
         return self._version
 
+    def _phase_threads(self, share: int = 1) -> int:
+        """Intra-op threads for this generate / forward call (CPU_THREADS split over ``share`` engines)."""
+        from actors.base import phase_threads, set_threads
+        return set_threads(phase_threads(self.cfg, share))
+
     def _next_version(self, version: Optional[int]) -> int:
         self._version = int(version) if version is not None else self._version + 1
         return self._version
@@ -229,9 +234,13 @@ class HFRolloutEngine(_EngineBase):
         return out
 
     def generate(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float, top_p: float,
-                 seed: Optional[int] = None) -> list[RolloutSample]:
-        """``n`` samples for each prompt, prompt-major. ``temperature == 0`` is greedy."""
+                 seed: Optional[int] = None, share: int = 1) -> list[RolloutSample]:
+        """``n`` samples for each prompt, prompt-major. ``temperature == 0`` is greedy.
+
+        ``share``: engines generating at the same time on this machine (they split CPU_THREADS).
+        """
         self._check_gen_args(n, max_new_tokens, temperature, top_p)
+        self._phase_threads(share)
         t0 = time.time()
         enc = self.encode_prompts(prompts)
         flat = [(pi, ids) for pi, ids in enumerate(enc) for _ in range(n)]
@@ -255,6 +264,7 @@ class HFRolloutEngine(_EngineBase):
             return []
         prompts = [self.render_chat(m) for m in messages_batch]
         enc = self.encode_prompts(prompts, max_len=self._max_context() - max_new_tokens)
+        self._phase_threads()
         gens = self._generate_ids(enc, max_new_tokens, 0.0, 1.0, None)
         return [self.reply_text(g) for g in gens]
 
@@ -276,6 +286,7 @@ class HFRolloutEngine(_EngineBase):
     def logprobs(self, batch: Batch) -> torch.Tensor:
         """Response log-probs under the engine's weights [B, R] (proves a weight sync in tests)."""
         from actors.base import response_logprobs
+        self._phase_threads()
         return response_logprobs(self.model, batch, self.cfg, self.device)
 
 
@@ -366,8 +377,10 @@ class VLLMRolloutEngine(_EngineBase):
         return [SP(**common, seed=int(seed) * 1_000_003 + i) for i in range(n_requests)]
 
     def generate(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float, top_p: float,
-                 seed: Optional[int] = None) -> list[RolloutSample]:
-        """``n`` samples per prompt, prompt-major (each sample its own request: prefix caching shares the prompt)."""
+                 seed: Optional[int] = None, share: int = 1) -> list[RolloutSample]:
+        """``n`` samples per prompt, prompt-major (each sample its own request: prefix caching shares the prompt).
+
+        ``share`` is accepted for API parity with the HF engine (vLLM manages its own threads)."""
         self._check_gen_args(n, max_new_tokens, temperature, top_p)
         self._ensure_awake()
         t0 = time.time()
@@ -530,7 +543,7 @@ def generate_on_engines(engines: Sequence[Any], prompts: list[str], n: int, max_
         size = base + (1 if i < rem else 0)
         part = prompts[start:start + size]
         s = None if seed is None else seed + 7919 * i
-        refs.append(engines[i].generate.remote(part, n, max_new_tokens, temperature, top_p, s))
+        refs.append(engines[i].generate.remote(part, n, max_new_tokens, temperature, top_p, s, share=k))
         offsets.append(start)
         start += size
     out: list[RolloutSample] = []

@@ -352,9 +352,9 @@ class RLFHConfig(BaseModel):
     num_cpus_per_actor: float = setting(0.25, "CPUs each actor reserves (fractional on small machines).",
                                         env="NUM_CPUS_PER_ACTOR", group="placement", gt=0)
     cpu_threads: int = setting(
-        0, "Intra-op CPU threads of each phase (generate, log-prob forwards, train step) on CPU; phases the "
-        "driver runs at the same time split them. 0: every core of the machine. 1 on a machine busy with "
-        "other jobs (two OpenMP threads descheduled in turn wait for each other at every op).",
+        0, "Intra-op CPU threads of each phase (generate, log-prob forwards, train step) on CPU; actors the "
+        "driver runs at the same time split them. 0: auto, every core of the machine unless other jobs keep it "
+        "busy, then 1 (two OpenMP threads descheduled in turn wait for each other at every op).",
         env="CPU_THREADS", group="placement", ge=0)
 
     # ---------------------------------------------------------------- checkpoints & logging

@@ -40,7 +40,7 @@ from verifier_service.question import (ALL_HEADS, LOCATION_WORDS, ORG_WORDS, Ans
 from verifier_service.retrieval import MaterialIndex
 from verifier_service.schema import Sentence, Statement, VerifyRequest, VerifyResult
 
-ALGO_VERSION = "evidence-1.6"  # bump on any verdict change: cached verdicts of other versions are not reused
+ALGO_VERSION = "evidence-1.7"  # bump on any verdict change: cached verdicts of other versions are not reused
 
 # Without a gold answer, a candidate answer's label comes from its ranking margin against the other
 # entities of the evidence: P(correct) = sigmoid(SLOPE * (margin + OFFSET)). The offset leans towards
@@ -333,6 +333,7 @@ class SlotCheck:
     sentence: int         # index of that evidence sentence
     context_share: float  # share of the statement's non-entity content words found in it
     conflict: str = ""    # the evidence's entity in the slot of the statement's (contradicted)
+    shared: int = 0       # number of those words
 
 
 def _ent_group(kind: str) -> str:
@@ -413,11 +414,17 @@ def slot_check(text: str, idx: MaterialIndex, qi: QuestionInfo) -> Optional[Slot
     share = shared / len(cset)
     # located: at least two anchors (shared words, or a shared word and one of its entities) and most of
     # the statement's other words
-    if best_key[0] < 2 or share < 0.5 or (len(ents) == 1 and shared < 2):
+    if best_key[0] < 2 or share < 0.5:
         return None
+    if len(ents) == 1 and shared < 2:
+        # one entity and one other word ("It is operated by Wills Street"): located only when that word
+        # occurs in no other evidence sentence
+        w = next(iter(cset & set(idx.sents[best].stems)))
+        if sum(1 for es in idx.sents if w in es.stems) > 1:
+            return None
     missing = [e for e, ok in zip(ents, present_in[best]) if not ok]
     if not missing:
-        return SlotCheck("supported", best, share)
+        return SlotCheck("supported", best, share, shared=shared)
     es = idx.sents[best]
     st_norm = " " + T.normalize(text) + " "
     ev_ents = [c for c in idx.sentence_entities[best] if c.norm and f" {c.norm} " not in st_norm]
@@ -431,8 +438,8 @@ def slot_check(text: str, idx: MaterialIndex, qi: QuestionInfo) -> Optional[Slot
             cst, ca, cb = _norm_positions(es.text, c)
             cl, cr = _window(cst, ca, cb, ent_words | all_ev_words)
             if (el & cl) or (er & cr):
-                return SlotCheck("contradicted", best, share, conflict=c.text)
-    return SlotCheck("elsewhere", best, share)
+                return SlotCheck("contradicted", best, share, conflict=c.text, shared=shared)
+    return SlotCheck("elsewhere", best, share, shared=shared)
 
 
 def _fragment_check(ents: list, sent_text: str, idx: MaterialIndex, qi: QuestionInfo) -> Optional[SlotCheck]:
@@ -451,7 +458,7 @@ def _fragment_check(ents: list, sent_text: str, idx: MaterialIndex, qi: Question
         return SlotCheck("supported", scs.sentence, scs.context_share)
     if scs.state == "contradicted":
         return SlotCheck("contradicted", scs.sentence, scs.context_share, conflict=scs.conflict)
-    return SlotCheck("elsewhere", scs.sentence, scs.context_share)
+    return SlotCheck("elsewhere", scs.sentence, scs.context_share)  # shared=0: never "put in" by itself
 
 
 def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
@@ -618,6 +625,10 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
             and truth_ans is not None and truth_ans < 0 and not negated_claim:
         # a background fact stated by the evidence, not offered as the answer: true, whatever the answer is
         truth, conf = 1.0, 0.6 + 0.3 * sc.context_share
+    elif sc is not None and sc.state == "elsewhere" and sc.context_share >= 0.9 and sc.shared >= 4 \
+            and not gold_ok:
+        # one evidence sentence says all the rest of it, but not this entity: the entity was put in
+        truth, conf = -1.0, 0.7
     elif truth_ans is not None:
         truth, conf = truth_ans, conf_ans
         if truth > 0 and new_stems and word_support < 0.5:

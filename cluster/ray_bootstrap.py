@@ -1,10 +1,19 @@
 """Start an embedded local Ray, or join an existing cluster, and shut it down cleanly.
 
 ``RAY_ADDRESS`` empty (the default) starts a private local Ray for this process:
-dashboard on ``127.0.0.1:DASHBOARD_PORT`` (a free port when that one is taken),
-dashboard token auth off (``RAY_AUTH_MODE=disabled``: it is a loopback-only
-cluster), usage stats off, and a runtime env that tells every worker to run on
-CPU when the machine has no GPU (``DS_ACCELERATOR=cpu``...).
+
+- **loopback only**: GCS, raylet, worker gRPC ports, the dashboard agent / metrics
+  agent and the runtime-env agent all listen on 127.0.0.1 (Ray 2.60 has no bind
+  option; the node IP decides, and ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` makes it
+  the loopback address, as Ray does on macOS and Windows). The dashboard is on
+  ``127.0.0.1:DASHBOARD_PORT`` (a free port when that one is taken);
+- **Ray token auth on** (Ray 2.60's default when ``RAY_AUTH_MODE`` is unset: it creates
+  ``~/.ray/auth_token`` once, mode 600 in ``~/.ray``): every gRPC call and the
+  dashboard's HTTP API (job submission included) need that token, so another
+  local user cannot run code as this one. ``RAY_AUTH_MODE=disabled`` in the
+  environment turns it off (tests on loopback do that), with a warning;
+- usage stats off, and a runtime env that tells every worker to run on CPU when
+  the machine has no GPU (``DS_ACCELERATOR=cpu``...).
 
 ``RAY_ADDRESS=auto`` or ``ray://host:10001`` / ``host:6379`` joins a running
 cluster (KubeRay, ``ray start``); it is never shut down from here.
@@ -32,9 +41,12 @@ CPU_WORKER_ENV = {
     "CUDA_VISIBLE_DEVICES": "",
 }
 LOCAL_RAY_ENV = {
-    "RAY_AUTH_MODE": "disabled",
     "RAY_USAGE_STATS_ENABLED": "0",
+    # the node IP of a cluster that cannot grow is the loopback address, so every Ray port binds there
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
 }
+#: Where Ray 2.60 keeps the token of a local cluster (created by the first ``ray.init`` with auth on).
+RAY_TOKEN_FILE = os.path.join(os.path.expanduser("~"), ".ray", "auth_token")
 
 
 @dataclass
@@ -123,9 +135,16 @@ def start_ray(cfg, num_cpus: Optional[float] = None, include_dashboard: Optional
         return RayHandle(address=cfg.ray_address, dashboard_url=url, started_here=True,
                          num_cpus=res.get("CPU", 0), num_gpus=res.get("GPU", 0), env_vars=env_vars)
 
-    # Embedded local cluster: loopback only, no token auth, no usage stats.
+    # Embedded local cluster: loopback only, Ray token auth on (unless RAY_AUTH_MODE says otherwise), no usage stats.
     for k, v in LOCAL_RAY_ENV.items():
         os.environ.setdefault(k, v)
+    _bind_loopback()
+    auth = os.environ.get("RAY_AUTH_MODE", "").lower()
+    if auth == "disabled":
+        log.warning("RAY_AUTH_MODE=disabled: Ray token auth is off, so any local user can reach this cluster's "
+                    "ports (and submit jobs through the dashboard API). Unset it to turn auth back on.")
+    else:
+        log.info("Ray token auth is on (token in %s)", os.environ.get("RAY_AUTH_TOKEN_PATH") or RAY_TOKEN_FILE)
     if num_cpus is None:
         num_cpus = max(os.cpu_count() or 1, math.ceil(_cpus_needed(cfg)))
     if include_dashboard is None:
@@ -145,6 +164,21 @@ def start_ray(cfg, num_cpus: Optional[float] = None, include_dashboard: Optional
         log.info("Ray dashboard: %s", url)
     return RayHandle(address=ctx.address_info.get("gcs_address", ""), dashboard_url=url, started_here=True,
                      num_cpus=num_cpus, env_vars=env_vars)
+
+
+def _bind_loopback() -> None:
+    """Make the embedded cluster's node IP the loopback address (so every Ray port binds 127.0.0.1).
+
+    Ray reads ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` when it is imported; Ray may already be imported in this
+    process, so its constant is set too (child processes read the environment variable).
+    """
+    if os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0").lower() in ("1", "true"):
+        return      # the user asked for a reachable node IP
+    try:
+        from ray._private import ray_constants
+        ray_constants.ENABLE_RAY_CLUSTER = False
+    except Exception as e:  # pragma: no cover - a Ray without that constant: ports bind where Ray decides
+        log.warning("could not bind the embedded Ray to loopback (%s); its ports follow Ray's defaults", e)
 
 
 def _dashboard_url(ctx) -> Optional[str]:

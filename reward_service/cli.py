@@ -1,4 +1,4 @@
-"""``rlfh serve``: run the reward + verifier services (Ray Serve) until Ctrl-C.
+"""``rlfh serve``: run the reward + verifier services (Ray Serve) until Ctrl-C or SIGTERM (clean shutdown, exit 0).
 
 Light imports only at module level (argparse, config): Ray is imported when the command runs.
 """
@@ -19,7 +19,7 @@ _CLIENT_FIELDS = ("reward_url", "reward_timeout_s", "reward_max_retries")
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "serve", help="Run the reward service (verifier + token rewards, Ray Serve, HTTP) until Ctrl-C.",
+        "serve", help="Run the reward service (verifier + token rewards, Ray Serve, HTTP) until Ctrl-C or SIGTERM.",
         description="Start the RLFH reward service on Ray Serve: a verifier deployment and a reward deployment "
                     "behind one HTTP ingress (POST /v1/rewards, POST /v1/verify, POST /get_reward for OpenRLHF, "
                     "GET /healthz, GET /v1/stats, OpenAPI at /docs). Runs on an embedded local Ray, or joins "
@@ -40,6 +40,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_serve)
 
 
+class _Terminate(Exception):
+    """SIGTERM arrived (Kubernetes rolling out a new version, ``kill``, systemd): stop like Ctrl-C."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminate()
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     cfg = RLFHConfig.from_args(args)
     import time
@@ -47,12 +55,19 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     import ray
     from ray import serve
 
-    from cluster.ray_bootstrap import start_ray
+    from cluster.ray_bootstrap import RAY_TOKEN_FILE, start_ray
     from reward_service.app import deploy
 
-    # an embedded Ray gets the local defaults (no token auth, no usage stats) from start_ray
-    handle = start_ray(cfg, num_cpus=args.num_cpus, include_dashboard=not args.no_dashboard)
+    # SIGTERM shuts down like Ctrl-C: Serve's replicas and proxy stop, then the embedded Ray and all its
+    # processes (dashboard, agents), so nothing is left holding ports; exit status 0.
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    stopped_by = "Ctrl-C"
+    handle = None
     try:
+        # an embedded Ray gets the local defaults from start_ray (loopback only, Ray token auth, no usage stats)
+        handle = start_ray(cfg, num_cpus=args.num_cpus, include_dashboard=not args.no_dashboard)
+        # ray.init installs Ray's C++ failure handler for SIGTERM (a stack dump, then abort): take it back
+        signal.signal(signal.SIGTERM, _on_sigterm)
         url = deploy(cfg, cfg.serve_host, cfg.serve_port)
         print(f"RLFH reward service: {url}")
         print(f"  rewards   POST {url}/v1/rewards")
@@ -61,19 +76,31 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"  health    GET  {url}/healthz   stats GET {url}/v1/stats")
         print(f"  API docs  {url}/docs")
         if handle.dashboard_url:
-            print(f"  Ray dashboard {handle.dashboard_url}")
+            import os
+            tok = "off (RAY_AUTH_MODE=disabled)" if os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled" \
+                else f"token in {os.environ.get('RAY_AUTH_TOKEN_PATH') or RAY_TOKEN_FILE}"
+            print(f"  Ray dashboard {handle.dashboard_url} (Ray auth: {tok})")
         print(f"  cache: {'Redis ' + redact_url(cfg.redis_url) if cfg.redis_url else 'in-process LRU (no REDIS_URL)'}; "
               f"auth: {'bearer token' if cfg.reward_api_token else 'none'}")
-        print("Ctrl-C to stop.", flush=True)
+        print("Ctrl-C (or SIGTERM) to stop.", flush=True)
         while True:
             time.sleep(1.0)
     except KeyboardInterrupt:
-        print("stopping ...", flush=True)
+        pass
+    except _Terminate:
+        stopped_by = "SIGTERM"
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C must not cut the clean shutdown short
+        # a second Ctrl-C / SIGTERM must not cut the clean shutdown short
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print(f"stopping ({stopped_by}) ...", flush=True)
         try:
-            serve.shutdown()
-        finally:
             if ray.is_initialized():
+                serve.shutdown()
+        except Exception as e:  # pragma: no cover - Ray already gone
+            log.warning("serve.shutdown failed: %s", e)
+        finally:
+            if handle is not None and ray.is_initialized():
                 handle.shutdown()
+        print("stopped.", flush=True)
     return 0

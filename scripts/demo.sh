@@ -62,7 +62,8 @@ export SAVE_STEP="${SAVE_STEP:-0}"
 # loopback ports that are free now (several people share this machine)
 export SERVE_PORT="${SERVE_PORT:-$(free_port)}"
 export DASHBOARD_PORT="${DASHBOARD_PORT:-$(free_port)}"
-export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}" RAY_USAGE_STATS_ENABLED="${RAY_USAGE_STATS_ENABLED:-0}"
+# Ray token auth stays on (Ray 2.60 default, token in ~/.ray/auth_token); RAY_AUTH_MODE=disabled turns it off
+export RAY_USAGE_STATS_ENABLED="${RAY_USAGE_STATS_ENABLED:-0}"
 export TOKENIZERS_PARALLELISM=false
 
 # ------------------------------------------------------------------ evaluation settings

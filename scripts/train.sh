@@ -27,8 +27,9 @@ if [[ ! -x .venv/bin/rlfh ]]; then
 fi
 RLFH=.venv/bin/rlfh
 
-# Local embedded Ray: loopback only, no dashboard token, no usage stats; CPU DeepSpeed when there is no GPU.
-export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}"
+# Local embedded Ray: every port on loopback, Ray token auth on (Ray 2.60's default: the token is created once in
+# ~/.ray/auth_token; RAY_AUTH_MODE=disabled turns it off, which lets any local user submit jobs), no usage stats;
+# CPU DeepSpeed when there is no GPU.
 export RAY_USAGE_STATS_ENABLED="${RAY_USAGE_STATS_ENABLED:-0}"
 export TOKENIZERS_PARALLELISM="${TOKENIZERS_PARALLELISM:-false}"
 if ! command -v nvidia-smi >/dev/null 2>&1; then export DS_ACCELERATOR="${DS_ACCELERATOR:-cpu}"; fi

@@ -40,7 +40,7 @@ from verifier_service.question import (ALL_HEADS, LOCATION_WORDS, ORG_WORDS, Ans
 from verifier_service.retrieval import MaterialIndex
 from verifier_service.schema import Sentence, Statement, VerifyRequest, VerifyResult
 
-ALGO_VERSION = "evidence-1.7"  # bump on any verdict change: cached verdicts of other versions are not reused
+ALGO_VERSION = "evidence-1.8"  # bump on any verdict change: cached verdicts of other versions are not reused
 
 # Without a gold answer, a candidate answer's label comes from its ranking margin against the other
 # entities of the evidence: P(correct) = sigmoid(SLOPE * (margin + OFFSET)). The offset leans towards
@@ -336,6 +336,9 @@ class SlotCheck:
     shared: int = 0       # number of those words
 
 
+_PRONOUN_WORDS = frozenset("he she it they his her its their him them".split())
+
+
 def _ent_group(kind: str) -> str:
     return "num" if kind in ("number", "date") else "name"
 
@@ -439,6 +442,12 @@ def slot_check(text: str, idx: MaterialIndex, qi: QuestionInfo) -> Optional[Slot
             cl, cr = _window(cst, ca, cb, ent_words | all_ev_words)
             if (el & cl) or (er & cr):
                 return SlotCheck("contradicted", best, share, conflict=c.text, shared=shared)
+    if _PRONOUN_WORDS & set(es.words):
+        # "During his career he won two titles": with no other name in its slot, a name from an earlier
+        # sentence of the same passage is the one the pronoun stands for
+        earlier = [si for si in range(best) if idx.sents[si].passage == es.passage]
+        if all(any(present_in[si][ents.index(e)] for si in earlier) for e in missing):
+            return SlotCheck("supported", best, share, shared=shared)
     return SlotCheck("elsewhere", best, share, shared=shared)
 
 

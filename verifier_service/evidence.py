@@ -16,9 +16,16 @@ Per request (all CPU, linear in the text):
      against every other entity of the evidence by :class:`~verifier_service.question.AnswerRanker`
      (type fit, proximity to the question's words, head noun, comparisons of years) and yes/no stances
      against :func:`~verifier_service.question.predict_yesno`;
+   * **evidence strength** (:func:`slot_check`) - the evidence sentence that best matches the statement's
+     other words must state its entities: one that puts another entity of the same kind in the same slot
+     contradicts it (``Wrong``: "a 2004 comedy film" where the evidence says "a 1988 comedy film", though
+     2004 occurs elsewhere in the materials); one that states them all supports it (a background fact is
+     ``Correct`` whatever the question asks); a fragment too short to locate ("written by Marc Klein")
+     is checked through its sentence;
    * **lexical support** - the share of the statement's new content words found in the evidence;
 
-4. hedged statements get the hedged labels; statements without checkable content are ``Vague`` (so are all
+4. hedge cues ("I think", "probably") are blanked before the checks (they are not claims), and hedged
+   statements get the hedged labels; statements without checkable content are ``Vague`` (so are all
    statements of a request with neither materials nor a gold answer: there is nothing to check against);
    informativeness (1-5) follows the statement's role for the question (restating it = 1, background = 2-4,
    a specific answer of the asked type = 5).

@@ -447,7 +447,8 @@ class AnswerRanker:
     """Ranks candidate answers to one question against one material index (both fixed per request).
 
     Score of a candidate = relevance of its best evidence sentence to the question (BM25, normalised)
-    + proximity to the question's words in that sentence + head-noun agreement + type fit
+    + proximity to the question's words in that sentence + the question's slot frame around it there
+    (:func:`question_slot`: "released by which company" -> "released by X") + head-noun agreement + type fit
     + subject-of-the-most-relevant-passage bonus, minus a penalty when the candidate is part of the
     question (for "A or B" questions: a bonus for the options and the comparison winner instead).
     """

@@ -52,6 +52,21 @@ SERVICE_GROUPS = ("reward", "verifier", "service")
 EXTRA_SERVICE_ENVS = ("MODEL_PATH",)
 #: Serve autoscaling target: queued + running requests per replica before scaling up.
 TARGET_ONGOING_REQUESTS = 4
+#: Requests each caller (every HTTP proxy, every deployment handle) may queue for a deployment beyond what its
+#: replicas are running; more answer HTTP 503 with ``Retry-After`` at once instead of waiting in an unbounded
+#: queue (the trainer-side client retries 5xx with back-off). Ray's default is -1: unbounded.
+MAX_QUEUED_REQUESTS = 128
+#: Seconds a refused caller is told to wait (``Retry-After`` of the 503).
+BACKPRESSURE_RETRY_AFTER_S = 2
+#: Requests one replica runs at once (Serve's ``max_ongoing_requests``).
+MAX_ONGOING_REQUESTS = {"RLFHVerifier": 16, "RLFHRewards": 64}
+
+
+def backpressure_options(max_queued_requests: int = MAX_QUEUED_REQUESTS,
+                         retry_after_s: int = BACKPRESSURE_RETRY_AFTER_S) -> dict[str, Any]:
+    """Serve deployment options for a bounded request queue: 503 + ``Retry-After`` beyond it."""
+    return {"max_queued_requests": max_queued_requests,
+            "backpressure_config": {"status_code": 503, "retry_after_s": retry_after_s}}
 
 
 def service_arg_envs() -> list[str]:
@@ -91,7 +106,8 @@ def scaling_options(replicas: int, max_replicas: int) -> dict[str, Any]:
 
 
 def _deployment(name: str, replicas: int, num_cpus: float, max_replicas: int) -> dict[str, Any]:
-    return {"name": name, **scaling_options(replicas, max_replicas), "ray_actor_options": {"num_cpus": num_cpus}}
+    return {"name": name, **scaling_options(replicas, max_replicas), "ray_actor_options": {"num_cpus": num_cpus},
+            "max_ongoing_requests": MAX_ONGOING_REQUESTS[name], **backpressure_options()}
 
 
 def serve_config(cfg: RLFHConfig, *, include_secrets: bool = False, route_prefix: str = ROUTE_PREFIX,

@@ -92,7 +92,8 @@ def generated_tables() -> dict:
         "settings": rows,
         "serve": {"app_name": sc.APP_NAME, "import_path": sc.IMPORT_PATH,
                   "verifier_deployment": sc.VERIFIER_DEPLOYMENT, "reward_deployment": sc.REWARD_DEPLOYMENT,
-                  "target_ongoing_requests": sc.TARGET_ONGOING_REQUESTS, "routes": list(sc.ROUTES)},
+                  "target_ongoing_requests": sc.TARGET_ONGOING_REQUESTS, "routes": list(sc.ROUTES),
+                  "max_ongoing_requests": sc.MAX_ONGOING_REQUESTS, "backpressure": sc.backpressure_options()},
     }
 
 

@@ -37,6 +37,7 @@ RayService / ``serve run`` config; ``args`` are setting names -> values), and
 import asyncio
 import hmac
 import logging
+import os
 import threading
 import time
 from collections import Counter
@@ -47,10 +48,12 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
 from ray import serve
+from ray.serve.exceptions import BackPressureError
 
 from cluster import metrics
 from cluster.config import RLFHConfig, env_name
-from cluster.serve_config import scaling_options
+from cluster.serve_config import (BACKPRESSURE_RETRY_AFTER_S, MAX_ONGOING_REQUESTS, backpressure_options,
+                                  scaling_options)
 from reward_service.cache import cache_key, make_cache
 from reward_service.errors import (ServiceError, error_response, fix_for, install_error_handlers, install_openapi,
                                    loc_str)
@@ -67,6 +70,7 @@ log = logging.getLogger(__name__)
 
 APP_NAME = "rlfh-rewards"
 VERIFY_CHUNK = 8          # items per verifier handle call
+HEALTH_PROBE_S = 3.0      # /healthz: a verifier replica that does not answer a stats call this fast is "stalled"
 _BODY_ROUTES = ("/v1/rewards", "/v1/verify", "/get_reward")
 _ROUTES = {*_BODY_ROUTES, "/healthz", "/v1/stats", "/docs", "/openapi.json", "/redoc"}
 
@@ -154,7 +158,19 @@ class VerifierDeployment:
         self.calls = 0
         self.items = 0
         self.errors = 0
+        self._warm_up()
         log.info("verifier replica up: backend %s", self.verifier.backend_name)
+
+    def _warm_up(self) -> None:
+        """One tiny verification before the replica counts as ready (first-call imports and indexes happen
+        here, not in a caller's request). A failure is logged, not fatal: real requests report their own."""
+        t0 = time.perf_counter()
+        try:
+            self.verifier.verify(VerifyRequest(question="Where is the warm-up?", response="The warm-up is here.",
+                                               materials=["The warm-up is here."]))
+        except Exception as e:  # pragma: no cover - e.g. an llm backend whose endpoint is not up yet
+            log.warning("verifier warm-up failed (%s: %s); the first request will pay the start-up", type(e).__name__, e)
+        log.info("verifier warm-up took %.2f s", time.perf_counter() - t0)
 
     def cache_identity(self) -> dict:
         return {"backend": self.verifier.backend_name, **self.verifier.cache_identity()}
@@ -195,7 +211,7 @@ class VerifierDeployment:
     def stats(self) -> dict:
         with self._lock:
             return {"backend": self.verifier.backend_name, "calls": self.calls, "items": self.items,
-                    "errors": self.errors}
+                    "errors": self.errors, "pid": os.getpid()}
 
 
 # --------------------------------------------------------------------------------------
@@ -225,7 +241,12 @@ class RewardDeployment:
         # evidence work; waiting less would answer 502 while the judge is still retrying as configured
         from verifier_service.llm_backend import judge_time_bound_s
         self.verify_timeout_s = judge_time_bound_s(self.cfg) + 30.0
-        log.info("reward replica up: cache %s, settings %s", type(self.cache).__name__, self.settings.as_dict())
+        # warm up before Serve routes traffic here: the tokenizer (5 s on first use) loads now, not in a request
+        t0 = time.perf_counter()
+        self._load_tokenizer()
+        log.info("reward replica up in %.1f s (tokenizer %s): cache %s, settings %s", time.perf_counter() - t0,
+                 "ready" if self._tokenizer is not None else "unavailable, callers must send token_offsets",
+                 type(self.cache).__name__, self.settings.as_dict())
 
     # ---------------------------------------------------------------- helpers
     def _auth(self, creds: Optional[HTTPAuthorizationCredentials]) -> None:
@@ -320,6 +341,10 @@ class RewardDeployment:
             failures: list[tuple[int, int, str]] = []   # (item index, status, message)
             for chunk, ans in zip(chunks, answers):
                 if isinstance(ans, BaseException):
+                    if isinstance(ans, BackPressureError):      # its bounded queue is full: retry later
+                        for i in chunk:
+                            failures.append((i, 503, "the verifier is overloaded (its request queue is full)"))
+                        continue
                     kind = ("timed out" if isinstance(ans, asyncio.TimeoutError)
                             else f"failed ({type(ans).__name__}: {ans})")
                     for i in chunk:
@@ -348,7 +373,8 @@ class RewardDeployment:
                 log.warning("verifier failed on %d item(s); first: item %d: %s", len(failures), i, msg)
                 raise ServiceError(status, f"items.{i}", f"verification failed: {msg}{more}",
                                    "check this item's text and materials" if status == 422 else
-                                   "retry; if it persists, check the verifier replicas' logs", item_index=i)
+                                   "retry; if it persists, check the verifier replicas' logs", item_index=i,
+                                   headers={"Retry-After": str(BACKPRESSURE_RETRY_AFTER_S)} if status == 503 else None)
         out = []
         for r, c in zip(results, cached):
             assert r is not None
@@ -471,13 +497,42 @@ class RewardDeployment:
             extra[f"label_{lb.lower().replace(' ', '_')}"] = [float(o.label_counts[lb]) for o in outs]
         return JSONResponse({"rewards": [o.score for o in outs], "scores": scores, "extra_logs": extra})
 
-    @api.get("/healthz")
-    async def healthz(self) -> dict:
-        """Liveness and state: status (ok | degraded when Redis is down), replicas, cache, counters. No auth."""
-        cache = self.cache.stats()
-        status = "ok" if cache.get("available", True) else "degraded"
-        return {"status": status, "uptime_s": time.time() - self.started, "replicas": await self._replicas(),
-                "cache": cache, "counters": self._counters(), "auth": bool(self.cfg.reward_api_token)}
+    @api.get("/healthz", responses={503: {"description": "Stalled: the verifier did not answer in time."}})
+    async def healthz(self) -> JSONResponse:
+        """Readiness: ``ok`` (200), ``degraded`` (200: Redis down, the cache falls back to none), ``stalled``
+        (503: a verifier replica did not answer a probe within HEALTH_PROBE_S). Replicas, cache, counters. No auth.
+        """
+        probe = await self._probe_verifier()
+        try:
+            cache = await asyncio.wait_for(asyncio.to_thread(self.cache.stats), HEALTH_PROBE_S)
+        except Exception as e:
+            cache = {"available": False, "error": f"{type(e).__name__}: {e}"}
+        if not probe["ok"]:
+            status = "stalled"
+        else:
+            status = "ok" if cache.get("available", True) else "degraded"
+        body = {"status": status, "uptime_s": time.time() - self.started, "verifier_probe": probe,
+                "tokenizer": self._tokenizer is not None, "replicas": await self._replicas(), "cache": cache,
+                "counters": self._counters(), "auth": bool(self.cfg.reward_api_token)}
+        return JSONResponse(body, status_code=503 if status == "stalled" else 200,
+                            headers={"Retry-After": "5"} if status == "stalled" else None)
+
+    async def _probe_verifier(self) -> dict:
+        """One bounded call to a verifier replica: ``{"ok", "latency_ms", "error"?}``."""
+        t0 = time.perf_counter()
+        try:
+            await asyncio.wait_for(self.verifier.stats.remote(), HEALTH_PROBE_S)
+            ok, err = True, None
+        except asyncio.TimeoutError:
+            ok, err = False, f"no answer within {HEALTH_PROBE_S:g} s"
+        except Exception as e:
+            ok, err = False, f"{type(e).__name__}: {e}"
+        with self._lock:
+            self.c["health_probe_failures"] += 0 if ok else 1
+        out = {"ok": ok, "latency_ms": round((time.perf_counter() - t0) * 1000.0, 1)}
+        if err:
+            out["error"] = err
+        return out
 
     @api.get("/v1/stats")
     async def stats(self, creds: Optional[HTTPAuthorizationCredentials] = Depends(_bearer)) -> dict:
@@ -530,23 +585,27 @@ class RewardDeployment:
 # building and deploying
 # --------------------------------------------------------------------------------------
 
-def build_app(cfg: RLFHConfig, verifier_factory=None):
+def build_app(cfg: RLFHConfig, verifier_factory=None, reward_options: Optional[dict] = None):
     """The Serve application (verifier deployment bound into the reward ingress) for ``cfg``.
 
     ``verifier_factory``: optional picklable ``cfg -> Verifier`` used by the verifier replicas instead of
     ``Verifier(cfg)`` (e.g. a Verifier built around in-process engines, or fault injection in tests).
+    ``reward_options``: Serve options overriding the reward deployment's (tests shrink the queue with it).
+    Both deployments have a bounded queue (``cluster.serve_config.backpressure_options``): 503 + Retry-After.
     """
     RewardSettings.from_config(cfg)      # a bad reward setting fails here (ConfigError), not in a replica loop
     # (so does SERVE_MAX_REPLICAS below a deployment's replicas: scaling_options raises ConfigError)
     d = cfg.model_dump()
     logging_config = {"enable_access_log": cfg.serve_access_log}
     verifier = VerifierDeployment.options(
-        ray_actor_options={"num_cpus": cfg.verifier_num_cpus}, max_ongoing_requests=16,
-        logging_config=logging_config,
-        **scaling_options(cfg.verifier_replicas, cfg.max_replicas)).bind(d, verifier_factory)
-    return RewardDeployment.options(
-        ray_actor_options={"num_cpus": cfg.reward_num_cpus}, max_ongoing_requests=64, logging_config=logging_config,
-        **scaling_options(cfg.reward_replicas, cfg.max_replicas)).bind(d, verifier)
+        ray_actor_options={"num_cpus": cfg.verifier_num_cpus},
+        max_ongoing_requests=MAX_ONGOING_REQUESTS["RLFHVerifier"], logging_config=logging_config,
+        **backpressure_options(), **scaling_options(cfg.verifier_replicas, cfg.max_replicas)).bind(d, verifier_factory)
+    opts = dict(ray_actor_options={"num_cpus": cfg.reward_num_cpus},
+                max_ongoing_requests=MAX_ONGOING_REQUESTS["RLFHRewards"], logging_config=logging_config,
+                **backpressure_options(), **scaling_options(cfg.reward_replicas, cfg.max_replicas))
+    opts.update(reward_options or {})
+    return RewardDeployment.options(**opts).bind(d, verifier)
 
 
 def config_from_args(args: Optional[dict]) -> RLFHConfig:
@@ -585,7 +644,7 @@ def app_builder(args: dict):
 
 def deploy(cfg: RLFHConfig, host: Optional[str] = None, port: Optional[int] = None, blocking: bool = False,
            include_dashboard: Optional[bool] = None, num_cpus: Optional[float] = None,
-           verifier_factory=None) -> str:
+           verifier_factory=None, reward_options: Optional[dict] = None) -> str:
     """Run the app on the current Ray (or start an embedded one / join RAY_ADDRESS); return the base URL.
 
     ``blocking``: serve until Ctrl-C, then shut Serve down.
@@ -598,7 +657,7 @@ def deploy(cfg: RLFHConfig, host: Optional[str] = None, port: Optional[int] = No
     if not ray.is_initialized():
         start_ray(cfg, num_cpus=num_cpus, include_dashboard=include_dashboard)
     serve.start(http_options={"host": host, "port": port})
-    serve.run(build_app(cfg, verifier_factory), name=APP_NAME, route_prefix="/", blocking=False)
+    serve.run(build_app(cfg, verifier_factory, reward_options), name=APP_NAME, route_prefix="/", blocking=False)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     url = f"http://{shown}:{port}"
     log.info("reward service at %s (docs %s/docs)", url, url)

@@ -531,6 +531,10 @@ settings (tests/test_helm.py renders both and compares).
 {{- $_ := set $d "num_replicas" $sz.replicas -}}
 {{- end -}}
 {{- $_ := set $d "ray_actor_options" (dict "num_cpus" $sz.numCpus) -}}
+{{- /* bounded queue: beyond it Serve answers 503 with Retry-After (cluster.serve_config.backpressure_options) */ -}}
+{{- $_ := set $d "max_ongoing_requests" (index $serve.max_ongoing_requests (index $pair 0)) -}}
+{{- $_ := set $d "max_queued_requests" $serve.backpressure.max_queued_requests -}}
+{{- $_ := set $d "backpressure_config" $serve.backpressure.backpressure_config -}}
 {{- $deps = append $deps $d -}}
 {{- end -}}
 {{- $app := dict "name" $serve.app_name "route_prefix" $rs.routePrefix "import_path" $serve.import_path "args" $args "deployments" $deps -}}

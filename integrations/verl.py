@@ -33,7 +33,8 @@ from reward_service.openrlhf_adapter import question_from_prompt
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RLFHRewardManager", "dense_reward_tensor", "response_text_and_offsets", "register_with_verl"]
+__all__ = ["RLFHRewardManager", "dense_reward_tensor", "response_text_and_offsets", "register_with_verl",
+           "compute_score"]
 
 
 def dense_reward_tensor(token_rewards: Sequence[Sequence[float]], valid_lengths: Sequence[int], width: int):
@@ -213,6 +214,43 @@ class RLFHRewardManager:
             "rlfh_num_statements": [float(r.num_statements) for r in rewards],
         }
         return {"reward_tensor": tensor, "reward_extra_info": extra}
+
+
+_score_clients: dict = {}
+_score_lock = __import__("threading").Lock()
+
+
+def compute_score(data_source: Any = None, solution_str: str = "", ground_truth: Any = None,
+                  extra_info: Optional[Mapping] = None, url: Optional[str] = None, **kwargs: Any) -> dict:
+    """verl's ``custom_reward_function`` (the reward loop of verl >= 0.6): one response -> a scalar reward.
+
+    verl 0.9's trainer computes rewards per sample in its reward loop and puts one scalar on the last token; this
+    is RLFH's response-level return there (the sum of the response's rewards, as ``/get_reward``). For the dense
+    token-level tensor use :class:`RLFHRewardManager`. ``extra_info`` must carry ``question`` (verl passes no
+    prompt) and may carry ``knowledge``; ``ground_truth`` is the gold answer. ``url`` (from
+    ``reward.custom_reward_function.reward_kwargs``) or ``REWARD_URL`` picks the service.
+
+    Returns ``{"score", "correct", "abstained", "num_statements"}`` (floats; verl logs the extra keys).
+    """
+    from reward_service.openrlhf_adapter import clean_response
+
+    question = _get(extra_info, "question")
+    if not question:
+        raise ValueError("extra_info.question is missing: put each sample's question in the dataset's extra_info "
+                         "(verl does not pass the prompt to reward functions)")
+    with _score_lock:
+        client = _score_clients.get(url)
+        if client is None:
+            client = _score_clients[url] = client_from_env(url)
+    response = clean_response(solution_str or "")
+    gold = ground_truth[0] if isinstance(ground_truth, (list, tuple)) and ground_truth else ground_truth
+    item = {"question": str(question), "response": response, "materials": _materials(_get(extra_info, "knowledge")),
+            "token_offsets": [[0, len(response)]]}
+    if gold is not None and str(gold).strip():
+        item["gold_answer"] = str(gold)
+    r, = client.rewards([item])
+    return {"score": r.score, "correct": float(r.is_correct), "abstained": float(r.abstained),
+            "num_statements": float(r.num_statements)}
 
 
 def register_with_verl(name: str = "rlfh") -> type:

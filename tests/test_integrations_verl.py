@@ -147,3 +147,32 @@ def test_reward_manager_dense_tensor_on_dataproto(service, tok, halueval_test_it
     from verl import DataProto
     scored = data.union(DataProto.from_dict(tensors={"rm_scores": t}))
     assert torch.equal(RLFHRewardManager(tok, client=manager.client)(scored), t)   # no second service call
+
+
+@pytest.mark.slow
+def test_compute_score_in_verl_reward_loop(service, tok):
+    """verl 0.9's own reward loop: its loader reads our file as ``custom_reward_function`` and its NaiveRewardManager
+    scores each sample with it (one scalar per response, as verl's stock trainer uses rewards)."""
+    import_verl()
+    from omegaconf import OmegaConf
+    from verl.experimental.reward_loop.reward_manager.naive import NaiveRewardManager
+    from verl.trainer.ppo.reward import get_custom_reward_fn
+
+    path = Path(__file__).resolve().parents[1] / "integrations" / "verl.py"
+    cfg = OmegaConf.create({"reward": {"custom_reward_function": {
+        "path": str(path), "name": "compute_score", "reward_kwargs": {"url": service["url"]}}}})
+    fn = get_custom_reward_fn(cfg)
+    rows = [{"question": OBEROI["question"], "knowledge": OBEROI["knowledge"], "gold": OBEROI["gold"],
+             "answer_text": a, "in_extra": True} for a in (OBEROI["right"], OBEROI["wrong"])]
+    data = make_batch(tok, rows)
+    manager = NaiveRewardManager(config=cfg, tokenizer=tok, compute_score=fn)
+    outs = [manager.loop.run_until_complete(manager.run_single(data[i:i + 1])) for i in range(len(data))]
+    with RewardClient(service["url"], timeout_s=60, max_retries=1) as c:
+        direct = c.rewards([{"question": r["question"], "response": r["answer_text"], "materials": [r["knowledge"]],
+                             "gold_answer": r["gold"], "token_offsets": [[0, len(r["answer_text"])]]} for r in rows])
+    for o, d in zip(outs, direct):
+        assert o["reward_score"] == pytest.approx(d.score, abs=1e-6)
+        assert o["reward_extra_info"]["correct"] == float(d.is_correct)
+    assert outs[0]["reward_score"] > outs[1]["reward_score"]
+    with pytest.raises(ValueError, match="extra_info.question"):
+        fn(data_source="x", solution_str="Delhi.", ground_truth="Delhi", extra_info={})

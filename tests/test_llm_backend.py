@@ -14,7 +14,7 @@ import pytest
 
 from cluster import metrics
 from cluster.config import RLFHConfig
-from tests.conftest import free_port
+from conftest import free_port  # not tests.conftest: openrlhf installs a top-level "tests" package
 from verifier_service.align import align_statement
 from verifier_service.core import Verifier
 from verifier_service.openai_server import BackgroundServer, create_app, load_replay, messages_key

@@ -199,6 +199,7 @@ def test_get_reward_openrlhf_protocol(http, halueval_test_items):
     for resp, label, reward in zip(responses[:2], labels[:2], out["rewards"][:2]):
         lab = json.loads(label)
         mats = lab["knowledge"] if isinstance(lab["knowledge"], list) else [lab["knowledge"]]
+        resp = resp.strip()           # /get_reward verifies the response without surrounding whitespace
         item = {"question": qa.question, "response": resp, "materials": mats, "gold_answer": qa.right_answer,
                 "token_offsets": [[0, len(resp)]]}
         rr = http.post("/v1/rewards", json={"items": [item]}).json()["items"][0]

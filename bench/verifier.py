@@ -284,7 +284,7 @@ def _verifier_row(name: str, verifier, items, pairs, use_gold: bool, progress, b
 
 def run_bench(split: str = "test", limit: Optional[int] = None, with_llm: bool = True, cfg=None,
               quiet: bool = False, longform: bool = True, llm_limit: int = 20,
-              out: Optional[dict] = None) -> list[dict]:
+              out: Optional[dict] = None, llm_sets: str = "abc", llm_gold: str = "both") -> list[dict]:
     """Rows of the (a)/(b) table (returned); the long-form rows go to ``out["longform"]`` when ``out`` is given."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -330,14 +330,30 @@ def run_bench(split: str = "test", limit: Optional[int] = None, with_llm: bool =
             l_pairs = [(it, d) for it, d in pairs if any(it is x for x in l_items)]
             l_long = LF.build_longform(l_items) if longform else []
             for name, gold in ((ROW_LLM_NOGOLD, False), (ROW_LLM, True)):
-                r = _verifier_row(name, llm, l_items, l_pairs, use_gold=gold, progress=progress, batch=4,
-                                  settings=settings)
-                r.note = f"first {len(l_items)} items"
+                if llm_gold != "both" and (llm_gold == "with") != gold:
+                    skip = f"skipped (--llm-gold {llm_gold})"
+                    r = Row(name)
+                    r.note = skip
+                    rows.append(r)
+                    if longform:
+                        lrows.append({"row": name, "note": skip})
+                    continue
+                if "a" in llm_sets or "b" in llm_sets:
+                    r = _verifier_row(name, llm, l_items if "a" in llm_sets else [],
+                                      l_pairs if "b" in llm_sets else [], use_gold=gold, progress=progress,
+                                      batch=4, settings=settings)
+                    r.note = f"first {len(l_items)} items"
+                else:
+                    r = Row(name)
+                    r.note = "skipped (--llm-sets)"
                 rows.append(r)
                 if longform:
-                    sc = LF.score_verifier(name, llm, l_long, gold, progress, batch=4)
-                    sc.note = f"first {len(l_items)} items"
-                    lrows.append(sc.metrics())
+                    if "c" in llm_sets:
+                        sc = LF.score_verifier(name, llm, l_long, gold, progress, batch=4)
+                        sc.note = f"first {len(l_items)} items"
+                        lrows.append(sc.metrics())
+                    else:
+                        lrows.append({"row": name, "note": "skipped (--llm-sets)"})
         else:
             note = "not configured (set MODEL_URL / --model-url)" if not cfg.model_url else "skipped (--no-llm)"
             for name in (ROW_LLM_NOGOLD, ROW_LLM):
@@ -428,7 +444,8 @@ def _run(args: argparse.Namespace) -> int:
     cfg = RLFHConfig.from_args(args)
     extra: dict = {}
     metrics = run_bench(split=args.split, limit=args.limit, with_llm=not args.no_llm, cfg=cfg,
-                        longform=not args.no_longform, llm_limit=args.llm_limit, out=extra)
+                        longform=not args.no_longform, llm_limit=args.llm_limit, out=extra,
+                        llm_sets=args.llm_sets, llm_gold=args.llm_gold)
     print_table(metrics, args.split)
     if not args.no_longform:
         print_longform_table(extra["longform"], args.split, extra.get("longform_n"))
@@ -439,6 +456,13 @@ def _run(args: argparse.Namespace) -> int:
                        "longform": extra.get("longform", []), "longform_n": extra.get("longform_n")}, fh, indent=2)
         print(f"wrote {args.json}", file=sys.stderr)
     return 0
+
+
+def _sets(v: str) -> str:
+    v = v.strip().lower().replace(",", "")
+    if not v or set(v) - set("abc"):
+        raise argparse.ArgumentTypeError(f"--llm-sets {v!r}: use letters from a, b, c (e.g. 'c' or 'abc')")
+    return v
 
 
 def add_parser(bench_sub: argparse._SubParsersAction) -> None:
@@ -459,6 +483,11 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--llm-limit", type=positive_int, default=20, metavar="N",
                    help="The llm rows use only the first N items (default 20: a judge on CPU takes seconds per "
                         "call; raise it for a GPU endpoint).")
+    p.add_argument("--llm-sets", default="abc", type=_sets, metavar="SETS",
+                   help="Which sets the llm rows run: any of a (original pairs), b (entity-swap pairs), c (long "
+                        "form), e.g. 'c' (default: abc).")
+    p.add_argument("--llm-gold", default="both", choices=["both", "with", "without"],
+                   help="llm rows with the gold answer, without it, or both (default).")
     p.add_argument("--no-longform", action="store_true",
                    help="Skip the (c) long-form table.")
     # the rows are fixed (evidence without / with gold, llm when MODEL_URL is set): no backend choice

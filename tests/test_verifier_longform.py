@@ -202,3 +202,32 @@ def test_build_longform_is_deterministic_with_exact_spans():
     for want in [("supported", "Correct"), ("supported", "Hedged correct"), ("swapped", "Wrong"),
                  ("swapped", "Hedged wrong"), ("filler", "Vague"), ("answer", "Correct"), ("answer", "Wrong")]:
         assert want in kinds, want
+
+
+def test_llm_backend_long_form_rows_over_http():
+    """The bench's llm path end to end on a real OpenAI-protocol server (replay mode): the judge rewrites
+    statements ("It" -> "The Eiffel Tower"), the backend aligns them back to spans, the bench scores them."""
+    import json
+
+    from cluster.config import RLFHConfig
+    from conftest import free_port
+    from verifier_service.openai_server import BackgroundServer, create_app
+
+    r = _case(1)
+    truth = [st.label for st in r.statements]
+    rewritten = ["The Eiffel Tower is a wrought-iron lattice tower in Paris",
+                 "The Eiffel Tower is probably 330 metres tall", "The tower was built from 1884 to 1889",
+                 "Let me explain", "Gustave Eiffel was a French civil engineer", "The answer is Gustave Eiffel"]
+    extract = json.dumps({"sentences": [{"id": i + 1, "statements": [t]} for i, t in enumerate(rewritten)]})
+    verify = json.dumps({"results": [{"id": f"S{i + 1}", "label": lab, "informativeness": 3, "confidence": 0.9}
+                                     for i, lab in enumerate(truth)]})
+    replay = [{"match": ["atomic statements", "Gustave Eiffel was a French civil engineer"], "reply": extract},
+              {"match": ["For every statement give", "330 metres"], "reply": verify}]
+    with BackgroundServer(create_app("replay", replay=replay), free_port()) as srv:
+        cfg = RLFHConfig.load(environ={}, model_url=srv.url, annotate_model="judge", judge_timeout_s=10.0,
+                              judge_max_retries=1)
+        v = Verifier(cfg, backend="llm")
+        m = LF.score_verifier("llm", v, [r], use_gold=False).metrics()
+    assert m["accuracy"] == 1.0, m
+    assert m["span_cover"] >= 0.8 and m["token_sign_agreement"] >= 0.9, m
+    assert m["ms_per_response"] > 0

@@ -240,3 +240,91 @@ def test_healthz_reports_a_stalled_verifier_and_recovers(small_service):
     assert r.status_code == 200, r.text
     print(f"\nstalled verifier: /healthz 503 'stalled' in {took:.1f} s; ok again {time.monotonic() - t1:.1f} s "
           "after SIGCONT")
+
+
+# ------------------------------------------------------------------------------ training under faults
+# The driver over real actor groups (the tiny random Llama, policy + rollout engine only) and the real reward
+# service in the same embedded Ray, with the verification cache in a private redis-server. Real processes are
+# SIGKILLed by PID: the service's HTTP proxy and reward replica (Serve brings them back), then Redis.
+
+def _tree_named(root_pid: int, prefix: str) -> list[psutil.Process]:
+    return [p for p in _alive(_tree(root_pid)) if p.name().startswith(prefix)]
+
+
+def test_training_survives_the_reward_service_and_redis_dying(tmp_path, tiny_model_path, private_redis):
+    import ray
+    from ray import serve
+
+    from actors.group import create_groups
+    from cluster.config import RLFHConfig
+    from cluster.driver import Trainer
+    from cluster.experience import ServiceReward
+    from cluster.ray_bootstrap import start_ray
+    from conftest import free_port
+    from reward_service.app import deploy
+
+    cfg = RLFHConfig.load(
+        environ={}, model_path=tiny_model_path, save_path=str(tmp_path / "run"), prompt_data="halueval:train",
+        max_samples=32, rollout_batch_size=2, n_samples_per_prompt=2, generate_max_len=8, prompt_max_len=128,
+        train_batch_size=4, micro_train_batch_size=4, micro_rollout_batch_size=4, advantage_estimator="rloo",
+        kl_coef=0.0, max_steps=10, save_step=100, rollout_backend="hf", rollout_dtype="fp32",
+        num_cpus_per_actor=0.25, verifier_num_cpus=0.2, reward_num_cpus=0.2, redis_url=private_redis.url,
+        reward_timeout_s=5.0, reward_max_retries=1, seed=3)
+    handle = start_ray(cfg, num_cpus=3, include_dashboard=False)
+    groups = trainer = None
+    try:
+        url = deploy(cfg, "127.0.0.1", free_port())
+        groups = create_groups(cfg)
+        trainer = Trainer(cfg, reward_fn=ServiceReward(url, cfg), groups=groups)
+        trainer.setup()
+        fp = lambda: groups.policy.run("weights_fingerprint")[0]  # noqa: E731
+
+        row1 = trainer.step()
+        assert not row1.get("skipped"), row1
+
+        # 1. the reward service dies (HTTP proxy and reward replica SIGKILLed): the batch is skipped, not trained
+        victims = _tree_named(os.getpid(), "ray::ProxyActor") + _tree_named(os.getpid(), "ray::ServeReplica:rlfh-rewards:RLFHRewards")
+        assert len(victims) == 2, [p.name() for p in victims]
+        before = fp()
+        t_kill = time.monotonic()
+        for p in victims:
+            os.kill(p.pid, signal.SIGKILL)
+        row2 = trainer.step()
+        assert row2["skipped"] is True and trainer.skips.reasons["reward_unavailable"] == 1, row2
+        assert fp() == before, "a skipped batch must not train the policy"
+
+        # ... and comes back (Serve restarts both): training goes on
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() - t_kill < 180, "the reward service did not come back in 180 s"
+            time.sleep(1.0)
+        recover_s = time.monotonic() - t_kill
+        row3 = trainer.step()
+        assert not row3.get("skipped"), row3
+        assert fp() != before
+
+        # 2. Redis dies (SIGKILL): the cache degrades, the step still trains
+        os.kill(private_redis.proc.pid, signal.SIGKILL)
+        private_redis.proc.wait(timeout=10)
+        before = fp()
+        row4 = trainer.step()
+        assert not row4.get("skipped"), row4
+        assert fp() != before
+        assert httpx.get(f"{url}/healthz", timeout=30).json()["status"] == "degraded"
+        skipped = sum(1 for r in (row1, row2, row3, row4) if r.get("skipped"))
+        print(f"\nfaults: 4 steps, 2 kills (service proxy+replica, then Redis); {skipped} batch skipped and counted "
+              f"(reward service down), 0 trained on without rewards; service back {recover_s:.1f} s after the "
+              f"kill; Redis down: trained, /healthz 'degraded'")
+    finally:
+        if trainer is not None:
+            trainer.close()
+        if groups is not None:
+            groups.shutdown()
+        try:
+            serve.shutdown()
+        finally:
+            handle.shutdown() if handle.started_here else ray.shutdown()

@@ -60,6 +60,29 @@ def rollout_gpus_available(cfg: RLFHConfig) -> bool:
     return torch.cuda.is_available()
 
 
+#: bf16 rollout weights vs fp32 on the embedded model, CPU: |log p_bf16 - log p_fp32| per response token of
+#: samples drawn by the fp32 model (16 closed-book dev prompts x 2 samples x <= 48 tokens, `rlfh bench drift`).
+#: Tests assert bf16 rollouts stay within twice these.
+BF16_LOGPROB_DRIFT = {"mean": 0.035, "p99": 0.18}
+
+
+def cpu_has_fast_bf16() -> bool:
+    """True when this CPU computes bf16 natively (oneDNN: AVX512-BF16 or AMX)."""
+    try:
+        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except Exception:  # noqa: BLE001 - older torch / no oneDNN
+        return False
+
+
+def resolve_rollout_dtype(cfg: RLFHConfig, device: torch.device) -> str:
+    """ROLLOUT_DTYPE, with ``auto`` = bf16 on a CPU with native bf16, else DTYPE (GPUs: DTYPE)."""
+    if cfg.rollout_dtype != "auto":
+        return cfg.rollout_dtype
+    if device.type == "cpu" and cfg.dtype == "fp32" and cpu_has_fast_bf16():
+        return "bf16"
+    return cfg.dtype
+
+
 class _EngineBase:
     """Tokenization, sample building and versioning shared by both backends."""
 
@@ -156,7 +179,8 @@ class _EngineBase:
 
     def info(self) -> dict:
         return {"backend": self.backend, "engine_index": self.engine_index, "model_path": self.model_path,
-                "weights_version": self._version, "pid": os.getpid(), **self.stats}
+                "weights_version": self._version, "pid": os.getpid(), "dtype": getattr(self, "dtype", ""),
+                **self.stats}
 
     def render_chat(self, messages: list[dict]) -> str:
         if getattr(self.tokenizer, "chat_template", None):
@@ -199,13 +223,16 @@ class HFRolloutEngine(_EngineBase):
         self.device = torch.device(device) if device is not None else pick_device()
         t0 = time.time()
         if model is None:
-            self.model = load_causal_lm(self.model_path, dtype=self.cfg.dtype, device=str(self.device))
+            self.dtype = resolve_rollout_dtype(self.cfg, self.device)
+            self.model = load_causal_lm(self.model_path, dtype=self.dtype, device=str(self.device))
             self.model.requires_grad_(False)
         else:
             self.model = model.to(self.device)
         self.model.eval()
         self.pad_id = int(self.tokenizer.pad_token_id)
-        log.info("hf rollout engine %d on %s ready in %.1fs", engine_index, self.device, time.time() - t0)
+        self.dtype = str(next(self.model.parameters()).dtype).replace("torch.", "")
+        log.info("hf rollout engine %d on %s (%s) ready in %.1fs", engine_index, self.device, self.dtype,
+                 time.time() - t0)
 
     @torch.no_grad()
     def _generate_ids(self, prompt_ids: list[list[int]], max_new_tokens: int, temperature: float, top_p: float,

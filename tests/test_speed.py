@@ -61,3 +61,47 @@ def test_ray_actor_phase_gets_cpu_threads_despite_omp_num_threads_1():
             g.shutdown()
     finally:
         ray.shutdown()
+
+
+# ------------------------------------------------------------------------------------------------ bf16 rollouts
+
+@pytest.mark.slow
+def test_bf16_rollout_logprobs_stay_within_the_measured_drift(embedded_model_path):
+    """The default CPU rollout engine (bf16 weights where the CPU has native bf16) samples tokens whose log-probs
+    differ from the fp32 policy's by no more than twice the drift measured by `rlfh bench drift`; a weight sync
+    from the fp32 policy casts into the bf16 engine."""
+    from actors.base import response_logprobs
+    from actors.model_loader import load_tokenizer
+    from actors.rollout import BF16_LOGPROB_DRIFT, HFRolloutEngine, cpu_has_fast_bf16, resolve_rollout_dtype
+    from actors.types import make_batch
+    from cluster.data import load_halueval
+    from cluster.prompts import render_prompt
+    cfg = RLFHConfig(rollout_backend="hf", micro_rollout_batch_size=8, cpu_threads=1)
+    assert resolve_rollout_dtype(cfg, torch.device("cpu")) == ("bf16" if cpu_has_fast_bf16() else "fp32")
+    assert resolve_rollout_dtype(cfg.model_copy(update={"rollout_dtype": "fp32"}), torch.device("cpu")) == "fp32"
+    tok = load_tokenizer(embedded_model_path)
+    prompts = [render_prompt(tok, it.question) for it in load_halueval("dev")[:4]]
+    policy = HFRolloutEngine(cfg.model_copy(update={"rollout_dtype": "fp32"}), tokenizer=tok)   # fp32 stand-in
+    engine = HFRolloutEngine(cfg.model_copy(update={"rollout_dtype": "bf16"}), tokenizer=tok)
+    assert next(engine.model.parameters()).dtype == torch.bfloat16 and engine.info()["dtype"] == "bfloat16"
+    samples = engine.generate(prompts, 2, 24, 1.0, 1.0, seed=5)
+    batch = make_batch(samples, tok.pad_token_id)
+    mask = batch["action_mask"]
+    with torch.no_grad():
+        lp32 = response_logprobs(policy.model, batch, cfg, torch.device("cpu"))
+    lp16 = engine.logprobs(batch)
+    drift = (lp16 - lp32)[mask].abs()
+    assert int(mask.sum()) > 40
+    assert float(drift.mean()) <= 2 * BF16_LOGPROB_DRIFT["mean"], float(drift.mean())
+    assert float(drift.quantile(0.99)) <= 2 * BF16_LOGPROB_DRIFT["p99"], float(drift.quantile(0.99))
+    assert float(drift.max()) > 0   # really a different precision
+    # weight sync from an fp32 policy: perturbed fp32 weights land (cast) in the bf16 engine
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "mlp" in name:
+                p.mul_(1.05)
+        lp32_new = response_logprobs(policy.model, batch, cfg, torch.device("cpu"))
+    engine.update_weights({n: p.detach() for n, p in policy.model.named_parameters()}, version=3)
+    d_new = (engine.logprobs(batch) - lp32_new)[mask].abs()
+    assert float(d_new.mean()) <= 2 * BF16_LOGPROB_DRIFT["mean"]
+    assert float((lp32_new - lp32)[mask].abs().mean()) > float(d_new.mean())   # the sync changed something real

@@ -150,6 +150,11 @@ class RLFHConfig(BaseModel):
         0.5, "PROMPT_MODE=mixed: share of the questions asked with their evidence in the prompt (fixed per question "
         "by a stable hash); the rest are asked closed book. Closed-book prompts cost about a fifth of evidence "
         "prompts, so a smaller share sees more questions per minute.", env="EVIDENCE_SHARE", group="data", ge=0, le=1)
+    type_balance: float = setting(
+        0.0, "Minimum share of each closed-form question type (yes/no, two-option \"A or B\") in the training "
+        "prompts; rarer types are repeated until they reach it (0: the data as given). HotpotQA-style data is ~85% "
+        "open questions that a small model rarely knows; without the contrast it learns to abstain everywhere. "
+        "Types come from the question text only.", env="TYPE_BALANCE", group="data", ge=0, lt=0.5)
     system_prompt: str = setting(
         "default", "System prompt of the rollouts: 'default', 'may-abstain' (tells the model it may answer "
         "\"I don't know\"; a small model almost never abstains without it, so RL has nothing to reinforce) or "

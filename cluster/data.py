@@ -139,3 +139,34 @@ def load_items(spec: str, split: Optional[str] = None, limit: Optional[int] = No
 def iter_batches(items: list[QAItem], batch_size: int, start: int = 0) -> Iterable[tuple[int, list[QAItem]]]:
     for i in range(start, len(items), batch_size):
         yield i, items[i:i + batch_size]
+
+
+def balance_question_types(items: list[QAItem], min_share: float) -> list[QAItem]:
+    """Repeat the rarer question types (yes/no, two-option) until each makes up at least ``min_share``.
+
+    HotpotQA-style data is ~85% open questions, and a small model knows almost none of them: trained on the data
+    as given, it sees abstaining pay on nearly every prompt and learns to abstain everywhere. The closed-form
+    types are where it is often right (yes/no ~50-70%, two-option ~40% for SmolLM2-135M), so repeating them
+    gives each batch the contrast it needs to learn *where* to abstain. The type comes from the question text
+    alone (:func:`evaluation.selectivity.question_type`). Deterministic; order: the original items, then the
+    repeats, so a shuffled epoch mixes them. ``min_share = 0`` returns ``items`` unchanged.
+    """
+    if not 0.0 <= min_share < 0.5:
+        raise ValueError(f"min_share (TYPE_BALANCE) must be in [0, 0.5), got {min_share!r}")
+    if min_share == 0 or not items:
+        return items
+    from evaluation.selectivity import question_type
+    by_type: dict[str, list[QAItem]] = {"yes_no": [], "choice": [], "open": []}
+    for it in items:
+        by_type[question_type(it.question)].append(it)
+    rare = [t for t in ("yes_no", "choice") if by_type[t]]
+    # final size N: open items stay as they are, each rare type gets max(own count, min_share * N)
+    n_open = len(by_type["open"])
+    total = n_open / max(1e-9, 1.0 - min_share * len(rare)) if n_open else len(items)
+    out = list(items)
+    for t in rare:
+        want = int(-(-min_share * total // 1))  # ceil
+        have = len(by_type[t])
+        out += [by_type[t][i % have] for i in range(max(0, want - have))]
+    return out
+

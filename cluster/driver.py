@@ -72,6 +72,12 @@ def load_prompts(cfg: RLFHConfig) -> list[QAItem]:
                 + ("the test split" if split == "test" else "'all' includes the test split, which")
                 + " is held out for evaluation and is never trained on; use halueval:train (or halueval:dev)")
     items = load_items(spec, limit=cfg.max_samples)
+    if cfg.type_balance:
+        from cluster.data import balance_question_types
+        n0 = len(items)
+        items = balance_question_types(items, cfg.type_balance)
+        log.info("TYPE_BALANCE=%g: %d prompts -> %d (yes/no and two-option questions repeated)", cfg.type_balance,
+                 n0, len(items))
     if len(items) < cfg.rollout_batch_size:
         raise ConfigError(f"PROMPT_DATA (--prompt-data) = {spec!r} has {len(items)} prompts (MAX_SAMPLES="
                           f"{cfg.max_samples}), fewer than ROLLOUT_BATCH_SIZE={cfg.rollout_batch_size}; "

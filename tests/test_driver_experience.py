@@ -266,3 +266,22 @@ def test_gold_outcomes_use_the_gold_grader_and_fall_back_to_the_verifier():
 def test_abstention_and_prompt_settings_are_checked(env, fragment):
     with pytest.raises(ConfigError, match=fragment):
         RLFHConfig.load(environ=env)
+
+
+def test_type_balance_repeats_closed_form_questions_deterministically():
+    from cluster.data import balance_question_types
+    from evaluation.selectivity import question_type
+    items = [QAItem(question=f"Who founded company {i}?", knowledge=["x"], right_answer="y") for i in range(70)]
+    items += [QAItem(question=f"Is city {i} in France?", knowledge=["x"], right_answer="yes") for i in range(5)]
+    items += [QAItem(question=f"Which is older, A{i} or B{i}?", knowledge=["x"], right_answer=f"A{i}")
+              for i in range(10)]
+    out = balance_question_types(items, 0.25)
+    assert out[:len(items)] == items  # originals first, in order
+    counts = {t: sum(question_type(it.question) == t for it in out) for t in ("yes_no", "choice", "open")}
+    assert counts["open"] == 70
+    assert counts["yes_no"] / len(out) >= 0.25 - 1e-9 and counts["choice"] / len(out) >= 0.25 - 1e-9
+    assert {it.question for it in out} == {it.question for it in items}  # repeats only, nothing new
+    assert balance_question_types(items, 0.25) == out
+    assert balance_question_types(items, 0.0) is items
+    with pytest.raises(ValueError, match="TYPE_BALANCE"):
+        balance_question_types(items, 0.6)

@@ -1,4 +1,6 @@
-"""Faults and safe defaults with real processes: ``rlfh serve`` as a user runs it, then SIGTERM.
+"""Faults and safe defaults with real processes.
+
+``rlfh serve`` as a user runs it, then SIGTERM:
 
 - The embedded Ray runs with Ray's token auth on (``RAY_AUTH_MODE`` unset, as for a user): the dashboard's
   job API refuses a request without the token and answers one with it.
@@ -7,6 +9,11 @@
   port, which Ray 2.60 hard-codes to ``[::]`` (token-authenticated; see docs/DEPLOY.md).
 - SIGTERM (what Kubernetes sends on every rollout) stops it cleanly: exit status 0 within a bound, and no
   process it started is left behind (no dashboard or agent re-parented to PID 1 holding ports).
+
+Training under faults (the driver, the tiny random Llama, the real service and a real redis-server): the
+service's proxy and replica SIGKILLed mid-run (the batch is skipped and counted, nothing is trained on it, and
+training goes on once Serve has restarted them), then Redis SIGKILLed (training goes on, cache degraded).
+Health and backpressure of the service itself are in ``tests/test_service_hostile.py``.
 """
 from __future__ import annotations
 
@@ -132,114 +139,6 @@ def test_rlfh_serve_loopback_ray_auth_and_clean_sigterm(tmp_path):
                 p.kill()
             except psutil.NoSuchProcess:
                 pass
-
-
-# ------------------------------------------------------------------------------ health and backpressure
-# One in-process service (the test's own Ray): a verifier that takes SLOW_S on responses holding SLOW_MARKER,
-# a reward deployment with a tiny queue (2 running + 2 queued at the proxy) so that overload is reachable.
-
-SLOW_MARKER = "<<slow-verifier>>"
-SLOW_S = 3.0
-
-
-def slow_factory(cfg):
-    from verifier_service.core import Verifier
-
-    class SlowVerifier(Verifier):
-        def verify_many(self, reqs):
-            if any(SLOW_MARKER in r.response for r in reqs):
-                time.sleep(SLOW_S)
-            return super().verify_many(reqs)
-
-    return SlowVerifier(cfg)
-
-
-@pytest.fixture(scope="module")
-def small_service():
-    import ray
-    from ray import serve
-
-    from cluster.config import RLFHConfig
-    from conftest import free_port
-    from reward_service.app import deploy
-
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, include_dashboard=False)
-    cfg = RLFHConfig.load(environ={}, verifier_num_cpus=0.2, reward_num_cpus=0.2)
-    try:
-        yield deploy(cfg, "127.0.0.1", free_port(), verifier_factory=slow_factory,
-                     reward_options={"max_ongoing_requests": 2, "max_queued_requests": 2})
-    finally:
-        serve.shutdown()
-        ray.shutdown()
-
-
-def _item(i: int, slow: bool = False) -> dict:
-    text = f"Answer {i} is Delhi." + (f" {SLOW_MARKER}" if slow else "")
-    return {"question": "Where is the head office?", "response": text,
-            "materials": ["The head office is in Delhi."], "token_offsets": [[0, len(text)]]}
-
-
-def test_ready_means_warm(small_service):
-    h = httpx.get(f"{small_service}/healthz", timeout=30)
-    assert h.status_code == 200 and h.json()["status"] == "ok", h.text
-    assert h.json()["tokenizer"] is True            # loaded before Serve routed the first request here
-    assert h.json()["verifier_probe"]["ok"] is True
-    t0 = time.monotonic()
-    r = httpx.post(f"{small_service}/v1/rewards", json={"items": [{"question": "Where?", "response": "In Delhi."}]},
-                   timeout=60)                       # no offsets: the service tokenizes
-    first_s = time.monotonic() - t0
-    assert r.status_code == 200, r.text
-    print(f"\nfirst request after ready (tokenizing, shared busy machine): {first_s:.2f} s")
-
-
-def test_full_queue_answers_503_with_retry_after(small_service):
-    from concurrent.futures import ThreadPoolExecutor
-
-    def call(i):
-        try:
-            r = httpx.post(f"{small_service}/v1/rewards", json={"items": [_item(i, slow=True)]}, timeout=120)
-            return r.status_code, r.headers.get("retry-after")
-        except httpx.TransportError as e:
-            return type(e).__name__, None
-
-    n = 12
-    with ThreadPoolExecutor(n) as pool:
-        answers = list(pool.map(call, range(n)))
-    codes = [c for c, _ in answers]
-    print(f"\n{n} concurrent slow requests, queue 2 + 2 running: {sorted(map(str, codes))}")
-    assert all(c in (200, 503) for c in codes), answers              # nothing else: no 5xx, no hang
-    assert codes.count(503) >= 1 and codes.count(200) >= 2, answers
-    assert all(ra == "2" for c, ra in answers if c == 503), answers  # BACKPRESSURE_RETRY_AFTER_S
-    assert httpx.get(f"{small_service}/healthz", timeout=30).status_code == 200
-
-
-def test_healthz_reports_a_stalled_verifier_and_recovers(small_service):
-    from reward_service.app import HEALTH_PROBE_S
-
-    pid = httpx.get(f"{small_service}/v1/stats", timeout=30).json()["verifier"]["pid"]
-    os.kill(pid, signal.SIGSTOP)            # the verifier replica (a process of this test's Ray) stalls
-    try:
-        t0 = time.monotonic()
-        h = httpx.get(f"{small_service}/healthz", timeout=60)
-        took = time.monotonic() - t0
-        assert h.status_code == 503, h.text
-        assert h.json()["status"] == "stalled" and not h.json()["verifier_probe"]["ok"], h.text
-        assert h.headers.get("retry-after")
-        assert took < HEALTH_PROBE_S + 10, took          # bounded probe, not a hang
-    finally:
-        os.kill(pid, signal.SIGCONT)
-    t1 = time.monotonic()
-    while True:
-        h = httpx.get(f"{small_service}/healthz", timeout=60)
-        if h.status_code == 200 and h.json()["status"] == "ok":
-            break
-        assert time.monotonic() - t1 < 60, h.text
-        time.sleep(0.5)
-    r = httpx.post(f"{small_service}/v1/rewards", json={"items": [_item(99)]}, timeout=60)
-    assert r.status_code == 200, r.text
-    print(f"\nstalled verifier: /healthz 503 'stalled' in {took:.1f} s; ok again {time.monotonic() - t1:.1f} s "
-          "after SIGCONT")
 
 
 # ------------------------------------------------------------------------------ training under faults

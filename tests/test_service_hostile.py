@@ -3,11 +3,16 @@
 Every input of issue 12's findings 1-3 (and their neighbours) answers its documented 4xx with the documented
 ErrorBody naming the field; none answers 5xx; auth is checked before the body is read; the body limit holds
 while a chunked body streams in; and afterwards ``/healthz`` is still ok and the service still rewards.
+Then, on the same service: it is warm when it says ready, a full queue answers 503 with ``Retry-After``,
+and ``/healthz`` reports a SIGSTOPped verifier replica as ``stalled`` (503) within its bound, then recovers.
 """
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
+import sys
 import time
 
 import httpx
@@ -30,11 +35,14 @@ def service(redis_url):
     from conftest import free_port
     from reward_service.app import deploy
 
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])   # ship slow_factory to the replicas
     ray.init(num_cpus=2, include_dashboard=False)
     cfg = RLFHConfig.load(environ={}, redis_url=redis_url, reward_api_token=TOKEN, max_batch_items=8,
                           verifier_num_cpus=0.2, reward_num_cpus=0.2)
     try:
-        url = deploy(cfg, "127.0.0.1", free_port())
+        # a tiny queue (2 running + 2 queued at the proxy) so that overload is reachable in the last tests
+        url = deploy(cfg, "127.0.0.1", free_port(), verifier_factory=slow_factory,
+                     reward_options={"max_ongoing_requests": 2, "max_queued_requests": 2})
         yield url
     finally:
         serve.shutdown()
@@ -251,3 +259,92 @@ def test_service_is_healthy_and_counted_no_5xx(http):
     five_xx = {k: v for k, v in counters["requests"].items() if k.split()[-1].startswith("5")}
     assert not five_xx, counters["requests"]
     assert counters.get("auth_failures", 0) >= 3
+
+
+# ------------------------------------------------------------------------------ health and backpressure
+# The same service: its verifier takes SLOW_S on responses holding SLOW_MARKER, its reward deployment has a tiny
+# queue. These run last: they overload and stall it on purpose (a /healthz 503 is counted as a 5xx).
+
+SLOW_MARKER = "<<slow-verifier>>"
+SLOW_S = 3.0
+
+
+def slow_factory(cfg):
+    from verifier_service.core import Verifier
+
+    class SlowVerifier(Verifier):
+        def verify_many(self, reqs):
+            if any(SLOW_MARKER in r.response for r in reqs):
+                time.sleep(SLOW_S)
+            return super().verify_many(reqs)
+
+    return SlowVerifier(cfg)
+
+
+def _slow_item(i: int, slow: bool = False) -> dict:
+    text = f"Answer {i} is Delhi." + (f" {SLOW_MARKER}" if slow else "")
+    return {"question": "Where is the head office?", "response": text,
+            "materials": ["The head office is in Delhi."], "token_offsets": [[0, len(text)]]}
+
+
+def test_ready_means_warm(service):
+    h = httpx.get(f"{service}/healthz", timeout=30)
+    assert h.status_code == 200 and h.json()["status"] == "ok", h.text
+    assert h.json()["tokenizer"] is True            # loaded before Serve routed the first request here
+    assert h.json()["verifier_probe"]["ok"] is True
+    t0 = time.monotonic()
+    r = httpx.post(f"{service}/v1/rewards", json={"items": [{"question": "Where?", "response": "In Delhi."}]},
+                   timeout=60, headers=AUTH)                       # no offsets: the service tokenizes
+    first_s = time.monotonic() - t0
+    assert r.status_code == 200, r.text
+    print(f"\nfirst request after ready (tokenizing, shared busy machine): {first_s:.2f} s")
+
+
+def test_full_queue_answers_503_with_retry_after(service):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def call(i):
+        try:
+            r = httpx.post(f"{service}/v1/rewards", json={"items": [_slow_item(i, slow=True)]}, timeout=120,
+                           headers=AUTH)
+            return r.status_code, r.headers.get("retry-after")
+        except httpx.TransportError as e:
+            return type(e).__name__, None
+
+    n = 12
+    with ThreadPoolExecutor(n) as pool:
+        answers = list(pool.map(call, range(n)))
+    codes = [c for c, _ in answers]
+    print(f"\n{n} concurrent slow requests, queue 2 + 2 running: {sorted(map(str, codes))}")
+    assert all(c in (200, 503) for c in codes), answers              # nothing else: no 5xx, no hang
+    assert codes.count(503) >= 1 and codes.count(200) >= 2, answers
+    assert all(ra == "2" for c, ra in answers if c == 503), answers  # BACKPRESSURE_RETRY_AFTER_S
+    assert httpx.get(f"{service}/healthz", timeout=30).status_code == 200
+
+
+def test_healthz_reports_a_stalled_verifier_and_recovers(service):
+    from reward_service.app import HEALTH_PROBE_S
+
+    pid = httpx.get(f"{service}/v1/stats", timeout=30, headers=AUTH).json()["verifier"]["pid"]
+    os.kill(pid, signal.SIGSTOP)            # the verifier replica (a process of this test's Ray) stalls
+    try:
+        t0 = time.monotonic()
+        h = httpx.get(f"{service}/healthz", timeout=60)
+        took = time.monotonic() - t0
+        assert h.status_code == 503, h.text
+        assert h.json()["status"] == "stalled" and not h.json()["verifier_probe"]["ok"], h.text
+        assert h.headers.get("retry-after")
+        assert took < HEALTH_PROBE_S + 10, took          # bounded probe, not a hang
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    t1 = time.monotonic()
+    while True:
+        h = httpx.get(f"{service}/healthz", timeout=60)
+        if h.status_code == 200 and h.json()["status"] == "ok":
+            break
+        assert time.monotonic() - t1 < 60, h.text
+        time.sleep(0.5)
+    r = httpx.post(f"{service}/v1/rewards", json={"items": [_slow_item(99)]}, timeout=60, headers=AUTH)
+    assert r.status_code == 200, r.text
+    print(f"\nstalled verifier: /healthz 503 'stalled' in {took:.1f} s; ok again {time.monotonic() - t1:.1f} s "
+          "after SIGCONT")

@@ -295,6 +295,19 @@ class HFRolloutEngine(_EngineBase):
         gens = self._generate_ids(enc, max_new_tokens, 0.0, 1.0, None)
         return [self.reply_text(g) for g in gens]
 
+    def complete_greedy(self, prompt_ids: list[list[int]], max_new_tokens: int) -> list[tuple[list[int], bool, str]]:
+        """Greedy continuations of already-encoded prompts, batched as given (callers sort by length).
+
+        Returns one ``(ids, stopped, text)`` per prompt: the generated ids cut after the first EOS (kept), whether
+        an EOS ended it, and the reply text (special tokens dropped). The same generate call, EOS rule and decoding
+        as :meth:`generate`: what `rlfh eval` scores is what training samples.
+        """
+        out = []
+        for g in self._generate_ids(prompt_ids, max_new_tokens, 0.0, 1.0, None):
+            ids, stop = self._cut_at_eos(g)
+            out.append((ids, stop, self.tokenizer.decode(ids, skip_special_tokens=True)))
+        return out
+
     def _max_context(self) -> int:
         return int(getattr(self.model.config, "max_position_embeddings", 2048) or 2048)
 

@@ -105,3 +105,38 @@ def test_bf16_rollout_logprobs_stay_within_the_measured_drift(embedded_model_pat
     d_new = (engine.logprobs(batch) - lp32_new)[mask].abs()
     assert float(d_new.mean()) <= 2 * BF16_LOGPROB_DRIFT["mean"]
     assert float((lp32_new - lp32)[mask].abs().mean()) > float(d_new.mean())   # the sync changed something real
+
+
+# ------------------------------------------------------------------------------------------------ one generation path
+
+@pytest.mark.slow
+def test_eval_generation_is_the_rollout_engines_greedy_generation(embedded_model_path):
+    """`rlfh eval`'s generate_greedy runs on the rollout engine: same answers as the engine's own greedy
+    ``generate`` (training's code path) and as a plain HF greedy ``generate``; input order kept after sorting."""
+    from actors.model_loader import load_causal_lm, load_tokenizer
+    from actors.rollout import HFRolloutEngine
+    from cluster.data import load_halueval
+    from cluster.prompts import render_prompt
+    from evaluation.generate import generate_greedy
+    torch.set_num_threads(1)
+    tok = load_tokenizer(embedded_model_path)
+    model = load_causal_lm(embedded_model_path).eval()
+    items = load_halueval("dev")[:5]
+    # mixed lengths: evidence prompts are several times longer than closed-book ones
+    prompts = [render_prompt(tok, it.question, it.knowledge_text, "evidence" if i % 2 else "closed")
+               for i, it in enumerate(items)]
+    gens, stats = generate_greedy(model, tok, prompts, batch_size=2, max_new_tokens=20, progress=False)
+    assert len(gens) == len(prompts) and stats.new_tokens == sum(g.new_tokens for g in gens)
+    engine = HFRolloutEngine(RLFHConfig(rollout_backend="hf", rollout_dtype="fp32", micro_rollout_batch_size=1),
+                             model=model, tokenizer=tok)
+    ref = engine.generate(prompts, 1, 20, 0.0, 1.0)
+    for g, s, p in zip(gens, ref, prompts):
+        assert g.text == s.response_text.strip()
+        assert g.new_tokens == len(s.response_token_ids) and g.truncated == (s.finish_reason == "length")
+        assert g.prompt_tokens == len(tok(p, add_special_tokens=False)["input_ids"])
+        # a plain, unbatched HF greedy generate agrees
+        ids = torch.tensor([s.prompt_token_ids])
+        with torch.no_grad():
+            direct = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=20,
+                                    do_sample=False, pad_token_id=tok.pad_token_id)[0, ids.shape[1]:].tolist()
+        assert direct[:len(s.response_token_ids)] == s.response_token_ids

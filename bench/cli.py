@@ -5,7 +5,7 @@ import argparse
 
 from cluster.cli import add_subcommands
 
-BENCHES = ["bench.verifier", "bench.rewards", "bench.train", "bench.abstain", "bench.drift"]
+BENCHES = ["bench.verifier", "bench.rewards", "bench.train", "bench.abstain", "bench.drift", "bench.peer"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

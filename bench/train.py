@@ -65,13 +65,63 @@ def _cmd(args: argparse.Namespace) -> int:
                 rows.append(row)
                 print(f"step {row['step']}: {row['time/total']:.1f}s"
                       + (" (SKIPPED: reward service unavailable)" if row.get("skipped") else ""), flush=True)
+            rss = peak_rss(trainer)
         finally:
             trainer.close()
     print_table(rows, cfg, setup_s)
+    print_rss(rss)
     if args.json_out:
         with open(args.json_out, "w") as fh:
             json.dump({"setup_s": setup_s, "rows": rows, "config": cfg.model_dump(mode="json")}, fh, indent=2)
     return 0
+
+
+def _vm_hwm_mb(pid: int) -> float:
+    """Peak resident set (VmHWM) of a local process in MB; 0.0 when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError):
+        pass
+    return 0.0
+
+
+def peak_rss(trainer) -> list[tuple[str, int, float]]:
+    """``(process, pid, peak RSS MB)`` of the driver, every actor rank and every rollout engine (this node)."""
+    import os
+    out = [("driver", os.getpid(), _vm_hwm_mb(os.getpid()))]
+    g = trainer.groups
+    if g is None:
+        return out
+    try:
+        _actor_rss(g, out)
+    except Exception as e:  # noqa: BLE001 - a table of what could be read beats no table
+        out.append((f"(actors unreadable: {type(e).__name__})", 0, 0.0))
+    return out
+
+
+def _actor_rss(g, out: list) -> None:
+    import ray
+    for grp in g.groups():
+        for p in grp.run("ping"):
+            out.append((f"{grp.role}[{p['rank']}]", int(p["pid"]), _vm_hwm_mb(int(p["pid"]))))
+    for i, info in enumerate(ray.get([e.info.remote() for e in g.rollout])):
+        out.append((f"rollout[{i}] ({info.get('dtype', '')})", int(info["pid"]), _vm_hwm_mb(int(info["pid"]))))
+
+
+def print_rss(rss: list[tuple[str, int, float]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    t = Table(title="Peak RSS (VmHWM) per process, MB (the reward service and Ray's own daemons not included)")
+    t.add_column("process")
+    t.add_column("pid", justify="right")
+    t.add_column("peak RSS MB", justify="right")
+    for name, pid, mb in rss:
+        t.add_row(name, str(pid), f"{mb:.0f}")
+    t.add_row("total", "", f"{sum(mb for _, _, mb in rss):.0f}", style="bold")
+    Console(width=120).print(t)
 
 
 def print_table(rows: list[dict], cfg: RLFHConfig, setup_s: float) -> None:

@@ -156,13 +156,15 @@ def test_load_questions_refuses_test_split_and_bad_limit(tmp_path):
 
 def _rlfh(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
-    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], cwd=ROOT, env=env, capture_output=True,
+    # one torch thread: on this shared 2-core machine two OpenMP threads stall each other (minutes per step)
+    return subprocess.run([sys.executable, "-m", "cluster.cli", *args, "--threads", "1"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
 def _loads_and_generates(out: Path) -> str:
     from actors.model_loader import load_causal_lm, load_tokenizer
     from cluster.prompts import render_prompt
+    torch.set_num_threads(1)
     tok = load_tokenizer(str(out))
     model = load_causal_lm(str(out))
     enc = tok(render_prompt(tok, "Which city is the capital of France?"), return_tensors="pt",

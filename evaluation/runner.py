@@ -82,20 +82,9 @@ class EvalConfig:
 
 
 def busy_cores(window_s: float = 0.5) -> float:
-    """Cores kept busy by other processes right now (from /proc/stat over ``window_s``; 0.0 when unknown)."""
-    def snap():
-        with open("/proc/stat", encoding="ascii") as fh:
-            vals = [int(x) for x in fh.readline().split()[1:]]
-        idle = vals[3] + (vals[4] if len(vals) > 4 else 0)
-        return sum(vals), idle
-    try:
-        t0, i0 = snap()
-        time.sleep(window_s)
-        t1, i1 = snap()
-    except (OSError, ValueError, IndexError):
-        return 0.0
-    total = t1 - t0
-    return 0.0 if total <= 0 else (os.cpu_count() or 1) * (1.0 - (i1 - i0) / total)
+    """Cores kept busy by other processes right now (``actors.base.other_load``; 0.0 when unknown)."""
+    from actors.base import other_load
+    return other_load(window_s)
 
 
 def pick_threads(requested: int = 0) -> int:

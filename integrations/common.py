@@ -40,3 +40,13 @@ def label_text(label: Any) -> Optional[str]:
     if isinstance(label, Mapping):
         return json.dumps(dict(label))
     return str(label)
+
+
+def materials_list(value: Any) -> list[str]:
+    """A dataset's evidence column as the service's ``materials`` list (None / one string / a list of them)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value] if value.strip() else []
+    return [str(v) for v in value if str(v).strip()]
+

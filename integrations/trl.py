@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Literal, Optional, Sequence
 
-from integrations.common import client_from_env
+from integrations.common import client_from_env, materials_list
 from reward_service.client import RewardClient, RewardServiceUnavailable
 from reward_service.openrlhf_adapter import clean_response, question_from_prompt
 
@@ -57,14 +57,6 @@ def _question_of(prompt: Any) -> str:
             return str(users[-1].get("content", "")).strip()
         return " ".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict)).strip()
     return question_from_prompt(str(prompt))
-
-
-def _materials(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value] if value.strip() else []
-    return [str(v) for v in value if str(v).strip()]
 
 
 class RLFHReward:
@@ -130,7 +122,7 @@ class RLFHReward:
         for i in range(n):
             response = clean_response(_text_of(completions[i]))
             question = str(questions[i]).strip() if questions[i] else _question_of(prompts[i])
-            item = {"question": question, "response": response, "materials": _materials(knowledge[i]),
+            item = {"question": question, "response": response, "materials": materials_list(knowledge[i]),
                     "token_offsets": [[0, len(response)]]}
             if golds[i] is not None:
                 item["gold_answer"] = str(golds[i])

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping, Optional, Sequence
 
-from integrations.common import client_from_env
+from integrations.common import client_from_env, materials_list
 from reward_service.client import RewardClient
 from reward_service.openrlhf_adapter import question_from_prompt
 
@@ -115,14 +115,6 @@ def _get(mapping: Any, key: str) -> Any:
     return None
 
 
-def _materials(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value] if value.strip() else []
-    return [str(v) for v in value if str(v).strip()]
-
-
 class RLFHRewardManager:
     """verl reward manager: dense token-level factuality rewards from the RLFH reward service.
 
@@ -182,7 +174,7 @@ class RLFHRewardManager:
             gold = _get(rm, "ground_truth")
             if isinstance(gold, (list, tuple)):
                 gold = gold[0] if gold else None
-            item = {"question": str(question), "response": text, "materials": _materials(knowledge),
+            item = {"question": str(question), "response": text, "materials": materials_list(knowledge),
                     "token_offsets": offsets if offsets else [[0, 0]]}
             if gold is not None and str(gold).strip():
                 item["gold_answer"] = str(gold)
@@ -244,7 +236,7 @@ def compute_score(data_source: Any = None, solution_str: str = "", ground_truth:
             client = _score_clients[url] = client_from_env(url)
     response = clean_response(solution_str or "")
     gold = ground_truth[0] if isinstance(ground_truth, (list, tuple)) and ground_truth else ground_truth
-    item = {"question": str(question), "response": response, "materials": _materials(_get(extra_info, "knowledge")),
+    item = {"question": str(question), "response": response, "materials": materials_list(_get(extra_info, "knowledge")),
             "token_offsets": [[0, len(response)]]}
     if gold is not None and str(gold).strip():
         item["gold_answer"] = str(gold)

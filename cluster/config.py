@@ -152,7 +152,7 @@ class RLFHConfig(BaseModel):
         "prompts, so a smaller share sees more questions per minute.", env="EVIDENCE_SHARE", group="data", ge=0, le=1)
     type_balance: float = setting(
         0.0, "Minimum share of each closed-form question type (yes/no, two-option \"A or B\") in the training "
-        "prompts; rarer types are repeated until they reach it (0: the data as given). HotpotQA-style data is ~85% "
+        "prompts; rarer types are repeated until they reach it (0: the data as given). HotpotQA-style data is ~85 percent "
         "open questions that a small model rarely knows; without the contrast it learns to abstain everywhere. "
         "Types come from the question text only.", env="TYPE_BALANCE", group="data", ge=0, lt=0.5)
     system_prompt: str = setting(

@@ -33,7 +33,9 @@ class HFChat:
         from cluster.config import RLFHConfig
 
         # environ={}: the judge's settings are these arguments, not the trainer's environment
-        cfg = RLFHConfig.load(environ={}, model_path=model_path, dtype=dtype, micro_rollout_batch_size=batch_size)
+        # rollout_dtype=dtype: a judge runs in the dtype asked for (the rollout default, auto, may pick bf16)
+        cfg = RLFHConfig.load(environ={}, model_path=model_path, dtype=dtype, rollout_dtype=dtype,
+                              micro_rollout_batch_size=batch_size)
         self.engine = HFRolloutEngine(cfg, model=model, tokenizer=tokenizer, device=device)
         self.tokenizer = self.engine.tokenizer
         self.model = self.engine.model

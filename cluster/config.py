@@ -220,6 +220,12 @@ class RLFHConfig(BaseModel):
         env="OUTCOME_ABSTAIN", group="reward")
     outcome_wrong: float = setting(-1.0, "OUTCOME_REWARD=ternary: reward of a wrong (not abstaining) response.",
                                    env="OUTCOME_WRONG", group="reward")
+    outcome_abstain_evidence: Optional[float] = setting(
+        None, "OUTCOME_REWARD=ternary: reward of an abstention on a prompt that carries its evidence passage "
+        "(PROMPT_MODE=evidence, or the evidence share of mixed). Empty: OUTCOME_ABSTAIN. With the passage in the "
+        "prompt the model is right far more often than closed book, so the same abstention reward that teaches "
+        "closed-book caution almost never pays there; a higher value here asks the model to decline where the "
+        "passage did not help it.", env="OUTCOME_ABSTAIN_EVIDENCE", group="reward")
     token_reward_weight: float = setting(
         1.0, "Weight of the verifier's token-level rewards in the total reward (0 with OUTCOME_REWARD=ternary: "
         "TruthRL's pure outcome reward; 1: statement-level rewards plus the outcome).", env="TOKEN_REWARD_WEIGHT",
@@ -290,6 +296,15 @@ class RLFHConfig(BaseModel):
     gamma: float = setting(1.0, "Discount.", env="GAMMA", group="algo", ge=0, le=1)
     lambd: float = setting(0.95, "GAE lambda.", env="LAMBD", group="algo", ge=0, le=1)
     eps_clip: float = setting(0.2, "PPO policy ratio clip.", env="EPS_CLIP", group="algo", gt=0)
+    eps_clip_high: Optional[float] = setting(
+        None, "Upper PPO ratio clip (DAPO's clip-higher: the ratio is clipped to [1 - EPS_CLIP, 1 + EPS_CLIP_HIGH]). "
+        "Empty: EPS_CLIP.", env="EPS_CLIP_HIGH", group="algo", gt=0)
+    loss_agg: Optional[Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]] = setting(
+        None, "How the policy loss is reduced over tokens: token-mean (every token weighs the same), "
+        "seq-mean-token-mean (each response's token mean, then the mean over responses: original GRPO) or "
+        "seq-mean-token-sum-norm (each response's token sum divided by the constant GENERATE_MAX_LEN: Dr.GRPO, "
+        "no length normalisation). Empty: seq-mean-token-sum-norm for ADVANTAGE_ESTIMATOR=dr_grpo, token-mean "
+        "otherwise.", env="LOSS_AGG", group="algo")
     value_clip: float = setting(0.2, "Critic value clip.", env="VALUE_CLIP", group="algo", gt=0)
     fspo: bool = setting(False, "FSPO: flip a token's advantage sign by its statement's label.", env="FSPO",
                          group="algo")
@@ -411,6 +426,13 @@ class RLFHConfig(BaseModel):
                 f"OUTCOME_WRONG={self.outcome_wrong} <= OUTCOME_ABSTAIN={self.outcome_abstain} <= OUTCOME_CORRECT="
                 f"{self.outcome_correct} must hold: an abstention is worth less than a right answer and more than "
                 "a wrong one")
+        if self.outcome_abstain_evidence is not None and not (
+                math.isfinite(self.outcome_abstain_evidence)
+                and self.outcome_wrong <= self.outcome_abstain_evidence <= self.outcome_correct):
+            raise ValueError(
+                f"OUTCOME_ABSTAIN_EVIDENCE={self.outcome_abstain_evidence} must be a finite number between "
+                f"OUTCOME_WRONG={self.outcome_wrong} and OUTCOME_CORRECT={self.outcome_correct} (or empty: "
+                "the same as OUTCOME_ABSTAIN)")
         if self.outcome_reward == "none" and self.token_reward_weight == 0 and not self.caution_reward:
             raise ValueError("TOKEN_REWARD_WEIGHT=0 with OUTCOME_REWARD=none leaves no reward at all; set "
                              "OUTCOME_REWARD=ternary or a positive TOKEN_REWARD_WEIGHT")
@@ -425,6 +447,8 @@ class RLFHConfig(BaseModel):
             if not is_abstention_text(self.abstain_text):
                 raise ValueError(f"ABSTAIN_TEXT={self.abstain_text!r} does not read as an abstention to the "
                                  "verifier (it would be graded as an answer); use e.g. \"I don't know.\"")
+        if self.eps_clip_high is not None and not math.isfinite(self.eps_clip_high):
+            raise ValueError(f"EPS_CLIP_HIGH={self.eps_clip_high} must be a finite number (or empty: EPS_CLIP)")
         if self.verifier_backend == "llm" and not self.model_url:
             raise ValueError("VERIFIER_BACKEND=llm needs MODEL_URL (an OpenAI-compatible endpoint)")
         return self
@@ -438,6 +462,18 @@ class RLFHConfig(BaseModel):
     def effective_critic_pretrain(self) -> str:
         return self.critic_pretrain or self.model_path
 
+    @property
+    def effective_loss_agg(self) -> str:
+        """LOSS_AGG, or the estimator's own aggregation when it is empty (Dr.GRPO: no length normalisation)."""
+        if self.loss_agg is not None:
+            return self.loss_agg
+        return "seq-mean-token-sum-norm" if self.advantage_estimator == "dr_grpo" else "token-mean"
+
+    def policy_loss_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``cluster.core_algos.policy_loss`` this config asks for (besides ``eps_clip``)."""
+        return {"eps_clip_high": self.eps_clip_high, "loss_agg": self.effective_loss_agg,
+                "norm_length": self.generate_max_len}
+
     def reward_settings(self) -> dict[str, Any]:
         """The reward-shaping fields, as sent to the reward service."""
         return {k: getattr(self, k) for k in REWARD_FIELDS}
@@ -447,7 +483,7 @@ class RLFHConfig(BaseModel):
         out = {}
         for name, info in type(self).model_fields.items():
             v = getattr(self, name)
-            out[env_name(name)] = json.dumps(v) if isinstance(v, dict) else (
+            out[env_name(name)] = "" if v is None else json.dumps(v) if isinstance(v, dict) else (
                 str(v).lower() if isinstance(v, bool) else str(v))
         return out
 
@@ -564,8 +600,9 @@ def describe_settings() -> list[dict[str, str]]:
         rows.append({
             "env": env_name(name), "flag": flag_name(name),
             "group": (info.json_schema_extra or {}).get("group", "general"),
-            "type": getattr(info.annotation, "__name__", str(info.annotation)).replace("typing.", ""),
-            "default": json.dumps(d) if isinstance(d, dict) else str(d),
+            "type": ("float or empty" if info.annotation == Optional[float]
+                     else getattr(info.annotation, "__name__", str(info.annotation)).replace("typing.", "")),
+            "default": json.dumps(d) if isinstance(d, dict) else "" if d is None else str(d),
             "help": info.description or "",
         })
     return rows

@@ -597,8 +597,8 @@ def caution_rewards(is_correct: Tensor, abstained: Tensor, n_samples_per_prompt:
     return (c | (a & ~any_correct)).to(torch.float32)
 
 
-def ternary_outcome_rewards(is_correct: Tensor, abstained: Tensor, correct: float = 1.0, abstain: float = 0.0,
-                            wrong: float = -1.0) -> Tensor:
+def ternary_outcome_rewards(is_correct: Tensor, abstained: Tensor, correct: float = 1.0,
+                            abstain: float | Tensor = 0.0, wrong: float = -1.0) -> Tensor:
     """Outcome-level reward of TruthRL (arXiv 2509.25760): ``correct`` for a right answer, ``abstain`` for an
     abstention, ``wrong`` for anything else.
 
@@ -610,24 +610,37 @@ def ternary_outcome_rewards(is_correct: Tensor, abstained: Tensor, correct: floa
     Args:
         is_correct: ``[N]`` bool (or 0/1).
         abstained: ``[N]`` bool (or 0/1).
-        correct, abstain, wrong: the three reward values (need ``wrong <= abstain <= correct``).
+        correct, wrong: rewards of a right and of a wrong answer.
+        abstain: reward of an abstention: one number, or ``[N]`` per sample (e.g. a different price for prompts
+            that carry their evidence passage). Every value needs ``wrong <= abstain <= correct``.
     Returns:
         ``[N]`` float32.
     """
     _check_same_shape(is_correct=is_correct, abstained=abstained)
     if is_correct.dim() != 1:
         raise ValueError(f"is_correct must be 1-D [N], got shape {list(is_correct.shape)}")
-    vals = {"correct": correct, "abstain": abstain, "wrong": wrong}
-    for k, v in vals.items():
+    for k, v in {"correct": correct, "wrong": wrong}.items():
         if not (isinstance(v, (int, float)) and math.isfinite(v)):
             raise ValueError(f"ternary_outcome_rewards: {k} must be a finite number, got {v!r}")
-    if not wrong <= abstain <= correct:
+    if isinstance(abstain, Tensor):
+        if abstain.shape != is_correct.shape:
+            raise ValueError(f"ternary_outcome_rewards: abstain must be a number or [N] like is_correct "
+                             f"{list(is_correct.shape)}, got shape {list(abstain.shape)}")
+        abstain_t = abstain.to(torch.float32)
+        if not bool(torch.isfinite(abstain_t).all()):
+            raise ValueError("ternary_outcome_rewards: abstain has non-finite values")
+    elif isinstance(abstain, (int, float)) and math.isfinite(abstain):
+        abstain_t = torch.full(is_correct.shape, float(abstain), dtype=torch.float32)
+    else:
+        raise ValueError(f"ternary_outcome_rewards: abstain must be a finite number or [N] tensor, got {abstain!r}")
+    lo, hi = (float(abstain_t.min()), float(abstain_t.max())) if abstain_t.numel() else (wrong, correct)
+    if not wrong <= lo <= hi <= correct:
         raise ValueError(f"ternary_outcome_rewards needs wrong <= abstain <= correct (OUTCOME_WRONG <= "
-                         f"OUTCOME_ABSTAIN <= OUTCOME_CORRECT), got {wrong} / {abstain} / {correct}")
+                         f"OUTCOME_ABSTAIN[_EVIDENCE] <= OUTCOME_CORRECT), got {wrong} / {lo}..{hi} / {correct}")
     c = _as_bool(is_correct)
     a = _as_bool(abstained) & ~c
     out = torch.full(c.shape, float(wrong), dtype=torch.float32, device=c.device)
-    out = torch.where(a, torch.full_like(out, float(abstain)), out)
+    out = torch.where(a, abstain_t.to(c.device), out)
     return torch.where(c, torch.full_like(out, float(correct)), out)
 
 

@@ -466,7 +466,11 @@ class Trainer:
                     if bool(sel.any()):
                         row[f"gold_correct_rate/{m}"] = float(o_correct[sel].float().mean())
                         row[f"gold_abstain_rate/{m}"] = float(o_abst[sel].float().mean())
-            outcome = algo.ternary_outcome_rewards(o_correct, o_abst, cfg.outcome_correct, cfg.outcome_abstain,
+            abstain_value: float | torch.Tensor = cfg.outcome_abstain
+            if cfg.outcome_abstain_evidence is not None:  # per prompt mode: evidence prompts get their own price
+                with_passage = torch.tensor([modes[s.prompt_index] == "evidence" for s in samples])
+                abstain_value = torch.where(with_passage, cfg.outcome_abstain_evidence, cfg.outcome_abstain)
+            outcome = algo.ternary_outcome_rewards(o_correct, o_abst, cfg.outcome_correct, abstain_value,
                                                    cfg.outcome_wrong)
             token_rewards = token_rewards + last_token_rewards(outcome, mask)
 

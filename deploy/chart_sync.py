@@ -59,6 +59,8 @@ def _type_name(annotation) -> str:
         return "float"
     if typing.get_origin(annotation) is dict:
         return "map"
+    if set(typing.get_args(annotation)) == {float, type(None)}:
+        return "float or empty"
     return "str"
 
 
@@ -119,6 +121,8 @@ def setting_schema(row: dict) -> dict:
         for attr, key in (("ge", "minimum"), ("gt", "exclusiveMinimum"), ("le", "maximum"), ("lt", "exclusiveMaximum")):
             if attr in row:
                 s[key] = row[attr]
+    elif row["type"] == "float or empty":  # Optional[float]: a number, or "" for "not set"
+        s["anyOf"] = [{"type": "number"}, {"type": "string", "maxLength": 0}]
     else:
         s["type"] = "string"
     return s

@@ -397,6 +397,20 @@ def test_ternary_outcome_rewards_and_the_group_preference_it_makes():
         ca.ternary_outcome_rewards(correct, abst, wrong=float("nan"))
 
 
+def test_ternary_outcome_rewards_per_sample_abstention_price():
+    # evidence prompts (rows 2, 3) price an abstention at -0.2, closed-book ones (rows 0, 1) at -0.7
+    correct = T_([False, True, False, False])
+    abst = T_([True, True, True, False])
+    price = T_([-0.7, -0.7, -0.2, -0.2])
+    close(ca.ternary_outcome_rewards(correct, abst, abstain=price), [-0.7, 1.0, -0.2, -1.0])
+    with pytest.raises(ValueError, match=r"number or \[N\]"):
+        ca.ternary_outcome_rewards(correct, abst, abstain=T_([0.0, 0.0]))
+    with pytest.raises(ValueError, match="wrong <= abstain <= correct"):
+        ca.ternary_outcome_rewards(correct, abst, abstain=T_([0.0, 0.0, 1.5, 0.0]))
+    with pytest.raises(ValueError, match="non-finite"):
+        ca.ternary_outcome_rewards(correct, abst, abstain=T_([0.0, float("nan"), 0.0, 0.0]))
+
+
 def test_filter_by_outcome_variance():
     scores = T_([1.0, 1.0, 1.0, 0.0, 1.0, 0.0])
     # p0 std 0 ; p1: mean 1/3, squared devs 1/9 + 4/9 + 1/9 = 6/9, unbiased var 1/3, std 0.57735

@@ -255,6 +255,8 @@ def test_gold_outcomes_use_the_gold_grader_and_fall_back_to_the_verifier():
 
 @pytest.mark.parametrize("env, fragment", [
     ({"OUTCOME_ABSTAIN": "2"}, "OUTCOME_WRONG=-1.0 <= OUTCOME_ABSTAIN=2.0"),
+    ({"OUTCOME_ABSTAIN_EVIDENCE": "-3"}, "OUTCOME_ABSTAIN_EVIDENCE=-3.0 must be a finite number between"),
+    ({"OUTCOME_ABSTAIN_EVIDENCE": "nan"}, "OUTCOME_ABSTAIN_EVIDENCE"),
     ({"TOKEN_REWARD_WEIGHT": "0"}, "leaves no reward"),
     ({"EVIDENCE_SHARE": "1.5"}, "EVIDENCE_SHARE"),
     ({"OUTCOME_REWARD": "binary"}, "OUTCOME_REWARD"),
@@ -266,6 +268,15 @@ def test_gold_outcomes_use_the_gold_grader_and_fall_back_to_the_verifier():
 def test_abstention_and_prompt_settings_are_checked(env, fragment):
     with pytest.raises(ConfigError, match=fragment):
         RLFHConfig.load(environ=env)
+
+
+def test_outcome_abstain_evidence_is_optional_and_round_trips_through_the_environment():
+    cfg = RLFHConfig.load(environ={})
+    assert cfg.outcome_abstain_evidence is None
+    assert RLFHConfig.load(environ=cfg.to_env()).outcome_abstain_evidence is None
+    cfg = RLFHConfig.load(environ={"OUTCOME_ABSTAIN_EVIDENCE": "-0.2"})
+    assert cfg.outcome_abstain_evidence == -0.2
+    assert RLFHConfig.load(environ=cfg.to_env()).outcome_abstain_evidence == -0.2
 
 
 def test_type_balance_repeats_closed_form_questions_deterministically():

@@ -224,18 +224,22 @@ class PolicyActor(TrainableLMActor):
         """One PPO pass over ``batch`` (needs ``advantages`` [B, R]; ``old_logprobs`` [B, R] unless this pass
         is the rollout's only update, where the pass's own detached log-probs are the old ones: ratio 1).
 
+        The loss is ``core_algos.policy_loss`` with EPS_CLIP, EPS_CLIP_HIGH and LOSS_AGG (Dr.GRPO's constant
+        normaliser is GENERATE_MAX_LEN): :meth:`cluster.config.RLFHConfig.policy_loss_kwargs`.
+
         Returns means over micro batches: policy_loss, clipfrac, approx_kl, entropy, plus grad_norm (mean
         over optimizer steps), lr, optimizer_steps.
         """
         from cluster.core_algos import masked_mean, policy_loss
         check_batch(batch, need=("advantages",))
         clip = self.cfg.eps_clip if eps_clip is None else eps_clip
+        loss_kwargs = self.cfg.policy_loss_kwargs()
         self._phase_threads(share)
 
         def loss_fn(mb):
             lp, ent = causal_lm_response_logprobs(self.engine, mb, self.cfg.temperature, with_entropy=True)
             old = mb["old_logprobs"].float() if "old_logprobs" in mb else lp.detach()
-            loss, m = policy_loss(lp, old, mb["advantages"].float(), mb["action_mask"], clip)
+            loss, m = policy_loss(lp, old, mb["advantages"].float(), mb["action_mask"], clip, **loss_kwargs)
             metrics = {"policy_loss": float(loss.detach()), "clipfrac": m.get("clipfrac", 0.0),
                        "approx_kl": m.get("approx_kl", 0.0),
                        "entropy": float(masked_mean(ent.detach(), mb["action_mask"]))}

@@ -39,7 +39,8 @@ and ``returns = G`` for all three. Why this choice:
   the group baseline (which depends only on the prompt) keeps the estimate unbiased. So a wrong statement
   late in an answer does not cancel the credit of a correct statement earlier in it.
 * Dr.GRPO's "no length normalisation" is a property of how the loss is aggregated, not of the advantage:
-  use ``policy_loss(..., loss_agg="seq-mean-token-sum-norm")`` for it.
+  ``policy_loss(..., loss_agg="seq-mean-token-sum-norm")`` (setting LOSS_AGG; the default under
+  ``ADVANTAGE_ESTIMATOR=dr_grpo``).
 
 Degenerate GRPO groups: when the sequence returns of a group are all equal (``sigma_g <= eps``) the group has
 no group-relative signal; its advantages are set to 0 (the outcome form gives 0 there too, while the
@@ -463,7 +464,7 @@ def dr_grpo_advantages(rewards: Tensor, action_mask: Tensor, n_samples_per_promp
     """Dr.GRPO on dense rewards: ``A[i,t] = G[i,t] - mean_g(s)`` (no std division).
 
     Dr.GRPO's other change, no per-response length normalisation, lives in the loss aggregation:
-    ``policy_loss(..., loss_agg="seq-mean-token-sum-norm")``.
+    ``policy_loss(..., loss_agg="seq-mean-token-sum-norm")`` (LOSS_AGG; the default under dr_grpo).
 
     Args:
         rewards: ``[B, T]`` dense rewards, rows prompt-major; action_mask: ``[B, T]``;

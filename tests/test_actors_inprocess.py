@@ -158,6 +158,50 @@ def test_single_update_without_old_logprobs_is_the_update_with_them(full_actors,
     assert with_forward["policy_loss"] == pytest.approx(reused["policy_loss"], abs=1e-6)
 
 
+@pytest.mark.parametrize("settings, agg, hi", [
+    ({}, "token-mean", 0.2),
+    ({"advantage_estimator": "dr_grpo"}, "seq-mean-token-sum-norm", 0.2),      # Dr.GRPO's own aggregation
+    ({"advantage_estimator": "dr_grpo", "loss_agg": "token-mean"}, "token-mean", 0.2),  # unless LOSS_AGG says
+    ({"advantage_estimator": "grpo", "loss_agg": "seq-mean-token-mean", "eps_clip_high": 0.5},
+     "seq-mean-token-mean", 0.5),
+])
+def test_train_step_uses_the_configured_policy_loss(full_actors, settings, agg, hi):
+    """The loss a real train step reports is core_algos.policy_loss with LOSS_AGG / EPS_CLIP_HIGH (Dr.GRPO's
+    normaliser is the constant GENERATE_MAX_LEN, not the micro batch's trimmed length), on each micro batch."""
+    from cluster.config import RLFHConfig
+    from cluster.core_algos import policy_loss
+    pol, _ = full_actors
+    saved = pol.cfg
+    pol.cfg = RLFHConfig(**{**saved.model_dump(), **settings})
+    try:
+        assert pol.cfg.effective_loss_agg == agg
+        batch = make_tiny_batch(pol.tokenizer)
+        lp = pol.logprobs(batch)
+        mask = batch["action_mask"]
+        ramp = torch.linspace(-1, 1, lp.numel()).view_as(lp)
+        adv = torch.where(mask, ramp + 0.3, 0.0)
+        old = torch.where(mask, lp + 0.4 * torch.sin(7 * ramp), 0.0)    # ratios from ~0.67 to ~1.5: some clip
+        reported = pol.train_step(dict(batch, old_logprobs=old, advantages=adv))
+        micro = pol.cfg.micro_train_batch_size
+        assert batch["sequences"].shape[0] == 2 * micro and mask.shape[1] < pol.cfg.generate_max_len
+        losses, clipfracs = {}, []
+        for mode in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
+            per_mb = []
+            for i in range(0, 2 * micro, micro):
+                s = slice(i, i + micro)
+                loss, m = policy_loss(lp[s], old[s], adv[s], mask[s], pol.cfg.eps_clip, eps_clip_high=hi,
+                                      loss_agg=mode, norm_length=pol.cfg.generate_max_len)
+                per_mb.append(float(loss))
+                if mode == agg:
+                    clipfracs.append(m["clipfrac"])
+            losses[mode] = sum(per_mb) / len(per_mb)
+        assert len({round(v, 4) for v in losses.values()}) == 3   # the three modes are told apart here
+        assert reported["policy_loss"] == pytest.approx(losses[agg], abs=1e-5)
+        assert reported["clipfrac"] == pytest.approx(sum(clipfracs) / len(clipfracs), abs=1e-6)
+    finally:
+        pol.cfg = saved
+
+
 def test_hf_export_of_policy_and_critic(full_actors, tmp_path):
     from transformers import AutoModelForCausalLM
 

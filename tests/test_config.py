@@ -40,6 +40,9 @@ def test_env_values_are_typed():
     ({"VERIFIER_BACKEND": "llm"}, "MODEL_URL"),
     ({"VERIFICATION_MAP": "[1, 2]"}, "VERIFICATION_MAP (--verification-map)"),
     ({"INFORMATIVE_MAP": '"5"'}, "must be a JSON object"),
+    ({"LOSS_AGG": "sum"}, "LOSS_AGG (--loss-agg)"),
+    ({"EPS_CLIP_HIGH": "0"}, "EPS_CLIP_HIGH"),
+    ({"EPS_CLIP_HIGH": "inf"}, "finite"),
 ])
 def test_bad_values_name_the_variable(env, needle):
     with pytest.raises(ConfigError) as e:
@@ -96,6 +99,16 @@ def test_cli_flag_beats_environment():
     args = parser.parse_args(["--actor-lr", "5e-6", "--granularity", "response"])
     cfg = RLFHConfig.from_args(args, {"ACTOR_LR": "1e-5", "CRITIC_LR": "2e-5"})
     assert cfg.actor_lr == 5e-6 and cfg.granularity == "response" and cfg.critic_lr == 2e-5
+
+
+def test_loss_agg_defaults_to_the_estimators_own():
+    assert RLFHConfig.load({}).policy_loss_kwargs() == {"eps_clip_high": None, "loss_agg": "token-mean",
+                                                        "norm_length": 64}
+    dr = RLFHConfig.load({"ADVANTAGE_ESTIMATOR": "dr_grpo", "GENERATE_MAX_LEN": "48", "EPS_CLIP_HIGH": "0.28"})
+    assert dr.policy_loss_kwargs() == {"eps_clip_high": 0.28, "loss_agg": "seq-mean-token-sum-norm",
+                                       "norm_length": 48}
+    assert RLFHConfig.load({"ADVANTAGE_ESTIMATOR": "dr_grpo", "LOSS_AGG": "token-mean"}).effective_loss_agg == \
+        "token-mean"
 
 
 def test_to_env_round_trips():

@@ -305,15 +305,6 @@ class RLFHConfig(BaseModel):
         "seq-mean-token-sum-norm (each response's token sum divided by the constant GENERATE_MAX_LEN: Dr.GRPO, "
         "no length normalisation). Empty: seq-mean-token-sum-norm for ADVANTAGE_ESTIMATOR=dr_grpo, token-mean "
         "otherwise.", env="LOSS_AGG", group="algo")
-    eps_clip_high: Optional[float] = setting(
-        None, "Upper PPO ratio clip (DAPO's clip-higher: the ratio is clipped to [1 - EPS_CLIP, 1 + EPS_CLIP_HIGH]). "
-        "Empty: EPS_CLIP.", env="EPS_CLIP_HIGH", group="algo", gt=0)
-    loss_agg: Optional[Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]] = setting(
-        None, "How the policy loss is reduced over tokens: token-mean (every token weighs the same), "
-        "seq-mean-token-mean (each response's token mean, then the mean over responses: original GRPO) or "
-        "seq-mean-token-sum-norm (each response's token sum divided by the constant GENERATE_MAX_LEN: Dr.GRPO, "
-        "no length normalisation). Empty: seq-mean-token-sum-norm for ADVANTAGE_ESTIMATOR=dr_grpo, token-mean "
-        "otherwise.", env="LOSS_AGG", group="algo")
     value_clip: float = setting(0.2, "Critic value clip.", env="VALUE_CLIP", group="algo", gt=0)
     fspo: bool = setting(False, "FSPO: flip a token's advantage sign by its statement's label.", env="FSPO",
                          group="algo")
@@ -458,8 +449,6 @@ class RLFHConfig(BaseModel):
                                  "verifier (it would be graded as an answer); use e.g. \"I don't know.\"")
         if self.eps_clip_high is not None and not math.isfinite(self.eps_clip_high):
             raise ValueError(f"EPS_CLIP_HIGH={self.eps_clip_high} must be a finite number (or empty: EPS_CLIP)")
-        if self.eps_clip_high is not None and not math.isfinite(self.eps_clip_high):
-            raise ValueError(f"EPS_CLIP_HIGH={self.eps_clip_high} must be a finite number (or empty: EPS_CLIP)")
         if self.verifier_backend == "llm" and not self.model_url:
             raise ValueError("VERIFIER_BACKEND=llm needs MODEL_URL (an OpenAI-compatible endpoint)")
         return self
@@ -472,18 +461,6 @@ class RLFHConfig(BaseModel):
     @property
     def effective_critic_pretrain(self) -> str:
         return self.critic_pretrain or self.model_path
-
-    @property
-    def effective_loss_agg(self) -> str:
-        """LOSS_AGG, or the estimator's own aggregation when it is empty (Dr.GRPO: no length normalisation)."""
-        if self.loss_agg is not None:
-            return self.loss_agg
-        return "seq-mean-token-sum-norm" if self.advantage_estimator == "dr_grpo" else "token-mean"
-
-    def policy_loss_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of ``cluster.core_algos.policy_loss`` this config asks for (besides ``eps_clip``)."""
-        return {"eps_clip_high": self.eps_clip_high, "loss_agg": self.effective_loss_agg,
-                "norm_length": self.generate_max_len}
 
     @property
     def effective_loss_agg(self) -> str:

@@ -184,7 +184,10 @@ class RLFHConfig(BaseModel):
     reward_mu: float = setting(
         1.0, "Shift inside the informativeness log (the paper's mu = 1); epsilon + mu must be > 0.",
         env="REWARD_MU", group="reward")
-    reward_clip: float = setting(5.0, "Per-token reward clip |r| <= this.", env="REWARD_CLIP", group="reward", gt=0)
+    reward_clip: float = setting(
+        5.0, "Per-token reward clip |r| <= this, applied once, by the reward service, to the verifier's token rewards "
+        "(TOKEN_REWARD_WEIGHT, the outcome reward and the KL penalty come after it, unclipped).", env="REWARD_CLIP",
+        group="reward", gt=0)
     abstain_reward: float = setting(
         0.0, "Reward for an abstention (\"I don't know\"), placed on its last token.",
         env="ABSTAIN_REWARD", group="reward")

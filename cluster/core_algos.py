@@ -269,25 +269,24 @@ def kl_penalty(logprobs: Tensor, ref_logprobs: Tensor, estimator: str = "k1") ->
     return KL_ESTIMATORS[estimator](logprobs - ref_logprobs)
 
 
-def shape_token_rewards(token_rewards: Tensor, kl: Tensor, action_mask: Tensor, kl_coef: float,
-                        reward_clip: float) -> Tensor:
-    """RLFH's per-token reward: ``r_t = clip(token_reward_t, -c, c) - kl_coef * KL_t``, 0 outside the mask.
+def shape_token_rewards(token_rewards: Tensor, kl: Tensor, action_mask: Tensor, kl_coef: float) -> Tensor:
+    """RLFH's per-token reward: ``r_t = token_reward_t - kl_coef * KL_t``, 0 outside the mask.
+
+    The token rewards arrive clipped from where they are made (REWARD_CLIP is applied once, by the reward
+    service: ``reward_service.token_rewards``); they are not clipped again here.
 
     Args:
         token_rewards: ``[B, T]`` verifier rewards aligned to response tokens (0 on unrewarded tokens).
         kl: ``[B, T]`` per-token KL estimate (see :func:`kl_penalty`).
         action_mask: ``[B, T]`` non-zero = valid response token.
         kl_coef: ``>= 0``.
-        reward_clip: ``c > 0`` (``math.inf`` disables clipping).
     Returns:
         ``[B, T]`` shaped rewards.
     """
     _check_same_shape(token_rewards=token_rewards, kl=kl, action_mask=action_mask)
     if not (isinstance(kl_coef, (int, float)) and kl_coef >= 0 and math.isfinite(kl_coef)):
         raise ValueError(f"kl_coef must be a finite number >= 0, got {kl_coef!r}")
-    if not (isinstance(reward_clip, (int, float)) and reward_clip > 0):
-        raise ValueError(f"reward_clip must be > 0 (math.inf disables clipping), got {reward_clip!r}")
-    r = token_rewards.clamp(-reward_clip, reward_clip) - kl_coef * kl
+    r = token_rewards - kl_coef * kl
     return _zero_outside(r, _as_bool(action_mask))
 
 

@@ -7,7 +7,7 @@ Read it top to bottom; one PPO step is, as data::
       -> reward function (default: the reward service over HTTP, verifier behind it)
                                                       token rewards aligned by the engines' offsets
       -> reference / policy / critic forwards         ref log-probs, old log-probs, values   [B, R]
-      -> KL_t = kl(old, ref);  r_t = clip(token reward) - kl_coef * KL_t       (core_algos)
+      -> KL_t = kl(old, ref);  r_t = token reward - kl_coef * KL_t  (clipped once, by the reward service)
       -> [caution reward] [outcome-variance filter]  advantages (GAE / group) [FSPO flip]
       -> PPO epochs: critic (always), policy (after FREEZING_ACTOR_STEPS)
       -> weight sync policy -> rollout engines
@@ -491,14 +491,15 @@ class Trainer:
         fwd = _gather_timed(launched, timer)
         old_logprobs, ref_logprobs, values = fwd.get("policy_forward"), fwd.get("reference"), fwd.get("critic")
 
-        # 4. KL and shaped per-token rewards: r_t = clip(token reward) - kl_coef * KL_t
+        # 4. KL and shaped per-token rewards: r_t = token reward - kl_coef * KL_t (REWARD_CLIP was applied where
+        # the reward was made, by the reward service; not again here)
         if g.reference is not None:
             kl = algo.kl_penalty(old_logprobs, ref_logprobs, cfg.kl_estimator)
             kl = torch.where(mask, kl, torch.zeros(()))
         else:
             kl = torch.zeros(mask.shape, dtype=torch.float32)
-        rewards = algo.shape_token_rewards(token_rewards, kl, mask, cfg.kl_coef, cfg.reward_clip)
-        reward_totals = token_rewards.clamp(-cfg.reward_clip, cfg.reward_clip).sum(dim=1)   # [B], before KL
+        rewards = algo.shape_token_rewards(token_rewards, kl, mask, cfg.kl_coef)
+        reward_totals = token_rewards.sum(dim=1)   # [B], before KL
         row["reward_mean"] = float(reward_totals[sampled].mean())
         row["kl"] = _masked_mean(kl, mask)
         row["return_mean"] = float(rewards.sum(dim=1).mean())

@@ -103,21 +103,18 @@ def test_kl_estimators_estimate_kl_pi_ref_on_policy_samples():
         assert abs(est_val - kl_ref_pi) > 0.1
 
 
-def test_shape_token_rewards_clip_and_kl():
+def test_shape_token_rewards_kl_and_no_second_clip():
     tr = T_([[3.0, -7.0, 0.5, 9.0]])
     kl = T_([[0.2, -0.4, 1.0, 5.0]])
     m = T_([[1, 1, 1, 0]])
-    # clip to [-5, 5], minus 0.5 * KL:
-    #   3 - 0.1 = 2.9 ; -5 + 0.2 = -4.8 ; 0.5 - 0.5 = 0 ; masked -> 0
-    close(ca.shape_token_rewards(tr, kl, m, kl_coef=0.5, reward_clip=5.0), [[2.9, -4.8, 0.0, 0.0]])
-    # no clipping with inf, no KL with coef 0
-    close(ca.shape_token_rewards(tr, kl, m, 0.0, math.inf), [[3.0, -7.0, 0.5, 0.0]])
-    with pytest.raises(ValueError, match="reward_clip"):
-        ca.shape_token_rewards(tr, kl, m, 0.5, 0.0)
+    # minus 0.5 * KL, no clipping (REWARD_CLIP was applied by the reward service, where the reward is made):
+    #   3 - 0.1 = 2.9 ; -7 + 0.2 = -6.8 ; 0.5 - 0.5 = 0 ; masked -> 0
+    close(ca.shape_token_rewards(tr, kl, m, kl_coef=0.5), [[2.9, -6.8, 0.0, 0.0]])
+    close(ca.shape_token_rewards(tr, kl, m, 0.0), [[3.0, -7.0, 0.5, 0.0]])    # no KL with coef 0
     with pytest.raises(ValueError, match="kl_coef"):
-        ca.shape_token_rewards(tr, kl, m, -1.0, 5.0)
+        ca.shape_token_rewards(tr, kl, m, -1.0)
     with pytest.raises(ValueError, match=r"kl\[1, 3\]"):
-        ca.shape_token_rewards(tr, kl[:, :3], m, 0.5, 5.0)
+        ca.shape_token_rewards(tr, kl[:, :3], m, 0.5)
 
 
 # --------------------------------------------------------------------------------------------------

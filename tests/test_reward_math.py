@@ -132,6 +132,22 @@ def test_clip(base):
     assert np.abs(r.token_rewards).max() <= 2.5
 
 
+def test_reward_clip_is_applied_in_one_place():
+    """REWARD_CLIP is applied where the reward is made (compute_token_rewards, above) and nowhere else: no other
+    module of the project reads a ``.reward_clip`` (the trainer used to clip the service's rewards twice more)."""
+    import ast
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    readers = set()
+    for pkg in ("actors", "cluster", "reward_service", "verifier_service", "evaluation", "integrations",
+                "baselines", "bench"):
+        for path in (root / pkg).rglob("*.py"):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            if any(isinstance(n, ast.Attribute) and n.attr == "reward_clip" for n in ast.walk(tree)):
+                readers.add(path.relative_to(root).as_posix())
+    assert readers == {"reward_service/token_rewards.py"}
+
+
 def test_abstain_and_empty(base):
     s = base.with_overrides({"abstain_reward": 0.7, "empty_reward": -0.3})
     text = "I don't know."

@@ -67,6 +67,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="Record each answer's mean token log-prob (the model's own confidence; `rlfh compare` "
                         "reports its AUROC against correctness and a risk-coverage plot). One extra forward "
                         "pass; 'auto' (default): closed book only, where prompts are short.")
+    p.add_argument("--knowledge-samples", type=int, default=0, metavar="K",
+                   help="Also sample K answers per question (at --knowledge-temperature) and record how many the "
+                        "gold grader marks right (known_rate). Run it on the base model: `rlfh compare` then shows "
+                        "every run's outcomes on the questions the base never / sometimes / mostly knew. Costs "
+                        "about K times the generation. Default 0 (off).")
+    p.add_argument("--knowledge-temperature", type=float, default=0.7,
+                   help="Sampling temperature for --knowledge-samples (the training rollouts' TEMPERATURE by "
+                        "default: 0.7).")
     p.add_argument("--name", default="",
                    help="Display name of this run in tables and reports (default: derived from --model and "
                         "--system).")
@@ -112,7 +120,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                      batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, system=args.system,
                      dtype=args.dtype, name=args.name, verifier=args.verifier, n_boot=args.n_boot, seed=args.seed,
                      progress=args.progress, reuse=args.reuse, threads=args.threads,
-                     confidence=args.confidence)
+                     confidence=args.confidence, knowledge_samples=args.knowledge_samples,
+                     knowledge_temperature=args.knowledge_temperature)
     try:
         cfg.check()
         summary = run_eval(cfg)

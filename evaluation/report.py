@@ -256,6 +256,7 @@ def selectivity(gruns: list[dict]) -> dict[str, Any]:
     correctness on its attempted answers. Also the question-type rule: the reference's answers with every
     open question declined (a selectivity that needs no training).
     """
+    from evaluation.knowledge import per_bucket_outcomes
     from evaluation.selectivity import (QUESTION_TYPES, abstention_overlap, auroc, question_type, random_abstention,
                                         risk_coverage, type_rule_grades)
     from evaluation.stats import outcome_metrics
@@ -275,7 +276,10 @@ def selectivity(gruns: list[dict]) -> dict[str, Any]:
         conf = [r.get("confidence") for r in rb]
         entry = {"n": len(rb), "random": random_abstention(g_ref, n_na, observed_correct=n_cor),
                  "overlap": abstention_overlap(g_ref, g_run), "per_type": per_type, "auroc": None,
-                 "risk_coverage": None}
+                 "risk_coverage": None, "per_knowledge": None}
+        known = [r.get("known_rate") for r in ra]  # the reference's own sampled accuracy per question
+        if any(k is not None for k in known):
+            entry["per_knowledge"] = per_bucket_outcomes(known, g_run)
         if any(c is not None for c in conf):
             att = [(c, g) for c, g in zip(conf, g_run) if g != NOT_ATTEMPTED and c is not None]
             entry["auroc"] = auroc([c for c, _ in att], [g == CORRECT for _, g in att]) if att else None
@@ -451,6 +455,21 @@ def render_markdown(report: dict[str, Any], out: Path) -> str:
                 cells = [f"{e['per_type'][t]['correct']} / {e['per_type'][t]['incorrect']} / "
                          f"{e['per_type'][t]['not_attempted']}" for t in ("yes_no", "choice", "open")]
                 L.append(f"| {mname} | " + " | ".join(cells) + " |")
+            with_known = {m: e["per_knowledge"] for m, e in sel["runs"].items() if e.get("per_knowledge")}
+            if with_known:
+                from evaluation.knowledge import BUCKETS
+                first = next(iter(with_known.values()))
+                L += ["", f"**Outcomes by what {sel['reference']} knew** (its sampled answers per question, graded: "
+                          "*never* none right, *sometimes* under half, *mostly* half or more; `rlfh eval "
+                          "--knowledge-samples`). Counts correct / incorrect / not attempted, and the share not "
+                          "attempted. A selective model declines in *never* and keeps answering in *mostly*; a "
+                          "randomly silent one declines the same share everywhere.", "",
+                      "| model | " + " | ".join(f"{b} (n={first[b]['n']})" for b in BUCKETS) + " |",
+                      "|---|---|---|---|"]
+                for mname, pk in with_known.items():
+                    cells = [f"{pk[b]['correct']} / {pk[b]['incorrect']} / {pk[b]['not_attempted']} "
+                             f"({pct(pk[b]['not_attempted'] / pk[b]['n']) if pk[b]['n'] else '-'})" for b in BUCKETS]
+                    L.append(f"| {mname} | " + " | ".join(cells) + " |")
         lenient = [(m["name"], m["metrics"].get("lenient")) for m in g["models"]]
         if any(x and x["differ"] for _, x in lenient):
             L += ["", "**Grader sensitivity.** The strict reading (used everywhere above) grades an implicit yes/no "

@@ -56,6 +56,8 @@ class EvalConfig:
     reuse: bool = False
     threads: int = 0
     confidence: str = "auto"
+    knowledge_samples: int = 0
+    knowledge_temperature: float = 0.7
     extra: dict[str, Any] = field(default_factory=dict)
 
     def wants_confidence(self) -> bool:
@@ -77,6 +79,10 @@ class EvalConfig:
             raise ValueError(f"--threads must be >= 0 (0: auto), got {self.threads}")
         if self.confidence not in ("auto", "on", "off"):
             raise ValueError(f"--confidence must be auto, on or off, got {self.confidence!r}")
+        if self.knowledge_samples < 0:
+            raise ValueError(f"--knowledge-samples must be >= 0 (0: off), got {self.knowledge_samples}")
+        if self.knowledge_samples and not (0 < self.knowledge_temperature <= 2):
+            raise ValueError(f"--knowledge-temperature must be in (0, 2], got {self.knowledge_temperature}")
         if self.dtype not in ("fp32", "bf16", "fp16"):
             raise ValueError(f"--dtype must be fp32, bf16 or fp16, got {self.dtype!r}")
 
@@ -243,6 +249,17 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
         t0 = time.perf_counter()
         confidence = answer_confidence(model, tok, prompts, [g.text for g in gens], batch_size=cfg.batch_size)
         t_conf = time.perf_counter() - t0
+    known: list[Optional[float]] = [None] * len(items)
+    t_know = 0.0
+    if cfg.knowledge_samples:
+        from evaluation.knowledge import sample_known_rates
+        t0 = time.perf_counter()
+        known = sample_known_rates(model, tok, prompts, [it.right_answer for it in items],
+                                   [it.question for it in items], k=cfg.knowledge_samples,
+                                   max_new_tokens=cfg.max_new_tokens, temperature=cfg.knowledge_temperature,
+                                   seed=cfg.seed, batch_size=cfg.batch_size, progress=cfg.progress,
+                                   desc=f"{name} [{cfg.mode}] knowledge x{cfg.knowledge_samples}")
+        t_know = time.perf_counter() - t0
     del model
     torch.cuda.empty_cache() if torch.cuda.is_available() else None
 
@@ -259,7 +276,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
 
     records = []
     from evaluation.selectivity import question_type
-    for it, g, gr, vs, conf, lg in zip(items, gens, grades, vstats, confidence, lenient):
+    for it, g, gr, vs, conf, lg, kn in zip(items, gens, grades, vstats, confidence, lenient, known):
         records.append({
             "uid": it.uid, "key": pair_key(it.question), "question": it.question, "gold": it.right_answer,
             "answer": g.text, "grade": gr.grade, "grade_lenient": lg, "reason": gr.reason, "hedged": gr.hedged,
@@ -267,6 +284,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
             "new_tokens": g.new_tokens, "prompt_tokens": g.prompt_tokens, "truncated": g.truncated,
             "verifier": vs, "qtype": question_type(it.question),
             "confidence": None if conf is None or math.isnan(conf) else round(conf, 5),
+            "known_rate": kn,
         })
     with open(out / "answers.jsonl", "w", encoding="utf-8") as fh:
         for r in records:
@@ -277,11 +295,13 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
         "data": cfg.data, "mode": cfg.mode, "system": cfg.system, "system_prompt": system, "limit": cfg.limit,
         "max_new_tokens": cfg.max_new_tokens, "batch_size": cfg.batch_size, "dtype": cfg.dtype,
         "confidence": cfg.wants_confidence(),
+        "knowledge_samples": cfg.knowledge_samples,
+        "knowledge_temperature": cfg.knowledge_temperature if cfg.knowledge_samples else None,
         "verifier_identity": verifier_identity,
         "metrics": summarise(records, cfg.n_boot, cfg.seed),
         "timing": {"generate_s": round(gstats.seconds, 2), "new_tokens": gstats.new_tokens,
                    "tokens_per_s": round(gstats.tokens_per_s, 1), "threads": threads, "verify_s": round(t_ver, 2),
-                   "confidence_s": round(t_conf, 2),
+                   "confidence_s": round(t_conf, 2), "knowledge_s": round(t_know, 2),
                    "total_s": round(time.perf_counter() - t_start, 2)},
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
         **cfg.extra,
@@ -292,7 +312,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
 
 
 REUSE_KEYS = ("model_fingerprint", "data", "mode", "system", "limit", "max_new_tokens", "batch_size", "dtype",
-              "confidence")
+              "confidence", "knowledge_samples")
 
 
 def reusable_summary(cfg: EvalConfig, model_dir: str, name: str) -> Optional[dict[str, Any]]:
@@ -306,7 +326,9 @@ def reusable_summary(cfg: EvalConfig, model_dir: str, name: str) -> Optional[dic
         return None
     want = {"model_fingerprint": _model_fingerprint(model_dir), "data": cfg.data, "mode": cfg.mode,
             "system": cfg.system, "limit": cfg.limit, "max_new_tokens": cfg.max_new_tokens,
-            "batch_size": cfg.batch_size, "dtype": cfg.dtype, "confidence": cfg.wants_confidence()}
+            "batch_size": cfg.batch_size, "dtype": cfg.dtype, "confidence": cfg.wants_confidence(),
+            "knowledge_samples": cfg.knowledge_samples}
+    old.setdefault("knowledge_samples", 0)  # summaries from before --knowledge-samples existed
     if any(old.get(k) != v for k, v in want.items()) or (old.get("verifier_identity") is None) == cfg.verifier:
         return None
     if cfg.verifier and old.get("verifier_identity") != _verifier_identity():

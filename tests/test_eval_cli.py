@@ -121,9 +121,10 @@ def test_eval_and_compare_with_real_model(tmp_path):
     runs = {}
     for name, system, mode in (("base", "default", "closed"), ("prompt-only", "may-abstain", "closed")):
         out = tmp_path / name
+        knowledge = ["--knowledge-samples", "2"] if name == "base" else []
         r = rlfh("eval", "--model", "smollm2-135m-instruct", "--data", "halueval:test", "--mode", mode,
                  "--system", system, "--limit", "4", "--max-new-tokens", "16", "--batch-size", "4",
-                 "--name", name, "--out", str(out), "--no-progress")
+                 "--name", name, "--out", str(out), "--no-progress", *knowledge)
         assert r.returncode == 0, r.stderr[-3000:]
         assert "correct" in r.stdout and "incorrect" in r.stdout
         recs = [json.loads(line) for line in (out / "answers.jsonl").read_text().splitlines()]
@@ -134,6 +135,8 @@ def test_eval_and_compare_with_real_model(tmp_path):
             assert 0 < rec["new_tokens"] <= 16
             v = rec["verifier"]
             assert v is not None and v["num_statements"] == sum(v["labels"].values())
+            # two sampled answers per question, each graded: the share right is 0, 1/2 or 1
+            assert rec["known_rate"] in ((0.0, 0.5, 1.0) if knowledge else (None,))
         s = json.loads((out / "summary.json").read_text())
         assert s["mode"] == mode and s["system"] == system and s["metrics"]["n"] == 4
         gold = s["metrics"]["gold"]
@@ -162,6 +165,7 @@ def test_eval_and_compare_with_real_model(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     md = (rep / "report.md").read_text()
     assert "prompt-only" in md and "McNemar" in md and "training verifier" in md
+    assert "Outcomes by what base knew" in md  # the base recorded --knowledge-samples
     for png in ("outcomes.png", "tradeoff.png", "training_curves.png"):
         p = rep / png
         assert p.exists() and p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png

@@ -153,3 +153,63 @@ def test_selectivity_with_confidence_reports_auroc(tmp_path):
     assert e["auroc"] == pytest.approx(1.0)
     assert e["risk_coverage"]["risk"][0] == 0.0
     assert group["selectivity"]["runs"]["base"]["auroc"] is None  # not recorded for base
+
+
+# ----------------------------------------------------------------------------- knowledge buckets
+
+def test_knowledge_bucket_edges_and_bad_rates():
+    from evaluation.knowledge import knowledge_bucket
+    assert [knowledge_bucket(p) for p in (0.0, 0.25, 0.49, 0.5, 1.0, None)] == \
+        ["never", "sometimes", "sometimes", "mostly", "mostly", None]
+    with pytest.raises(ValueError, match=r"known_rate must be in \[0, 1\]"):
+        knowledge_bucket(1.5)
+
+
+def test_known_rates_grade_every_sample_with_the_strict_gold_grader():
+    from evaluation.knowledge import known_rates
+    q_open, q_yes = "Who founded company X?", "Were A and B both American?"
+    rates = known_rates([["It was John Smith.", "I don't know.", "Jane Doe.", "John Smith founded it."],
+                         ["Yes.", "No, they were not."],
+                         # "Canadian-American" does not contain the gold "American" in the strict reading
+                         ["He was Canadian-American."]],
+                        ["John Smith", "yes", "American"], [q_open, q_yes, "What nationality was he?"])
+    assert rates == [0.5, 0.5, 0.0]
+    with pytest.raises(ValueError, match="no sampled responses"):
+        known_rates([[]], ["x"], ["q?"])
+    with pytest.raises(ValueError, match="one of each per question"):
+        known_rates([["a"]], ["x", "y"], ["q?"])
+
+
+def test_report_shows_outcomes_per_knowledge_bucket(tmp_path):
+    from evaluation.knowledge import per_bucket_outcomes
+    base, sel, rnd = _runs(tmp_path)
+    # the base's own sampled accuracy: 1.0 where its greedy answer is right, 0.0 on the first 48 wrong ones,
+    # 0.25 on the other wrong ones
+    recs = [json.loads(x) for x in (base / "answers.jsonl").read_text().splitlines()]
+    n_wrong = 0
+    for r in recs:
+        if r["grade"] == CORRECT:
+            r["known_rate"] = 1.0
+        else:
+            r["known_rate"] = 0.0 if n_wrong < 48 else 0.25
+            n_wrong += 1
+    (base / "answers.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    r = rlfh("compare", str(base), str(sel), str(rnd), "--out", str(tmp_path / "r"), "--n-boot", "100")
+    assert r.returncode == 0, r.stderr[-2000:]
+    (group,) = json.loads((tmp_path / "r" / "report.json").read_text())["groups"].values()
+    runs = group["selectivity"]["runs"]
+    base_pk, sel_pk = runs["base"]["per_knowledge"], runs["selective"]["per_knowledge"]
+    assert {b: base_pk[b]["n"] for b in base_pk} == {"never": 48, "sometimes": 48, "mostly": 24}
+    assert base_pk["mostly"]["correct"] == 24 and base_pk["never"]["incorrect"] == 48
+    # the selective model declined only questions the base got wrong: nothing in 'mostly'
+    assert sel_pk["mostly"]["not_attempted"] == 0
+    assert sel_pk["never"]["not_attempted"] + sel_pk["sometimes"]["not_attempted"] == 60
+    assert runs["random"]["per_knowledge"]["mostly"]["n"] == 24
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "Outcomes by what base knew" in md and "never (n=48)" in md
+    # counting is independent of the report: a direct call agrees
+    grades = [json.loads(x)["grade"] for x in (base / "answers.jsonl").read_text().splitlines()]
+    direct = per_bucket_outcomes([r_["known_rate"] for r_ in recs], grades)
+    assert direct["never"]["incorrect"] == 48 and direct["mostly"]["correct"] == 24
+    with pytest.raises(ValueError, match="rates for"):
+        per_bucket_outcomes([0.0], [])

@@ -64,12 +64,15 @@ class CriticActor(TrainableLMActor):
                                              attn_implementation="sdpa")
         hidden = backbone.config.hidden_size
         self.lora = self.cfg.lora_rank > 0
-        if self.lora:
-            from peft import LoraConfig, get_peft_model
-            lcfg = LoraConfig(r=self.cfg.lora_rank, lora_alpha=self.cfg.lora_alpha, lora_dropout=0.0,
-                              target_modules=lora_target_modules(backbone), bias="none")
-            backbone = get_peft_model(backbone, lcfg)
-        model = ValueModel(backbone, hidden).to(device=self.device)
+        # new weights (value head, LoRA) drawn from SEED: the same critic whichever process or layout builds it
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.cfg.seed)
+            if self.lora:
+                from peft import LoraConfig, get_peft_model
+                lcfg = LoraConfig(r=self.cfg.lora_rank, lora_alpha=self.cfg.lora_alpha, lora_dropout=0.0,
+                                  target_modules=lora_target_modules(backbone), bias="none")
+                backbone = get_peft_model(backbone, lcfg)
+            model = ValueModel(backbone, hidden).to(device=self.device)
         model.value_head.to(torch_dtype(self.cfg.dtype))
         head = os.path.join(self.model_path, VALUE_HEAD_FILE)
         if os.path.exists(head):  # a critic saved by save_hf: keep its trained head

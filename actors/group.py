@@ -333,10 +333,85 @@ def create_rollout_engines(cfg: RLFHConfig, placement: Optional[Placement] = Non
     return engines
 
 
+# ================================================================================================ layouts
+
+
+def resolve_layout(cfg: RLFHConfig, backend: Optional[str] = None) -> str:
+    """MODEL_LAYOUT: ``colocated`` or ``separate`` (``auto``: colocated for a one-node CPU run on hf engines).
+
+    An explicit ``colocated`` that cannot work raises a ConfigError naming the setting to change.
+    """
+    from cluster.config import ConfigError
+    sizes = _role_sizes(cfg)
+    one_node_cpu = all(nodes == 1 and gpn == 0 for role, (_, nodes, gpn) in sizes.items() if role != "rollout")
+    if backend is None:
+        from actors.rollout import resolve_rollout_backend
+        backend = resolve_rollout_backend(cfg)
+    problems = []
+    if backend != "hf":
+        problems.append(f"the rollout backend is {backend} (the colocated engine is transformers generate: "
+                        "ROLLOUT_BACKEND=hf)")
+    if cfg.zero_stage >= 3:
+        problems.append("ZERO_STAGE=3 partitions the policy's weights (generation needs them whole)")
+    ranks = {role: (ws, gpn) for role, (ws, _, gpn) in sizes.items() if role != "rollout"}
+    if len(set(ranks.values())) > 1:
+        problems.append("every role needs the same ranks and GPUs ("
+                        + ", ".join(f"{_env_names(r)} = {ws}" for r, (ws, _) in ranks.items()) + ")")
+    if cfg.model_layout == "colocated":
+        if problems:
+            raise ConfigError("MODEL_LAYOUT=colocated: " + "; ".join(problems) + ". Use MODEL_LAYOUT=separate.")
+        return "colocated"
+    if cfg.model_layout == "separate":
+        return "separate"
+    return "colocated" if one_node_cpu and not problems else "separate"
+
+
+class _RoleMethod:
+    def __init__(self, handle, role: str, method: str):
+        self.handle, self.role, self.method = handle, role, method
+
+    def remote(self, *args, **kwargs):
+        return self.handle.call_role.remote(self.role, self.method, *args, **kwargs)
+
+
+class RoleHandle:
+    """A Ray actor handle's view of one role hosted by a :class:`actors.colocated.ColocatedActor`:
+    ``view.generate.remote(...)`` runs ``generate`` on that process's rollout engine."""
+
+    def __init__(self, handle, role: str):
+        self._handle, self._role = handle, role
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return _RoleMethod(self._handle, self._role, name)
+
+    def __repr__(self) -> str:
+        return f"RoleHandle({self._role} on {self._handle})"
+
+
+class RoleView(ActorGroup):
+    """An :class:`ActorGroup` (run / dispatch) over the ``role`` hosted by each rank of a colocated ``host``
+    group. The processes belong to the host: shutting a view down kills nothing."""
+
+    def __init__(self, host: ActorGroup, role: str):   # noqa: super().__init__ would start actors
+        self.host, self.role, self.cfg = host, role, host.cfg
+        self.num_nodes, self.num_gpus_per_node = host.num_nodes, host.num_gpus_per_node
+        self._world_size = host.world_size
+        self.num_gpus_per_actor, self.num_cpus_per_actor = host.num_gpus_per_actor, host.num_cpus_per_actor
+        self.placement_group, self.bundle_indices, self._own_pg = host.placement_group, host.bundle_indices, None
+        self.actors = [RoleHandle(a, role) for a in host.actors]
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        self.actors = []
+
+
 @dataclass
 class Groups:
     """Everything a run trains with. ``critic`` is None unless ADVANTAGE_ESTIMATOR=gae; ``reference`` is None
-    when KL_COEF == 0; ``rollout`` is a list of engine actor handles."""
+    when KL_COEF == 0; ``rollout`` is a list of engine actor handles. ``layout`` is ``separate`` (one actor
+    group per role) or ``colocated`` (``policy`` is a group of :class:`actors.colocated.ColocatedActor`;
+    ``critic`` / ``reference`` are :class:`RoleView` s of it and ``rollout`` its :class:`RoleHandle` s)."""
 
     policy: ActorGroup
     critic: Optional[ActorGroup]
@@ -345,6 +420,7 @@ class Groups:
     placement: Placement
     rollout_backend: str = "hf"
     init_info: dict = field(default_factory=dict)
+    layout: str = "separate"
 
     def groups(self) -> list[ActorGroup]:
         return [g for g in (self.policy, self.critic, self.reference) if g is not None]
@@ -352,7 +428,7 @@ class Groups:
     def shutdown(self) -> None:
         for g in self.groups():
             g.shutdown()
-        kill_actors(self.rollout)
+        kill_actors([e for e in self.rollout if not isinstance(e, RoleHandle)])
         self.rollout = []
         self.placement.remove()
 
@@ -367,6 +443,8 @@ def create_groups(cfg: RLFHConfig, init_models: bool = True) -> Groups:
     from actors.rollout import resolve_rollout_backend
     t0 = time.time()
     backend = resolve_rollout_backend(cfg)
+    if resolve_layout(cfg, backend) == "colocated":
+        return create_colocated_groups(cfg, init_models)
     placement = plan_placement(cfg)
     made: list = []   # what to tear down if anything below fails
     engines: list = []
@@ -395,4 +473,41 @@ def create_groups(cfg: RLFHConfig, init_models: bool = True) -> Groups:
         raise
     log.info("groups ready in %.1fs: %s, rollout=%s x%d", time.time() - t0,
              ", ".join(f"{g.role} x{g.world_size}" for g in groups.groups()), backend, len(engines))
+    return groups
+
+
+def create_colocated_groups(cfg: RLFHConfig, init_models: bool = True) -> Groups:
+    """The colocated layout: one :class:`actors.colocated.ColocatedActor` per policy rank (one bundle of
+    NUM_CPUS_PER_ACTOR each) hosting policy, rollout engine, reference and critic; views for the other roles."""
+    import ray
+
+    from actors.colocated import ColocatedActor
+    t0 = time.time()
+    ws, nodes, gpn = _role_sizes(cfg)["policy"]
+    bundles = [{"CPU": cfg.num_cpus_per_actor, **({"GPU": 1.0} if gpn else {})} for _ in range(ws)]
+    pg = _make_pg(bundles, ["colocated"], PG_READY_TIMEOUT_S)
+    rp = RolePlacement(role="policy", world_size=ws, num_nodes=nodes, num_gpus_per_node=gpn,
+                       num_gpus_per_actor=1.0 if gpn else 0.0, num_cpus_per_actor=cfg.num_cpus_per_actor,
+                       placement_group=pg, bundle_indices=list(range(ws)),
+                       shared_with=tuple(r for r in ("critic", "reference", "rollout")
+                                         if r != "critic" or needs_critic(cfg)
+                                         if r != "reference" or needs_reference(cfg)))
+    placement = Placement(roles={"policy": rp}, placement_groups=[pg], gpu=bool(gpn))
+    policy = None
+    try:
+        policy = group_for(ColocatedActor, "policy", cfg, rp)
+        groups = Groups(policy=policy, critic=RoleView(policy, "critic") if needs_critic(cfg) else None,
+                        reference=RoleView(policy, "reference") if needs_reference(cfg) else None,
+                        rollout=RoleView(policy, "rollout").actors, placement=placement, rollout_backend="hf",
+                        layout="colocated")
+        if init_models:
+            infos = ray.get(policy.run_async("init_model"))
+            groups.init_info = {role: [i[role] for i in infos] for role in infos[0]}
+    except Exception:
+        if policy is not None:
+            policy.shutdown()
+        placement.remove()
+        raise
+    log.info("colocated layout ready in %.1fs: %d process(es), each policy + %s", time.time() - t0, ws,
+             " + ".join(rp.shared_with))
     return groups

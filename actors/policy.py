@@ -200,7 +200,9 @@ class PolicyActor(TrainableLMActor):
             from peft import LoraConfig, get_peft_model
             lcfg = LoraConfig(r=self.cfg.lora_rank, lora_alpha=self.cfg.lora_alpha, lora_dropout=0.0,
                               target_modules=lora_target_modules(model), task_type="CAUSAL_LM", bias="none")
-            model = get_peft_model(model, lcfg)
+            with torch.random.fork_rng(devices=[]):   # the adapter's init from SEED (same in every layout)
+                torch.manual_seed(self.cfg.seed)
+                model = get_peft_model(model, lcfg)
         self._build_engine(model, self.cfg.actor_lr)
         n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
         info = {"model_path": self.model_path, "trainable_params": n_train, "device": str(self.device),

@@ -180,6 +180,7 @@ class _EngineBase:
     def info(self) -> dict:
         return {"backend": self.backend, "engine_index": self.engine_index, "model_path": self.model_path,
                 "weights_version": self._version, "pid": os.getpid(), "dtype": getattr(self, "dtype", ""),
+                "shares_policy_weights": bool(getattr(self, "shares_policy_weights", False)),
                 **self.stats}
 
     def render_chat(self, messages: list[dict]) -> str:
@@ -216,8 +217,13 @@ class HFRolloutEngine(_EngineBase):
     backend = "hf"
 
     def __init__(self, cfg: RLFHConfig | dict, engine_index: int = 0, *, model=None, tokenizer=None,
-                 device: Optional[str] = None):
+                 device: Optional[str] = None, autocast: Optional[str] = None, shares_policy_weights: bool = False):
+        """``autocast``: ``"bf16"`` / ``"fp16"`` runs generation under ``torch.autocast`` (a shared fp32 model
+        sampled at the rollout dtype without a second copy of its weights; the casts of trainable weights are
+        cached for one generate call). ``shares_policy_weights``: the model IS the policy's module (colocated
+        layout): a weight sync only records the policy's version (:meth:`follow_weights`)."""
         super().__init__(cfg, engine_index, tokenizer=tokenizer)
+        self.shares_policy_weights = bool(shares_policy_weights)
         from actors.base import pick_device
         from actors.model_loader import load_causal_lm
         self.device = torch.device(device) if device is not None else pick_device()
@@ -231,8 +237,25 @@ class HFRolloutEngine(_EngineBase):
         self.model.eval()
         self.pad_id = int(self.tokenizer.pad_token_id)
         self.dtype = str(next(self.model.parameters()).dtype).replace("torch.", "")
+        from actors.model_loader import torch_dtype
+        want = torch_dtype(autocast) if autocast else None
+        self.autocast = want if want is not None and want != next(self.model.parameters()).dtype else None
+        if self.autocast is not None:
+            self.dtype = f"{self.dtype} (autocast {autocast})"
         log.info("hf rollout engine %d on %s (%s) ready in %.1fs", engine_index, self.device, self.dtype,
                  time.time() - t0)
+
+    def _autocast(self):
+        from contextlib import nullcontext
+        if self.autocast is None:
+            return nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.autocast)
+
+    def follow_weights(self, version: Optional[int] = None) -> int:
+        """Colocated layout: the engine's model is the policy's module, already updated; record the version."""
+        if not self.shares_policy_weights:
+            raise RuntimeError("follow_weights: this engine holds its own weights; use update_weights")
+        return self._next_version(version)
 
     @torch.no_grad()
     def _generate_ids(self, prompt_ids: list[list[int]], max_new_tokens: int, temperature: float, top_p: float,
@@ -241,8 +264,10 @@ class HFRolloutEngine(_EngineBase):
         greedy = temperature == 0
         gcfg = GenerationConfig(
             max_new_tokens=max_new_tokens, do_sample=not greedy, temperature=None if greedy else temperature,
-            top_p=None if greedy else top_p, top_k=0 if not greedy else None, num_beams=1,
+            top_p=None if greedy else top_p, top_k=0 if not greedy else None, num_beams=1, use_cache=True,
             eos_token_id=self.eos_ids, pad_token_id=self.pad_id, bos_token_id=self.tokenizer.bos_token_id)
+        if self.shares_policy_weights:
+            self.model.eval()   # the policy's module: its train step leaves it in train mode
         out: list[list[int]] = []
         micro = max(1, self.cfg.micro_rollout_batch_size)
         for c, start in enumerate(range(0, len(prompt_ids), micro)):
@@ -255,8 +280,9 @@ class HFRolloutEngine(_EngineBase):
                 mask[i, P - len(p):] = 1
             if seed is not None:
                 torch.manual_seed(int(seed) * 1_000_003 + c)
-            gen = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                      generation_config=gcfg)
+            with self._autocast():
+                gen = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                                          generation_config=gcfg)
             out.extend(gen[:, P:].cpu().tolist())
         return out
 

@@ -15,6 +15,9 @@
   handles made on its own GPU (matched by GPU UUID) and loads them, zero copy.
   NCCL cannot put two ranks on one GPU, hence this path for COLOCATE_ALL_MODELS.
 
+* ``shared`` (the colocated layout): the engines generate with the policy's own
+  module, so nothing moves; each engine records the policy's weights version.
+
 Each call logs and returns the time and bytes moved.
 """
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any, Optional, Sequence
 
 log = logging.getLogger(__name__)
 
-METHODS = ("auto", "object_store", "nccl", "cuda_ipc")
+METHODS = ("auto", "object_store", "nccl", "cuda_ipc", "shared")
 
 
 def stateless_nccl_group(master_addr: str, master_port: int, rank: int, world_size: int, device):
@@ -49,6 +52,8 @@ def choose_method(policy_group, engines: Sequence[Any]) -> str:
     """object_store unless the engines are vLLM on GPU; then cuda_ipc when they share the policy's GPUs."""
     import ray
     infos = _engine_infos(engines)
+    if all(i.get("shares_policy_weights") for i in infos):
+        return "shared"
     if any(i["backend"] != "vllm" for i in infos):
         return "object_store"
     pol = policy_group.run("ping")
@@ -88,6 +93,9 @@ def sync_weights(policy_group, engines: Sequence[Any], method: str = "auto") -> 
         versions = ray.get([e.update_weights.remote(refs[0], version) for e in engines])
         nbytes = int(meta.get("bytes", 0))
         del refs
+    elif method == "shared":
+        version, nbytes = ray.get(policy_group.actors[0].weights_version.remote()), 0
+        versions = ray.get([e.follow_weights.remote(version) for e in engines])
     elif method == "nccl":
         version, nbytes, versions = _sync_nccl(policy_group, engines, state)
     else:

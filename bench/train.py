@@ -103,12 +103,16 @@ def peak_rss(trainer) -> list[tuple[str, int, float]]:
 
 
 def _actor_rss(g, out: list) -> None:
+    """One row per process: roles sharing a process (MODEL_LAYOUT=colocated) are named together."""
     import ray
+    names: dict[int, list[str]] = {}
     for grp in g.groups():
         for p in grp.run("ping"):
-            out.append((f"{grp.role}[{p['rank']}]", int(p["pid"]), _vm_hwm_mb(int(p["pid"]))))
+            names.setdefault(int(p["pid"]), []).append(f"{grp.role}[{p['rank']}]")
     for i, info in enumerate(ray.get([e.info.remote() for e in g.rollout])):
-        out.append((f"rollout[{i}] ({info.get('dtype', '')})", int(info["pid"]), _vm_hwm_mb(int(info["pid"]))))
+        names.setdefault(int(info["pid"]), []).append(f"rollout[{i}] ({info.get('dtype', '')})")
+    for pid, roles in names.items():
+        out.append((" + ".join(roles), pid, _vm_hwm_mb(pid)))
 
 
 def print_rss(rss: list[tuple[str, int, float]]) -> None:

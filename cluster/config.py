@@ -376,6 +376,12 @@ class RLFHConfig(BaseModel):
                                        env="COLOCATE_ACTOR_REF", group="placement")
     colocate_all_models: bool = setting(False, "Place every model (and rollout engines) in shared bundles.",
                                         env="COLOCATE_ALL_MODELS", group="placement")
+    model_layout: Literal["auto", "colocated", "separate"] = setting(
+        "auto", "colocated: the policy, its rollout engine, the reference and the critic live in ONE actor process "
+        "per rank (the rollout engine generates with the policy's own weights: no weight-sync copy; every phase "
+        "gets all CPU_THREADS). separate: one Ray actor group per role (the multi-node / GPU layout, vLLM "
+        "engines, weight sync). auto: colocated when every role runs on CPU on one node with the hf rollout "
+        "backend and ZERO_STAGE < 3, else separate.", env="MODEL_LAYOUT", group="placement")
     num_cpus_per_actor: float = setting(0.25, "CPUs each actor reserves (fractional on small machines).",
                                         env="NUM_CPUS_PER_ACTOR", group="placement", gt=0)
     cpu_threads: int = setting(

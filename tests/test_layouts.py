@@ -1,0 +1,121 @@
+"""Both model layouts on real Ray with the real SmolLM2-135M (issue 10): MODEL_LAYOUT=colocated (policy, rollout
+engine, reference and critic in one process, the engine sampling from the policy's own module) and
+MODEL_LAYOUT=separate (one actor group per role, weight sync through the object store) produce the same rollout,
+the same forwards and the same update for the same data and seed.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cluster.config import ConfigError, RLFHConfig
+
+GEN_TOKENS = 10
+QUESTIONS = ["What is the capital of France?", "Who wrote the play Hamlet?"]
+
+
+# ------------------------------------------------------------------------------------------------ layout choice
+
+def test_auto_layout_is_colocated_on_one_cpu_node_and_separate_elsewhere():
+    from actors.group import resolve_layout
+    assert resolve_layout(RLFHConfig()) == "colocated"
+    assert resolve_layout(RLFHConfig(kl_coef=0.1, advantage_estimator="gae")) == "colocated"
+    assert resolve_layout(RLFHConfig(model_layout="separate")) == "separate"
+    assert resolve_layout(RLFHConfig(actor_num_nodes=2)) == "separate"                   # multi-node
+    assert resolve_layout(RLFHConfig(actor_num_gpus_per_node=1, ref_num_gpus_per_node=1)) == "separate"   # GPUs
+    assert resolve_layout(RLFHConfig(zero_stage=3)) == "separate"
+    assert resolve_layout(RLFHConfig(), backend="vllm") == "separate"
+    with pytest.raises(ConfigError, match="ZERO_STAGE=3"):
+        resolve_layout(RLFHConfig(model_layout="colocated", zero_stage=3))
+    with pytest.raises(ConfigError, match="ROLLOUT_BACKEND=hf"):
+        resolve_layout(RLFHConfig(model_layout="colocated"), backend="vllm")
+
+
+# ------------------------------------------------------------------------------------------------ same update
+
+def _cfg(layout: str) -> RLFHConfig:
+    # GAE + KL: every role exists (policy, critic, reference, rollout). One thread: same float sums in both.
+    return RLFHConfig(model_layout=layout, micro_train_batch_size=2, train_batch_size=4, micro_rollout_batch_size=4,
+                      actor_lr=1e-4, critic_lr=1e-4, generate_max_len=GEN_TOKENS, prompt_max_len=128, seed=7,
+                      rollout_backend="hf", rollout_dtype="fp32", num_cpus_per_actor=0.25, kl_coef=0.05,
+                      advantage_estimator="gae", cpu_threads=1)
+
+
+def _one_step(layout: str, prompts: list[str], pad_id: int, batch=None) -> dict:
+    """Create the layout, sample, run every forward and one train step of policy and critic on ``batch``
+    (default: the layout's own rollout), sync, and return what the test compares."""
+    import ray
+
+    from actors.group import create_groups
+    from actors.types import make_batch
+    from actors.weight_sync import last_sync_stats, sync_weights
+    g = create_groups(_cfg(layout))
+    try:
+        assert g.layout == layout
+        samples = ray.get(g.rollout[0].generate.remote(prompts, 2, GEN_TOKENS, 1.0, 1.0, 11))
+        if batch is None:
+            batch = make_batch(samples, pad_id)
+        old = g.policy.dispatch_cat("logprobs", batch, share=3)
+        ref = g.reference.dispatch_cat("logprobs", batch, share=3)
+        values = g.critic.dispatch_cat("values", batch, share=3)
+        B, R = batch["action_mask"].shape
+        gen = torch.Generator().manual_seed(3)
+        adv = torch.randn(B, R, generator=gen) * batch["action_mask"]
+        returns = torch.randn(B, R, generator=gen) * batch["action_mask"]
+        base = {k: batch[k] for k in ("sequences", "attention_mask", "action_mask")}
+        pstats = g.policy.dispatch("train_step", dict(base, old_logprobs=old, advantages=adv), share=2)[0]
+        cstats = g.critic.dispatch("train_step", dict(base, old_values=values, returns=returns), share=2)[0]
+        version = sync_weights(g.policy, g.rollout)
+        after_policy = g.policy.dispatch_cat("logprobs", batch)
+        after_engine = ray.get(g.rollout[0].logprobs.remote(batch))
+        pids = {"policy": g.policy.run("ping")[0]["pid"], "reference": g.reference.run("ping")[0]["pid"],
+                "critic": g.critic.run("ping")[0]["pid"], "rollout": ray.get(g.rollout[0].info.remote())["pid"]}
+        return {"samples": samples, "batch": batch, "old": old, "ref": ref, "values": values, "pstats": pstats,
+                "cstats": cstats, "policy_fp": g.policy.run("weights_fingerprint")[0],
+                "critic_fp": g.critic.run("weights_fingerprint")[0], "after_policy": after_policy,
+                "after_engine": after_engine, "version": version, "sync": last_sync_stats(g.policy), "pids": pids}
+    finally:
+        g.shutdown()
+
+
+@pytest.mark.slow
+def test_colocated_and_separate_layouts_give_the_same_rollout_forwards_and_update(embedded_model_path):
+    import ray
+
+    from actors.model_loader import load_tokenizer
+    from cluster.prompts import render_prompt
+    tok = load_tokenizer(embedded_model_path)
+    prompts = [render_prompt(tok, q) for q in QUESTIONS]
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             object_store_memory=1024 ** 3)
+    try:
+        sep = _one_step("separate", prompts, tok.pad_token_id)
+        col = _one_step("colocated", prompts, tok.pad_token_id, batch=sep["batch"])
+    finally:
+        ray.shutdown()
+
+    # the same seed samples the same tokens (fp32 rollouts: the colocated engine IS the fp32 policy module)
+    assert [s.response_token_ids for s in col["samples"]] == [s.response_token_ids for s in sep["samples"]]
+    # one process hosts every role in the colocated layout; four in the separate one
+    assert len(set(col["pids"].values())) == 1 and len(set(sep["pids"].values())) == 4
+    # forwards on the same batch
+    for k in ("old", "ref", "values"):
+        assert torch.allclose(col[k], sep[k], atol=1e-5, rtol=0), (k, (col[k] - sep[k]).abs().max())
+    # the same update: loss, grad norm, and every parameter's sum afterwards
+    for stats in ("pstats", "cstats"):
+        for k, v in sep[stats].items():
+            if isinstance(v, float) and not k.endswith("_s"):
+                assert col[stats][k] == pytest.approx(v, rel=1e-5, abs=1e-7), (stats, k)
+    assert sep["pstats"]["grad_norm"] > 0 and sep["cstats"]["grad_norm"] > 0
+    for fp in ("policy_fp", "critic_fp"):
+        assert col[fp].keys() == sep[fp].keys()
+        for name, v in sep[fp].items():
+            assert col[fp][name] == pytest.approx(v, rel=1e-6, abs=1e-6), (fp, name)
+    assert torch.allclose(col["after_policy"], sep["after_policy"], atol=1e-5, rtol=0)
+    # the engines sample from the updated weights in both: an object-store copy, or the shared module itself
+    assert sep["sync"]["method"] == "object_store" and sep["sync"]["bytes"] > 0
+    assert col["sync"]["method"] == "shared" and col["sync"]["bytes"] == 0
+    assert col["version"] == sep["version"] >= 1
+    for r in (sep, col):
+        assert torch.allclose(r["after_engine"], r["after_policy"], atol=1e-5, rtol=0)
+        assert not torch.allclose(r["after_policy"], r["old"], atol=1e-4)   # the step changed the policy

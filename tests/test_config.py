@@ -41,6 +41,7 @@ def test_env_values_are_typed():
     ({"VERIFICATION_MAP": "[1, 2]"}, "VERIFICATION_MAP (--verification-map)"),
     ({"INFORMATIVE_MAP": '"5"'}, "must be a JSON object"),
     ({"LOSS_AGG": "sum"}, "LOSS_AGG (--loss-agg)"),
+    ({"VERIFIER_BACKEND": "self"}, "not wired to any command"),
     ({"EPS_CLIP_HIGH": "0"}, "EPS_CLIP_HIGH"),
     ({"EPS_CLIP_HIGH": "inf"}, "finite"),
 ])
@@ -91,6 +92,44 @@ def test_add_cli_args_exclude_leaves_settings_out():
     RLFHConfig.add_cli_args(parser, groups={"service"}, exclude=("reward_url",))
     dests = {a.dest for a in parser._actions}
     assert "redis_url" in dests and "reward_url" not in dests and "actor_lr" not in dests
+
+
+def test_rlfh_serve_offers_only_the_settings_the_service_reads():
+    from reward_service.cli import add_parser
+    sub = argparse.ArgumentParser().add_subparsers()
+    add_parser(sub)
+    dests = {a.dest for a in sub.choices["serve"]._actions}
+    assert {"granularity", "verification_map", "reward_clip", "reward_tokenizer", "redis_url"} <= dests
+    # trainer-side reward settings (the service never reads them) and the trainer's client settings are not flags
+    assert not dests & {"outcome_reward", "abstain_samples", "token_reward_weight", "reward_url", "reward_timeout_s"}
+
+
+#: Settings the code reads through an RLFHConfig property or method that resolves them (the name it uses).
+READ_VIA = {"critic_pretrain": "effective_critic_pretrain", "ckpt_path": "effective_ckpt_path",
+            "loss_agg": "policy_loss_kwargs", "eps_clip_high": "policy_loss_kwargs"}
+
+
+def test_every_setting_is_read_outside_the_config_module():
+    """A setting that is validated and documented but never reaches code is a bug (issue 13's audit): each one is
+    read as ``cfg.<name>`` / ``getattr(cfg, "<name>")`` (or through the property in READ_VIA) somewhere in the
+    project's packages outside cluster/config.py. Catches a new setting nobody wires (LOSS_AGG was one)."""
+    import ast
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    read = set()
+    for pkg in ("actors", "cluster", "reward_service", "verifier_service", "evaluation", "integrations", "baselines",
+                "bench"):
+        for path in (root / pkg).rglob("*.py"):
+            if path.relative_to(root).as_posix() == "cluster/config.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Attribute):
+                    read.add(node.attr)
+                elif (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr"
+                      and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)):
+                    read.add(node.args[1].value)
+    unread = [env_name(f) for f in RLFHConfig.model_fields if READ_VIA.get(f, f) not in read]
+    assert unread == []
 
 
 def test_cli_flag_beats_environment():

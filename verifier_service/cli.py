@@ -52,7 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     out.add_argument("--backend", choices=["evidence", "llm"], default=None,
                      help="Verifier backend (default: VERIFIER_BACKEND from the environment, else evidence). "
                           "llm needs MODEL_URL / --model-url.")
-    # --backend above is this command's (narrower) form of --verifier-backend: 'self' needs an in-process engine
+    # --backend above is this command's form of --verifier-backend
     RLFHConfig.add_cli_args(p, groups={"verifier"}, exclude=("verifier_backend",))
     p.set_defaults(func=_run)
 
@@ -99,11 +99,6 @@ def _run(args: argparse.Namespace) -> int:
     from verifier_service.schema import VerifyRequest
 
     cfg = RLFHConfig.from_args(args)
-    if (args.backend or cfg.verifier_backend) == "self":
-        print("rlfh verify: VERIFIER_BACKEND=self judges with the policy's in-process rollout engine, which the "
-              "command line does not have; pass --backend evidence or --backend llm (with MODEL_URL)",
-              file=sys.stderr)
-        return 2
     verifier = Verifier(cfg, backend=args.backend)
     if args.data:
         return _run_data(args, verifier)

@@ -28,7 +28,9 @@ Per request (all CPU, linear in the text):
    statements get the hedged labels; statements without checkable content are ``Vague`` (so are all
    statements of a request with neither materials nor a gold answer: there is nothing to check against);
    informativeness (1-5) follows the statement's role for the question (restating it = 1, background = 2-4,
-   a specific answer of the asked type = 5).
+   a specific answer of the asked type = 5); a candidate answer ranked without a gold answer gets it from
+   its rank among the evidence's entities (:func:`rank_informativeness`), so two candidates with the same
+   label still earn different rewards, the better-supported one more.
 """
 from __future__ import annotations
 
@@ -47,7 +49,7 @@ from verifier_service.question import (ALL_HEADS, LOCATION_WORDS, ORG_WORDS, Ans
 from verifier_service.retrieval import MaterialIndex
 from verifier_service.schema import Sentence, Statement, VerifyRequest, VerifyResult
 
-ALGO_VERSION = "evidence-1.8"  # bump on any verdict change: cached verdicts of other versions are not reused
+ALGO_VERSION = "evidence-1.9"  # bump on any verdict change: cached verdicts of other versions are not reused
 
 # Without a gold answer, a candidate answer's label comes from its ranking margin against the other
 # entities of the evidence: P(correct) = sigmoid(SLOPE * (margin + OFFSET)). The offset leans towards
@@ -185,6 +187,22 @@ class EvidenceBackend:
         res = VerifyResult(sentences=sentences, abstained=d.abstained, backend=self.name)
         res.latency_ms = (time.perf_counter() - t0) * 1000.0
         return res
+
+
+def rank_informativeness(above: int, correct: bool) -> int:
+    """Informativeness of a candidate answer checked without a gold answer, from its rank among the
+    evidence's entities (``above`` = how many others fit the question better).
+
+    Evidence strength breaks what the label leaves equal: the label only says whether the candidate is
+    within the answer margin of the best one, and two candidates on the same side of it would earn the same
+    reward. The reward service maps informativeness 5 > 4 > 3 (> 3 adds nothing more), so the candidate the
+    evidence ties closer to the question's slot earns more: Correct -> 5 for the best candidate, 4 for the
+    runner-up, else 3; Wrong -> 5 when at most 2 others fit better, 4 when at most 7 do, else 3 (cut-offs
+    fitted on the HaluEval train split: they leave the fewest equal rewards on right-vs-other-entity pairs).
+    """
+    if correct:
+        return 5 if above <= 0 else (4 if above <= 1 else 3)
+    return 5 if above <= 2 else (4 if above <= 7 else 3)
 
 
 def label_of(v: Verdict, hedged: bool) -> str:
@@ -547,6 +565,7 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
     conf_ans = 0.5
     is_answer = answer is not None or stance is not None or option is not None or denial or slot_ent is not None
     ans_fit = 0.0
+    ranked = None                       # the ranker's verdict on a candidate answer checked without gold
     cand = answer or slot_ent
     if not is_answer and qi.qtype not in ("yesno", "choice"):
         # a new entity of the asked type in a statement about the question's topic answers it
@@ -600,6 +619,7 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
                 p = _sigmoid(ANSWER_SLOPE * (r.margin + ANSWER_OFFSET))
                 truth_ans, conf_ans = (1.0 if p >= 0.5 else -1.0), max(p, 1 - p)
                 evidence = [idx.sents[i].text for i in r.evidence] + evidence
+                ranked = r
             ans_fit = max(ans_fit, r.type_fit)
 
     # ---- a negated claim whose positive form the evidence states is wrong ("X is not Y" vs "X is Y")
@@ -625,6 +645,7 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
 
     # ---- combine
     no_evidence = False
+    by_rank = False                     # the verdict is the ranker's: grade informativeness by rank
     if not idx.sents and not ctx.gold:
         truth, conf, no_evidence = 0.0, 0.3, True  # nothing to check against: uncheckable, not wrong
     elif unsup_ents or unsup_nums:
@@ -647,9 +668,10 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
         truth, conf = -1.0, 0.7
     elif truth_ans is not None:
         truth, conf = truth_ans, conf_ans
+        by_rank = ranked is not None
         if truth > 0 and new_stems and word_support < 0.5:
             # right answer wrapped in unsupported claims
-            truth, conf = -1.0, 0.6 + 0.3 * (0.5 - word_support)
+            truth, conf, by_rank = -1.0, 0.6 + 0.3 * (0.5 - word_support), False
     elif sc is not None and sc.state == "supported" and word_support >= 0.5:
         truth, conf = 1.0, min(0.97, 0.7 + 0.25 * sc.context_share)
     else:
@@ -661,7 +683,9 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
             conf = min(conf, 0.55)  # its entity is in the materials, but not where the rest of it is
 
     # ---- informativeness
-    if is_answer and (ans_fit >= 0.5 or stance is not None or option is not None
+    if by_rank:
+        info = rank_informativeness(ranked.above, truth > 0)
+    elif is_answer and (ans_fit >= 0.5 or stance is not None or option is not None
                       or (ctx.gold and truth_ans is not None and truth_ans > 0)):
         info = 5
     elif is_answer:

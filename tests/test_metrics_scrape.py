@@ -136,10 +136,10 @@ def _value(parsed, name, **labels) -> float:
 
 @pytest.fixture(scope="module")
 def reward_service_with_metrics():
-    app = pytest.importorskip("reward_service.app", reason="reward_service/app.py is not in this checkout")
     import ray
     from ray import serve
 
+    import reward_service.app as app
     from cluster.config import RLFHConfig
     from conftest import free_port
 

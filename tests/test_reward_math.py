@@ -44,12 +44,28 @@ def base() -> RewardSettings:
     return RewardSettings.from_config(RLFHConfig.load(environ={}))
 
 
-def test_settings_from_config_match_defaults(base):
-    cfg = RLFHConfig.load(environ={})
-    for name in ("granularity", "placement", "info_weight", "truth_weight", "reward_epsilon", "reward_mu",
-                 "reward_clip", "abstain_reward", "empty_reward"):
-        assert getattr(base, name) == getattr(cfg, name)
-    assert dict(base.verification_map) == cfg.verification_map
+def test_reward_settings_defaults_are_the_configs():
+    """RewardSettings, RewardOverrides and RLFHConfig each list the reward settings; the lists must be the same
+    (REWARD_FIELDS) and RewardSettings' own defaults (used without a config) must equal RLFHConfig's."""
+    from cluster.config import REWARD_FIELDS
+    from reward_service.schemas import RewardOverrides
+    assert set(RewardSettings.__dataclass_fields__) == set(REWARD_FIELDS) == set(RewardOverrides.model_fields)
+    plain, cfg = RewardSettings(), RLFHConfig.load(environ={})
+    for name in REWARD_FIELDS:
+        value = getattr(plain, name)
+        assert (dict(value) if name.endswith("_map") else value) == getattr(cfg, name), name
+
+
+def test_from_config_carries_every_reward_setting():
+    from cluster.config import REWARD_FIELDS
+    changed = RLFHConfig.load(environ={}, granularity="sentence", placement="spread", verification_map={"Wrong": -3},
+                              informative_map={"5": 1.5}, info_weight=0.25, truth_weight=2.0, reward_epsilon=-0.5,
+                              reward_mu=1.5, reward_clip=3.0, abstain_reward=0.1, empty_reward=-0.4)
+    s, plain = RewardSettings.from_config(changed), RewardSettings()
+    for name in REWARD_FIELDS:
+        value = getattr(s, name)
+        assert value != getattr(plain, name), name     # every field changed, so a dropped one shows
+        assert (dict(value) if name.endswith("_map") else value) == getattr(changed, name), name
 
 
 # ------------------------------------------------------------------------------ hand-computed rewards
@@ -304,7 +320,8 @@ def test_align_edge_cases():
 
 
 def test_alignment_scales_to_long_responses(base):
-    # 20,000 characters / ~3,300 tokens / 1,000 statements: results equal the brute force on a sample
+    # 20,000 characters / ~5,000 tokens / 200 statements: every statement's reward lands on the token the brute
+    # force finds, and align_spans equals the brute force on a random sample of 300 spans over the whole text
     words = " ".join(f"w{i % 97}" for i in range(5000))
     text = (words + ".")[:20000]
     offs = word_offsets(text)
@@ -318,6 +335,18 @@ def test_alignment_scales_to_long_responses(base):
     assert r.token_rewards.shape == (len(offs),) and r.num_statements == len(sents) and r.num_unaligned == 0
     assert r.score == pytest.approx(sum(np.clip(r.token_rewards, -5, 5)))
     assert (r.token_label_signs == 1).sum() > 0
+    # Correct (1.0) with informativeness 3 (log(0 + 1) = 0): 1.0 on each statement's last token, 0 elsewhere
+    _, last = _brute_force(offs, [(s.statements[0].start, s.statements[0].end) for s in sents])
+    assert -1 not in last
+    assert np.flatnonzero(r.token_rewards).tolist() == last
+    assert r.token_rewards[last].tolist() == pytest.approx([1.0] * len(last))
+    rng = np.random.default_rng(0)
+    starts = rng.integers(-5, len(text) + 5, size=300)
+    spans = [(int(a), int(a + rng.integers(-3, 400))) for a in starts]
+    first, last = align_spans(np.array(offs), np.array([a for a, _ in spans]), np.array([b for _, b in spans]),
+                              len(text))
+    bf, bl = _brute_force(offs, spans)
+    assert first.tolist() == bf and last.tolist() == bl
 
 
 # ------------------------------------------------------------------------------ validation

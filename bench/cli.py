@@ -5,7 +5,8 @@ import argparse
 
 from cluster.cli import add_subcommands
 
-BENCHES = ["bench.verifier", "bench.rewards", "bench.train", "bench.abstain", "bench.drift", "bench.peer"]
+BENCHES = ["bench.verifier", "bench.rewards", "bench.train", "bench.abstain", "bench.drift", "bench.peer",
+           "bench.scaling"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -124,16 +124,16 @@ def test_alignment_of_rewritten_statements():
     assert not a.aligned and (a.start, a.end) == sents[1]
 
 
-def test_alignment_cost_is_linear_ish():
+def test_alignment_on_a_long_response_finds_the_right_sentence():
+    """400 sentences and a wrong hint: the statement is found (its time is measured by `rlfh bench scaling`)."""
     sent = "The band played in many cities and towns across the country. "
     resp = sent * 400  # 24k chars, 400 sentences
     spans, pos = [], 0
     for _ in range(400):
         spans.append((pos, pos + len(sent) - 1))
         pos += len(sent)
-    t0 = time.perf_counter()
     a = align_statement("The band played in many towns", resp, spans, hint=399)
-    assert a.aligned and time.perf_counter() - t0 < 2.0
+    assert a.aligned and spans[a.sentence][0] <= a.start < a.end <= spans[a.sentence][1] + 1
 
 
 # ----------------------------------------------------------------------------- llm backend over HTTP

@@ -140,3 +140,10 @@ def test_eval_generation_is_the_rollout_engines_greedy_generation(embedded_model
             direct = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=20,
                                     do_sample=False, pad_token_id=tok.pad_token_id)[0, ids.shape[1]:].tolist()
         assert direct[:len(s.response_token_ids)] == s.response_token_ids
+
+
+def test_bench_scaling_times_the_linear_passes_without_asserting_a_time():
+    from bench.scaling import measure
+    rows = measure(repeat=1)
+    assert [r["pass"] for r in rows] == ["entities + sentences", "align_statement", "align_spans"]
+    assert all(r["seconds"] > 0 and r["budget_s"] > 0 for r in rows)

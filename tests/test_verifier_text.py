@@ -122,16 +122,12 @@ def test_empty_and_symbol_only_text():
 
 
 def test_entities_and_sentences_stay_cheap_on_long_texts():
-    """Two responses' worth of characters (40k), thousands of entities: linear work, not pairwise checks
-    (the pairwise de-overlap took seconds here; the linear one takes tens of milliseconds)."""
-    import time
+    """Two responses' worth of characters (40k), thousands of entities: sorted, non-overlapping, exact spans.
+    How long it takes (linear work, not pairwise checks) is measured by `rlfh bench scaling`, not asserted here."""
     base = "Jonathan Stark was born on April 3, 1971 in Medford, Oregon. He won 2 titles with Henri Leconte in 1994. "
     text = base * 400
-    t0 = time.perf_counter()
     ents = T.entities(text)
     sents = T.split_sentences(text)
-    elapsed = time.perf_counter() - t0
     assert len(sents) == 800 and len(ents) > 2500
     assert all(a.end <= b.start for a, b in zip(ents, ents[1:]))      # sorted, non-overlapping
     assert all(text[e.start:e.end] == e.text for e in ents)
-    assert elapsed < 2.0, f"{elapsed:.2f} s for {len(text)} characters"

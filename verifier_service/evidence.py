@@ -74,7 +74,7 @@ FILLER_STEMS = frozenset(T.stem(w) for w in """
 good great nice interesting important question thing things something anything lot really well sure know think
 guess hope help happy glad course indeed actually basically simply kind sort way stuff point fact matter
 background cover explain explanation overview context summary discuss mention clarify detail details topic ask
-asking thanks thank tell let walk
+asking thanks thank tell let walk first firstly finally briefly
 """.split())
 GENERIC_NAME_WORDS = frozenset(LOCATION_WORDS | ORG_WORDS | ALL_HEADS | {"north", "south", "east", "west", "new",
                                                                       "great", "national", "international"})
@@ -334,7 +334,10 @@ def _chosen_option(text: str, qi: QuestionInfo) -> Optional[str]:
     best, pos = None, 10 ** 9
     for opt in qi.options:
         on = T.normalize(opt)
-        cands = [on] + [w for w in on.split() if w not in T.STOPWORDS and len(w) > 3][-1:]
+        # the whole option, or its last capitalised word ("Kazan" for "Elia Kazan"): never a lower-case word
+        # the parse swept into it ("first" of "The Jungle Book released first")
+        caps = [T.normalize(w) for w in opt.split() if w[:1].isupper()]
+        cands = [on] + [w for w in caps if w and w not in T.STOPWORDS and len(w) > 3][-1:]
         for c in cands:
             p = n.find(f" {c} ")
             if p >= 0 and p < pos:
@@ -388,6 +391,12 @@ def _ent_in(e: T.Entity, nwords: list[str], sent_nums: set) -> bool:
         if n >= 2 and target[-1] in nwords[j + 1:j + n + 3]:
             return True  # "Oleg Menshikov" in "Oleg Evgenyevich Menshikov"
     return False
+
+
+def _overlaps_any(c: T.Entity, ents: list) -> bool:
+    """Evidence entity ``c`` shares a word with one of the statement's entities (a variant of it)."""
+    cw = set(c.norm.split())
+    return any(cw & set(e.norm.split()) for e in ents)
 
 
 def _window(stems: list[str], a: int, b: int, skip: set, k: int = 3) -> tuple[set, set]:
@@ -467,6 +476,14 @@ def slot_check(text: str, idx: MaterialIndex, qi: QuestionInfo) -> Optional[Slot
             cl, cr = _window(cst, ca, cb, ent_words | all_ev_words)
             if (el & cl) or (er & cr):
                 return SlotCheck("contradicted", best, share, conflict=c.text, shared=shared)
+    if len(missing) == 1 and share >= 0.8 and shared >= 2:
+        # the sentence says all the rest of it and holds another entity of the missing one's kind that the
+        # statement lacks ("Professor Emeritus at Phoenix" where it says "Professor Emeritus at Arizona State
+        # University"): one entity was swapped for another, even when no slot word frames the two
+        grp = _ent_group(missing[0].kind)
+        extra = [c for c in ev_ents if _ent_group(c.kind) == grp and not _overlaps_any(c, ents)]
+        if extra:
+            return SlotCheck("contradicted", best, share, conflict=extra[0].text, shared=shared)
     if _PRONOUN_WORDS & set(es.words):
         # "During his career he won two titles": with no other name in its slot, a name from an earlier
         # sentence of the same passage is the one the pronoun stands for

@@ -292,3 +292,34 @@ def test_strict_reading_yes_no_answer_must_address_the_question():
     assert grade_answer("Both directors are from the same country.", "yes", q).grade == CORRECT
     assert grade_answer("Yes.", "yes", q).grade == CORRECT
     assert grade_answer("The directors are from different countries.", "yes", q).grade == INCORRECT
+
+
+# The grader (evaluation: did the model decline?) and the verifier (training: does this response carry a checkable
+# claim, or only a refusal?) decide abstention independently, on purpose. Where they differ is pinned here, so a
+# change to either side is a decision: (response, grader says abstained, verifier says abstained).
+ABSTENTION_JUDGES = [
+    # both: a refusal and nothing else
+    ("I don't know.", True, True),
+    ("I'm not sure about that.", True, True),
+    ("I'm sorry, I don't know.", True, True),
+    ("I'm sorry, I can't help with that.", True, True),
+    # neither: a guess follows the refusal
+    ("I don't know, maybe Paris.", False, False),
+    ("I'm sorry, but the capital is Paris.", False, False),
+    # grader only: it reads the apology / "no information" / "N/A" as declining; the verifier needs a refusal
+    # phrase and no content words left ("wrote Hamlet" is content), else the response is graded statement by statement
+    ("I'm sorry.", True, False),
+    ("No information.", True, False),
+    ("N/A", True, False),
+    ("Beyond my knowledge.", True, False),
+    ("I don't know who wrote Hamlet.", True, False),
+    # verifier only: "unclear" and "I don't remember" are refusals to the verifier, not to the gold grader
+    ("It's unclear.", False, True),
+    ("I don't remember.", False, True),
+]
+
+
+@pytest.mark.parametrize("response, grader, verifier", ABSTENTION_JUDGES)
+def test_grader_and_verifier_abstention_differ_only_where_pinned(response, grader, verifier):
+    from verifier_service.text import is_abstention_text
+    assert (detect_abstention(response), is_abstention_text(response)) == (grader, verifier)

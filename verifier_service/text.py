@@ -272,7 +272,7 @@ def is_abstention_text(text: str) -> bool:
 
 
 _ABSTAIN_FILLER = frozenset("""
-sorry unfortunately really exactly honestly sure certain know answer question information that this
+i'm sorry unfortunately really exactly honestly sure certain know answer question information that this
 question's enough specific details detail say tell determine based given provided context knowledge about
 regarding without access currently clue idea able unable help data certainly provide confirm verify which
 however but remember recall afraid unclear clear

@@ -138,6 +138,82 @@ def test_evidence_strength_breaks_the_tie(verifier):
     assert rewards["Peter Chelsom"] > rewards["Lucy Gordon"]
 
 
+def _answer_reward(verifier, q, mats, x, gold=None):
+    from bench.verifier import reward_of
+    from reward_service.token_rewards import RewardSettings
+    text = f"The answer is {x}."
+    res = verifier.verify(VerifyRequest(question=q, response=text, materials=mats, gold_answer=gold))
+    (st,) = res.statements()
+    return reward_of(res, text, RewardSettings()), st
+
+
+def test_one_answer_rewards_follow_evidence_strength_without_gold(verifier):
+    """Without a gold answer, "The answer is X." for the entity the best-matching evidence sentence puts in
+    the question's slot earns more than any other entity of the materials, and candidates the label alone
+    would leave equal get different rewards (the /get_reward ranking of the one-answer pairs)."""
+    q = "Who directed the 2001 romantic comedy in which Lucy Gordon had a small role?"
+    got = {x: _answer_reward(verifier, q, FILM, x) for x in
+           ("Peter Chelsom", "Marc Klein", "John Cusack", "Simon Channing Williams", "Lucy Gordon")}
+    best, st = got["Peter Chelsom"]
+    assert st.label == "Correct" and st.informativeness == 5
+    for x in ("Marc Klein", "John Cusack", "Simon Channing Williams", "Lucy Gordon"):
+        assert best > got[x][0], (x, got[x][1].label, got[x][1].informativeness)
+    # Simon Channing Williams is only in another passage: no reward above the same-sentence names
+    assert got["Simon Channing Williams"][0] <= min(got["Marc Klein"][0], got["John Cusack"][0])
+    # the runner-ups are not all equal: the rank among the evidence's entities breaks the label's tie
+    assert len({round(got[x][0], 9) for x in got}) >= 3, {x: (r, s.label, s.informativeness)
+                                                          for x, (r, s) in got.items()}
+    # with the gold answer the gold decides, whatever the ranking says
+    r_gold, st_gold = _answer_reward(verifier, q, FILM, "Marc Klein", gold="Peter Chelsom")
+    assert st_gold.label == "Wrong" and r_gold < 0
+
+
+def test_a_number_word_answer_outranks_a_year_of_the_same_passage(verifier):
+    """'six' is a candidate of a how-many question too: without gold, a year of the same sentence is Wrong
+    (before, only names and digits ranked, so the years had no rival and were Correct as well)."""
+    mats = ["The Aristocrats is a 2005 American documentary film about the famous joke. It is dedicated to Johnny "
+            "Carson. Johnny Carson was an American comedian who hosted The Tonight Show from 1962 to 1992 and "
+            "received six Emmy Awards, the first in 1980."]
+    q = "The 2005 documentary The Aristocrats was dedicated to a comedian that received how many Emmy Awards?"
+    r_six, st_six = _answer_reward(verifier, q, mats, "six")
+    assert st_six.label == "Correct" and st_six.informativeness == 5
+    for year in ("1980", "1962"):
+        r_year, st_year = _answer_reward(verifier, q, mats, year)
+        assert st_year.label == "Wrong" and r_six > r_year, (year, st_year.label, st_year.informativeness)
+
+
+def test_rank_informativeness_orders_the_rewards():
+    """The rank -> informativeness map, through the reward service's default maps: a better rank never earns
+    less, a Correct label always beats a Wrong one, and the best and runner-up candidates differ."""
+    from reward_service.token_rewards import RewardSettings
+    from verifier_service.evidence import rank_informativeness
+    s = RewardSettings()
+
+    def reward(correct, above):
+        info = s.informative_map[str(rank_informativeness(above, correct))]
+        truth = s.verification_map["Correct" if correct else "Wrong"]
+        return s.truth_weight * truth + s.info_weight * np.log(max(s.reward_epsilon, info) + s.reward_mu)
+
+    for correct in (True, False):
+        rs = [reward(correct, a) for a in range(12)]
+        assert all(a >= b for a, b in zip(rs, rs[1:])), rs
+    assert reward(True, 0) > reward(True, 1) > reward(True, 2)
+    assert reward(False, 2) > reward(False, 3) and reward(False, 7) > reward(False, 8)
+    assert min(reward(True, a) for a in range(12)) > max(reward(False, a) for a in range(12))
+
+
+def test_a_discourse_first_is_not_a_chosen_option(verifier):
+    """'There is some background to cover first.' on a 'Was A or B released first?' question chooses
+    nothing: it is filler (Vague), with and without the gold answer."""
+    q = "Was Winnie the Pooh or The Jungle Book released first?"
+    mats = ["Winnie-the-Pooh is a book by A. A. Milne, released in 1926.",
+            "The Jungle Book is a collection of stories by Rudyard Kipling, first published in 1894."]
+    for gold in (None, "The Jungle Book"):
+        res = verifier.verify(VerifyRequest(question=q, response="There is some background to cover first.",
+                                            materials=mats, gold_answer=gold))
+        assert [s.label for s in res.statements()] == ["Vague"], gold
+
+
 def test_slot_check_states():
     from verifier_service.evidence import slot_check
     from verifier_service.question import analyze_question

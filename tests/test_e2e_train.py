@@ -187,3 +187,35 @@ def test_reward_service_down_skips_the_batch_and_leaves_the_policy_alone(cluster
     assert row["time/train"] == 0 and row["time/sync"] == 0 and "reward_mean" not in row
     assert fingerprint(groups) == before, "a skipped batch must not train the policy"
     assert ray.get(groups.rollout[0].weights_version.remote()) == v0
+
+
+def test_training_with_redis_caches_verifications_across_runs(cluster, tmp_path, private_redis):
+    """REDIS_URL set: the reward service's verification cache is a real redis-server. A first run writes its
+    verifications there (with the TTL); a second run over the same prompts reads the identical abstention
+    candidates back from it (counted as cached), and both train."""
+    import redis
+
+    from cluster.driver import Trainer
+    from reward_service.cache import KEY_PREFIX
+    groups = cluster["groups"]
+    client = redis.Redis.from_url(private_redis.url)
+    assert client.dbsize() == 0
+    rows = []
+    for run in ("first", "second"):
+        cfg = tiny_cfg(tmp_path / run, redis_url=private_redis.url, max_steps=1, save_step=0)
+        trainer = Trainer(cfg, groups=groups)
+        try:
+            trainer.setup()
+            result = trainer.fit()
+        finally:
+            trainer.close()
+        assert result.completed and result.steps_this_run == 1 and not result.history[-1]["skipped"]
+        assert result.history[-1]["policy_trained"] and result.history[-1]["statements_per_response"] > 0
+        rows.append(result.history[-1])
+        if run == "first":
+            keys = client.keys(KEY_PREFIX + "*")
+            assert len(keys) >= cfg.rollout_batch_size       # at least the abstention candidates' verifications
+            assert 0 < client.ttl(keys[0]) <= cfg.cache_ttl_s
+    # one abstention candidate per prompt (of n = 2 samples): the same prompts give the same candidates
+    assert rows[1]["prompts"] == rows[0]["prompts"]
+    assert rows[1]["cached_rate"] >= 0.5 and rows[1]["cached_rate"] > rows[0]["cached_rate"]

@@ -21,6 +21,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from actors import calls
 from actors.types import Batch, split_batch
 from cluster.config import RLFHConfig
 
@@ -245,9 +246,9 @@ class ActorGroup:
 
         t0 = time.time()
         first = make(0, None, None)
-        addr, port = ray.get(first.master_address.remote())
+        addr, port = calls.get(first.master_address.remote(), f"{role} rank 0 start", calls.start_timeout_s())
         self.actors = [first] + [make(r, addr, port) for r in range(1, self._world_size)]
-        ray.get([a.ping.remote() for a in self.actors])
+        calls.get([a.ping.remote() for a in self.actors], f"{role} ranks start", calls.start_timeout_s())
         log.info("%s group: %d rank(s) up in %.1fs (master %s:%s)", role, self._world_size, time.time() - t0,
                  addr, port)
 
@@ -262,7 +263,7 @@ class ActorGroup:
     def run(self, method: str, *args, **kwargs) -> list:
         """Call ``method`` on every rank, wait, return the results in rank order."""
         import ray
-        return ray.get(self.run_async(method, *args, **kwargs))
+        return calls.get(self.run_async(method, *args, **kwargs), f"{self.role}.{method}")
 
     def dispatch_async(self, method: str, batch: Batch, **kwargs) -> list:
         shards = split_batch(batch, self._world_size)
@@ -272,7 +273,7 @@ class ActorGroup:
         """Split ``batch`` into ``world_size`` contiguous shards (data parallel), call ``method(shard)`` on
         each rank, wait, return the results in rank order."""
         import ray
-        return ray.get(self.dispatch_async(method, batch, **kwargs))
+        return calls.get(self.dispatch_async(method, batch, **kwargs), f"{self.role}.{method}")
 
     def dispatch_cat(self, method: str, batch: Batch, **kwargs) -> torch.Tensor:
         """:meth:`dispatch` for per-sample tensor results: concatenated back along dim 0 ([B, ...])."""
@@ -462,7 +463,8 @@ def create_groups(cfg: RLFHConfig, init_models: bool = True) -> Groups:
         if init_models:
             refs = {g.role: g.run_async("init_model") for g in groups.groups()}
             refs["rollout"] = [e.info.remote() for e in engines]
-            groups.init_info = {role: ray.get(r) for role, r in refs.items()}
+            groups.init_info = {role: calls.get(r, f"{role} init_model", calls.start_timeout_s())
+                                for role, r in refs.items()}
     except Exception:
         for g in made:
             if g is not None:
@@ -501,7 +503,7 @@ def create_colocated_groups(cfg: RLFHConfig, init_models: bool = True) -> Groups
                         rollout=RoleView(policy, "rollout").actors, placement=placement, rollout_backend="hf",
                         layout="colocated")
         if init_models:
-            infos = ray.get(policy.run_async("init_model"))
+            infos = calls.get(policy.run_async("init_model"), "colocated init_model", calls.start_timeout_s())
             groups.init_info = {role: [i[role] for i in infos] for role in infos[0]}
     except Exception:
         if policy is not None:

@@ -613,7 +613,8 @@ def generate_on_engines(engines: Sequence[Any], prompts: list[str], n: int, max_
         offsets.append(start)
         start += size
     out: list[RolloutSample] = []
-    for off, res in zip(offsets, ray.get(refs)):
+    from actors import calls
+    for off, res in zip(offsets, calls.get(refs, "rollout generate")):
         for smp in res:
             smp.prompt_index += off
             out.append(smp)

@@ -26,6 +26,8 @@ import logging
 import time
 from typing import Any, Optional, Sequence
 
+from actors import calls
+
 log = logging.getLogger(__name__)
 
 METHODS = ("auto", "object_store", "nccl", "cuda_ipc", "shared")
@@ -44,13 +46,11 @@ def stateless_nccl_group(master_addr: str, master_port: int, rank: int, world_si
 
 
 def _engine_infos(engines: Sequence[Any]) -> list[dict]:
-    import ray
-    return ray.get([e.info.remote() for e in engines])
+    return calls.get([e.info.remote() for e in engines])
 
 
 def choose_method(policy_group, engines: Sequence[Any]) -> str:
     """object_store unless the engines are vLLM on GPU; then cuda_ipc when they share the policy's GPUs."""
-    import ray
     infos = _engine_infos(engines)
     if all(i.get("shares_policy_weights") for i in infos):
         return "shared"
@@ -61,7 +61,7 @@ def choose_method(policy_group, engines: Sequence[Any]) -> str:
         return "object_store"
     policy_uuids = set(policy_group.run("device_uuid"))
     engine_uuids = set()
-    for u in ray.get([e.device_uuid.remote() for e in engines]):
+    for u in calls.get([e.device_uuid.remote() for e in engines]):
         engine_uuids.update(u if isinstance(u, list) else [u])
     if "cpu" in engine_uuids:
         return "object_store"
@@ -86,16 +86,16 @@ def sync_weights(policy_group, engines: Sequence[Any], method: str = "auto") -> 
     t0 = time.time()
     if method == "object_store":
         refs = policy_group.run_async("state_dict_for_sync")
-        ray.wait(refs, num_returns=len(refs))          # every rank done (ZeRO-3 gathers are collective)
-        meta = ray.get(policy_group.actors[0].sync_meta.remote())
+        ray.wait(refs, num_returns=len(refs), timeout=calls.timeout_s())          # every rank done (ZeRO-3 gathers are collective)
+        meta = calls.get(policy_group.actors[0].sync_meta.remote())
         version = int(meta["version"])
         # refs[0] is rank 0's dict in the object store: each engine resolves the same object.
-        versions = ray.get([e.update_weights.remote(refs[0], version) for e in engines])
+        versions = calls.get([e.update_weights.remote(refs[0], version) for e in engines])
         nbytes = int(meta.get("bytes", 0))
         del refs
     elif method == "shared":
-        version, nbytes = ray.get(policy_group.actors[0].weights_version.remote()), 0
-        versions = ray.get([e.follow_weights.remote(version) for e in engines])
+        version, nbytes = calls.get(policy_group.actors[0].weights_version.remote()), 0
+        versions = calls.get([e.follow_weights.remote(version) for e in engines])
     elif method == "nccl":
         version, nbytes, versions = _sync_nccl(policy_group, engines, state)
     else:
@@ -125,37 +125,35 @@ def _sync_state(policy_group) -> dict:
 
 
 def _sync_nccl(policy_group, engines, state) -> tuple[int, int, list[int]]:
-    import ray
     if "nccl_ready" not in state:
         tp = policy_group.cfg.vllm_tensor_parallel_size
         world = 1 + len(engines) * tp
-        addr, _ = ray.get(policy_group.actors[0].master_address.remote())
-        port = ray.get(policy_group.actors[0].free_port.remote())
+        addr, _ = calls.get(policy_group.actors[0].master_address.remote())
+        port = calls.get(policy_group.actors[0].free_port.remote())
         refs = [e.init_weight_group.remote(addr, port, 1 + i * tp, world) for i, e in enumerate(engines)]
         refs += policy_group.run_async("init_weight_sync_group", addr, port, world)
-        ray.get(refs)
+        calls.get(refs)
         state["nccl_ready"] = True
-        state["metas"] = ray.get(policy_group.actors[0].weight_meta.remote())
+        state["metas"] = calls.get(policy_group.actors[0].weight_meta.remote())
     metas = state["metas"]
-    version = ray.get(policy_group.actors[0].weights_version.remote())
+    version = calls.get(policy_group.actors[0].weights_version.remote())
     recv = [e.receive_weights_nccl.remote(metas, version) for e in engines]
     send = policy_group.run_async("broadcast_weights_nccl")
-    versions = ray.get(recv)
-    sent = ray.get(send)[0]
+    versions = calls.get(recv)
+    sent = calls.get(send)[0]
     return version, int(sent["bytes"]), versions
 
 
 def _sync_cuda_ipc(policy_group, engines, bucket_bytes: int = 1 << 62) -> tuple[int, int, list[int]]:
     """One bucket by default: vLLM's in-place reload finalizes each layer per call, so a layer must not be
     split across calls. Lower ``bucket_bytes`` only for models whose extra full copy does not fit."""
-    import ray
-    version = ray.get(policy_group.actors[0].weights_version.remote())
+    version = calls.get(policy_group.actors[0].weights_version.remote())
     start, nbytes, versions = 0, 0, []
     while True:
         parts = policy_group.run("ipc_handles_for_sync", bucket_bytes, start)
         by_uuid = {p["uuid"]: p["handles"] for p in parts}
         more = parts[0]["more"]
-        versions = ray.get([e.update_weights_ipc.remote(by_uuid, version, not more) for e in engines])
+        versions = calls.get([e.update_weights_ipc.remote(by_uuid, version, not more) for e in engines])
         policy_group.run("release_ipc")
         nbytes += parts[0]["bytes"]
         start = parts[0]["next"]

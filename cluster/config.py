@@ -396,6 +396,15 @@ class RLFHConfig(BaseModel):
     save_step: int = setting(0, "Checkpoint every N steps (0: only at the end and on Ctrl-C).", env="SAVE_STEP",
                              group="ckpt", ge=0)
     max_ckpt_num: int = setting(3, "Keep at most this many checkpoints.", env="MAX_CKPT_NUM", group="ckpt", ge=1)
+    actor_timeout_s: float = setting(
+        1800.0, "Longest the driver waits on one actor call (generate, forward, train step, weight sync, save), "
+        "seconds. An actor that dies is noticed at once; one that hangs, after this long. Either way the actor "
+        "groups are restarted from the last checkpoint (MAX_ACTOR_RESTARTS).", env="ACTOR_TIMEOUT_S", group="ckpt",
+        gt=0)
+    max_actor_restarts: int = setting(
+        2, "Times the driver restarts the actor groups from the last checkpoint after an actor died or hung, "
+        "before it stops with an error; the count starts again once a new checkpoint is saved. 0: stop at the "
+        "first failure.", env="MAX_ACTOR_RESTARTS", group="ckpt", ge=0)
     logging_steps: int = setting(1, "Log metrics every N steps.", env="LOGGING_STEPS", group="ckpt", ge=1)
     log_samples: int = setting(
         4, "Rollouts per step written to SAVE_PATH/samples.jsonl (question, prompt mode, response, reward, "

@@ -24,6 +24,14 @@ client's bounded retries) is skipped and counted (``rlfh_skipped_batches_total``
 progress bar, summary); it is never trained on as zero reward. After
 :data:`MAX_CONSECUTIVE_SKIPS` skipped batches in a row the run stops with a
 clear error (a checkpoint is written first).
+
+An actor that dies (policy, critic, reference or a rollout engine: Ray reports it at once) or hangs (no
+answer within ``ACTOR_TIMEOUT_S``; every wait on an actor is bounded, :mod:`actors.calls`) does not stop
+or hang the run: the driver shuts every actor group down, starts them again, loads the last checkpoint
+(step, data position, weights, optimizer, RNG) and goes on from there; the log lines of the steps after
+that checkpoint are dropped and those steps are redone. ``MAX_ACTOR_RESTARTS`` bounds the restarts
+between two checkpoints (``rlfh_actor_restarts_total``, ``actor_restarts`` in metrics.jsonl); past it the
+run stops with :class:`ActorGroupsFailed`, which says what failed and where a rerun resumes.
 """
 from __future__ import annotations
 
@@ -32,6 +40,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import threading
 import time
@@ -44,7 +53,7 @@ import numpy as np
 import torch
 
 from cluster import metrics
-from cluster.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
+from cluster.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, read_state, save_checkpoint
 from cluster.config import ConfigError, RLFHConfig
 from cluster.data import QAItem, load_items
 from cluster.experience import (KeywordReward, ServiceReward, SkipCounter, fetch_rewards, gold_outcomes,
@@ -54,7 +63,16 @@ from cluster.train_report import PHASES, format_mix, plot_curves, print_summary,
 log = logging.getLogger(__name__)
 
 MAX_CONSECUTIVE_SKIPS = 5
-__all__ = ["Trainer", "TrainResult", "train", "load_prompts", "epoch_order", "KeywordReward", "PHASES"]
+__all__ = ["Trainer", "TrainResult", "train", "load_prompts", "epoch_order", "KeywordReward", "PHASES",
+           "ActorGroupsFailed"]
+
+
+_ROLE_OF_CLASS = {"PolicyActor": "policy", "CriticActor": "critic", "ReferenceActor": "reference",
+                  "HFRolloutEngine": "rollout", "VLLMRolloutEngine": "rollout", "ColocatedActor": "policy+rollout"}
+
+
+class ActorGroupsFailed(RuntimeError):
+    """An actor died or hung more often than MAX_ACTOR_RESTARTS allows between two checkpoints."""
 
 
 # --------------------------------------------------------------------------------------
@@ -141,19 +159,21 @@ def _mean_dicts(dicts: Sequence[dict]) -> dict[str, float]:
 def _gather_timed(launched: dict[str, list], timer: PhaseTimer) -> dict[str, torch.Tensor]:
     """Wait for concurrently launched per-rank calls; each phase's time runs from launch to its last rank's
     answer (phases overlap, so their times add up to more than the wall time). Returns ``{phase: [B, ...]}``."""
-    import ray
+    from actors import calls
     t0 = time.perf_counter()
+    deadline = time.monotonic() + calls.timeout_s()
+    what = "forwards (" + ", ".join(launched) + ")"
     owner = {ref: phase for phase, refs in launched.items() for ref in refs}
     left = {phase: len(refs) for phase, refs in launched.items()}
     pending = list(owner)
     while pending:
-        done, pending = ray.wait(pending, num_returns=1)
+        done, pending = calls.wait_any(pending, deadline, what)
         for ref in done:
             phase = owner[ref]
             left[phase] -= 1
             if left[phase] == 0:
                 timer.times[phase] = timer.times.get(phase, 0.0) + time.perf_counter() - t0
-    return {phase: torch.cat(ray.get(refs), 0) for phase, refs in launched.items()}
+    return {phase: torch.cat(calls.get(refs, phase), 0) for phase, refs in launched.items()}
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
@@ -241,12 +261,16 @@ class Trainer:
         self.resumed_from: Optional[str] = None
         self.last_checkpoint: Optional[str] = None
         self._saved_step = -1
+        self.actor_restarts = 0            # actor-group restarts in this process (all of them)
+        self._restarts_since_save = 0      # ... since the last checkpoint was written (MAX_ACTOR_RESTARTS)
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> "Trainer":
         cfg = self.cfg
+        from actors import calls
         from actors.model_loader import load_tokenizer
         from cluster.ray_bootstrap import start_ray
+        calls.set_timeout_s(cfg.actor_timeout_s)   # every wait on an actor is bounded
 
         self.prompts = load_prompts(cfg)
         self.steps_per_epoch, self.total_steps = plan_steps(cfg, len(self.prompts))
@@ -275,10 +299,18 @@ class Trainer:
         if self.reuses_train_logprobs:
             log.info("one policy update per rollout and no reference (KL_COEF=0): the update's own log-probs "
                      "serve as the old log-probs, so the policy forward before it is skipped")
-        if cfg.use_tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-            self._tb = SummaryWriter(str(self.save_path / "tensorboard"))
+        self._open_tensorboard()
         return self
+
+    def _open_tensorboard(self) -> None:
+        """TensorBoard writer; after a resume, events of the steps after the checkpoint are purged (redone)."""
+        if not self.cfg.use_tensorboard:
+            return
+        from torch.utils.tensorboard import SummaryWriter
+        if self._tb is not None:
+            self._tb.close()
+        self._tb = SummaryWriter(str(self.save_path / "tensorboard"),
+                                 purge_step=self.state.step + 1 if self.state.step else None)
 
     @property
     def reuses_train_logprobs(self) -> bool:
@@ -317,16 +349,125 @@ class Trainer:
         # the engines generate with the restored policy
         from actors.weight_sync import sync_weights
         sync_weights(self.groups.policy, self.groups.rollout)
-        # drop log lines of steps after the checkpoint (they will be redone)
-        self.history = [r for r in read_metrics(self.metrics_path) if r.get("step", 0) <= self.state.step]
-        with open(self.metrics_path, "w", encoding="utf-8") as fh:
-            for r in self.history:
-                fh.write(json.dumps(r) + "\n")
+        self._rewind_logs(self.state.step)
         log.info("resuming at step %d (epoch %d, prompt %d of the shuffled order) from %s",
                  self.state.step, self.state.epoch, self.state.index, ckpt)
 
+    def _rewind_logs(self, step: int) -> None:
+        """Drop the lines of steps after ``step`` from metrics.jsonl and samples.jsonl (those steps are redone);
+        every other line stays as it was and new steps are appended after them. A line cut short by a kill is
+        dropped too. The file is replaced atomically (a kill during the rewind loses nothing)."""
+        self.history = []
+        for path in (self.metrics_path, self.save_path / "samples.jsonl"):
+            if not path.exists():
+                continue
+            lines = path.read_text(encoding="utf-8").splitlines()
+            kept = []
+            for line in lines:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(rec, dict) and rec.get("step", 0) <= step:
+                    kept.append(line)
+                    if path == self.metrics_path:
+                        self.history.append(rec)
+            if len(kept) != len(lines):
+                tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+                tmp.write_text("".join(x + "\n" for x in kept), encoding="utf-8")
+                os.replace(tmp, path)
+                log.info("%s: %d line(s) of steps after step %d dropped (they are redone)", path.name,
+                         len(lines) - len(kept), step)
+        self.history.sort(key=lambda r: r.get("step", 0))
+
+    # ------------------------------------------------------------------ actor failures
+    def _failed_role(self, err: BaseException) -> str:
+        """Which role the failed actor had (policy, critic, reference, rollout), when it can be told."""
+        from actors import calls
+        what = str(getattr(err, "what", "") or "")
+        aid = calls.dead_actor_id(err)
+        g = self.groups
+        def hexid(h) -> str:  # an actor handle, or a colocated role's view of one (actors.group.RoleHandle)
+            h = getattr(h, "_handle", h)
+            a = getattr(h, "_actor_id", None)
+            return a.hex() if a is not None else ""
+        if aid and g is not None:
+            hits = [grp.role for grp in g.groups() if any(hexid(a) == aid for a in grp.actors)]
+            if any(hexid(e) == aid for e in g.rollout):
+                hits.append("rollout")
+            if hits:
+                return "+".join(hits)   # colocated: one process hosts several roles
+        for role in ("policy", "critic", "reference", "rollout"):
+            if what.startswith(role) or str(err).startswith(role):
+                return role
+        m = re.search(r"class_name: (\w+)", str(err))   # Ray names the dead actor's class
+        return _ROLE_OF_CLASS.get(m.group(1), m.group(1)) if m else "unknown"
+
+    def _recover(self, err: BaseException) -> None:
+        """An actor died or hung: restart every actor group from the last checkpoint, or stop with a clear error
+        once MAX_ACTOR_RESTARTS restarts since the last checkpoint are used up."""
+        from ray.exceptions import GetTimeoutError
+
+        from actors import calls
+        from actors.group import create_groups
+        from actors.weight_sync import sync_weights
+        cfg = self.cfg
+        t0 = time.monotonic()
+        while True:   # a failure while restarting counts as one more restart
+            role = self._failed_role(err)
+            reason = "hung" if isinstance(err, GetTimeoutError) else "died"
+            detail = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+            self.actor_restarts += 1
+            self._restarts_since_save += 1
+            metrics.inc("rlfh_actor_restarts_total", 1, {"role": role, "reason": reason})
+            ckpt = latest_checkpoint(cfg.effective_ckpt_path)
+            where = (f"the last checkpoint {ckpt} (step {read_state(ckpt).step})" if ckpt is not None
+                     else "the start (no checkpoint yet; SAVE_STEP sets how often one is written)")
+            if self._restarts_since_save > cfg.max_actor_restarts:
+                # the logs end where the rerun resumes (the steps after the checkpoint will be redone)
+                self._rewind_logs(read_state(ckpt).step if ckpt is not None else 0)
+                raise ActorGroupsFailed(
+                    f"step {self.state.step}: the {role} actor {reason} ({type(err).__name__}: {detail}). The "
+                    f"actor groups were already restarted {self._restarts_since_save - 1} time(s) since the last "
+                    f"checkpoint (MAX_ACTOR_RESTARTS={cfg.max_actor_restarts}), so training stops here. Rerun the "
+                    f"same command to resume from {where}.") from err
+            log.error("step %d: the %s actor %s (%s: %s); restarting the actor groups from %s (restart %d of at "
+                      "most %d before the next checkpoint)", self.state.step, role, reason, type(err).__name__,
+                      detail, where, self._restarts_since_save, cfg.max_actor_restarts)
+            old, self.groups = self.groups, None
+            if old is not None:
+                from actors.group import kill_actors
+                # kill first: a hung rank would hold up a polite shutdown call until its timeout
+                kill_actors([a for grp in old.groups() for a in grp.actors] + list(old.rollout))
+                try:
+                    old.shutdown()
+                except Exception as e:  # noqa: BLE001 - the groups are broken; what matters is that they go
+                    log.warning("shutting the failed actor groups down: %s", e)
+            try:
+                self.groups = create_groups(cfg)
+                self._own_groups = True
+                if ckpt is not None:
+                    self.state = load_checkpoint(ckpt, self.groups)
+                    sync_weights(self.groups.policy, self.groups.rollout)
+                else:
+                    self.state = TrainerState()
+                break
+            except Exception as e:
+                if not calls.is_actor_failure(e):
+                    raise
+                log.error("restarting the actor groups failed: %s", e)
+                err = e
+        self.skips.total = self.state.skipped_batches
+        self.skips.consecutive = 0
+        self._saved_step = self.state.step
+        self._rewind_logs(self.state.step)
+        self._open_tensorboard()
+        log.warning("actor groups restarted in %.0fs; training goes on at step %d", time.monotonic() - t0,
+                    self.state.step)
+
     # ------------------------------------------------------------------ the loop
     def fit(self) -> TrainResult:
+        from actors import calls
         cfg = self.cfg
         t_start = time.time()
         wall_before = self.state.wall_time_s
@@ -341,14 +482,24 @@ class Trainer:
                 bar = tqdm(total=self.total_steps, initial=min(start_step, self.total_steps), desc="rlfh train",
                            unit="step", dynamic_ncols=True)
             while self.state.step < self.total_steps and not stop.requested:
-                row = self.step()
-                self.state.wall_time_s = wall_before + time.time() - t_start
-                self._log(row)
+                try:
+                    row = self.step()
+                    self.state.wall_time_s = wall_before + time.time() - t_start
+                    self._log(row)
+                    if cfg.save_step and self.state.step % cfg.save_step == 0:
+                        self.save()
+                except Exception as e:
+                    if not calls.is_actor_failure(e):
+                        raise
+                    self._recover(e)    # back to the last checkpoint with new actors, or ActorGroupsFailed
+                    wall_before, t_start = self.state.wall_time_s, time.time()
+                    if bar is not None:
+                        bar.n = min(self.state.step, self.total_steps)
+                        bar.refresh()
+                    continue
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix_str(self._postfix(row), refresh=True)
-                if cfg.save_step and self.state.step % cfg.save_step == 0:
-                    self.save()
                 if self.skips.consecutive >= MAX_CONSECUTIVE_SKIPS:
                     self.save()
                     raise RuntimeError(
@@ -389,6 +540,7 @@ class Trainer:
         state.skipped_batches = self.skips.total
         row["skipped"] = exp is None
         row["skipped_batches"] = self.skips.total
+        row["actor_restarts"] = self.actor_restarts
         for p in PHASES:
             row[f"time/{p}"] = round(timer.times.get(p, 0.0), 4)
         row["time/total"] = round(time.perf_counter() - t0, 4)
@@ -537,8 +689,7 @@ class Trainer:
     # ------------------------------------------------------------------ training
     def train_on(self, exp: dict[str, torch.Tensor], step: int, timer: PhaseTimer) -> dict[str, Any]:
         """PPO epochs on the critic (always) and the policy (after FREEZING_ACTOR_STEPS), then weight sync."""
-        import ray
-
+        from actors import calls
         from actors.weight_sync import sync_weights
         cfg, g = self.cfg, self.groups
         out: dict[str, Any] = {}
@@ -561,8 +712,8 @@ class Trainer:
                 prefs = (g.policy.dispatch_async("train_step", {k: exp[k][perm] for k in policy_keys if k in exp},
                                                  share=share)
                          if train_policy else [])
-                critic_stats += ray.get(crefs)
-                policy_stats += ray.get(prefs)
+                critic_stats += calls.get(crefs, "critic.train_step")
+                policy_stats += calls.get(prefs, "policy.train_step")
         out.update({f"policy/{k}": v for k, v in _mean_dicts(policy_stats).items()})
         out.update({f"critic/{k}": v for k, v in _mean_dicts(critic_stats).items()})
         out["policy_trained"] = train_policy
@@ -633,6 +784,7 @@ class Trainer:
         path = save_checkpoint(self.cfg.effective_ckpt_path, self.state, self.groups, self.cfg, self.cfg.max_ckpt_num)
         self.last_checkpoint = str(path)
         self._saved_step = self.state.step
+        self._restarts_since_save = 0
         return self.last_checkpoint
 
     def _export_final(self) -> str:

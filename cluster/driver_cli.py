@@ -40,6 +40,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     cfg = RLFHConfig.from_args(args)
-    from cluster.driver import train
-    result = train(cfg)
+    import sys
+
+    from cluster.driver import ActorGroupsFailed, train
+    from cluster.reaper import start_for_this_process
+    start_for_this_process()   # if this process is SIGKILLed, what its embedded Ray leaves behind is ended
+    try:
+        result = train(cfg)
+    except ActorGroupsFailed as e:   # an actor kept dying / hanging: say so plainly, no traceback
+        print(f"rlfh train: stopped: {e}", file=sys.stderr)
+        return 3
     return 0 if result.completed else 130

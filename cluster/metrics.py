@@ -63,6 +63,9 @@ CATALOGUE: dict[str, MetricSpec] = {m.name: m for m in [
     MetricSpec("rlfh_rollout_tokens_per_second", "gauge", "Rollout generation throughput."),
     MetricSpec("rlfh_skipped_batches_total", "counter", "Batches skipped after reward-service failures.",
                ("reason",)),
+    MetricSpec("rlfh_actor_restarts_total", "counter", "Restarts of the actor groups from the last checkpoint "
+               "after an actor died (reason=died) or hung past ACTOR_TIMEOUT_S (reason=hung), by the role whose "
+               "actor failed.", ("role", "reason")),
 ]}
 
 _lock = threading.Lock()

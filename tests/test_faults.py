@@ -227,3 +227,256 @@ def test_training_survives_the_reward_service_and_redis_dying(tmp_path, tiny_mod
             serve.shutdown()
         finally:
             handle.shutdown() if handle.started_here else ray.shutdown()
+
+
+# ------------------------------------------------------------------------------ the trainer SIGKILLed
+# `scripts/train.sh` as a user runs it (its own embedded Ray and reward service), the tiny random Llama, a
+# checkpoint every 2 steps. The trainer process is SIGKILLed by PID after step 3 (checkpoint 2 is the last one),
+# then train.sh is run again with the same CKPT_PATH: it resumes at step 2 and the checkpoint's data position,
+# redoes step 3 on the same prompts, and metrics.jsonl continues the curve (the first run's lines are kept).
+
+def _train_env(tmp_path, tiny_model_path, **over) -> dict:
+    from conftest import free_port
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)
+    env.update({
+        "MODEL_PATH": tiny_model_path, "SAVE_PATH": str(tmp_path / "run"), "CKPT_PATH": str(tmp_path / "ckpt"),
+        "PROMPT_DATA": "halueval:train", "MAX_SAMPLES": "32", "ROLLOUT_BATCH_SIZE": "2", "N_SAMPLES_PER_PROMPT": "2",
+        "GENERATE_MAX_LEN": "8", "PROMPT_MAX_LEN": "128", "TRAIN_BATCH_SIZE": "4", "MICRO_TRAIN_BATCH_SIZE": "4",
+        "MICRO_ROLLOUT_BATCH_SIZE": "4", "ADVANTAGE_ESTIMATOR": "rloo", "KL_COEF": "0", "MAX_STEPS": "6",
+        "SAVE_STEP": "2", "MAX_CKPT_NUM": "2", "ROLLOUT_BACKEND": "hf", "ROLLOUT_DTYPE": "fp32",
+        "NUM_CPUS_PER_ACTOR": "0.25", "VERIFIER_NUM_CPUS": "0.2", "REWARD_NUM_CPUS": "0.2", "REDIS_URL": "",
+        "SEED": "3", "SERVE_PORT": str(free_port()), "DASHBOARD_PORT": str(free_port()), "CPU_THREADS": "1"})
+    env.update(over)
+    return env
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    import json
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+def test_trainer_sigkilled_resumes_at_checkpoint_step_and_data_position(tmp_path, tiny_model_path):
+    root = Path(__file__).resolve().parents[1]
+    env = _train_env(tmp_path, tiny_model_path)
+    metrics_path = tmp_path / "run" / "metrics.jsonl"
+    latest = tmp_path / "ckpt" / "latest"
+
+    # run 1: SIGKILLed once step 3 is logged (the last checkpoint is step 2's)
+    log1 = tmp_path / "train1.log"
+    with open(log1, "wb") as fh:
+        proc = subprocess.Popen(["bash", "scripts/train.sh"], cwd=root, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    tree: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 420
+        while not any(r["step"] == 3 for r in _read_jsonl(metrics_path)):
+            assert proc.poll() is None, "train.sh ended before step 3:\n" + log1.read_text()[-4000:]
+            assert time.monotonic() < deadline, "no step 3 in 420 s:\n" + log1.read_text()[-4000:]
+            time.sleep(0.2)
+        assert latest.read_text().strip() == "global_step_00002", latest.read_text()
+        tree = _tree(proc.pid)
+        assert "train" in " ".join(psutil.Process(proc.pid).cmdline()), "train.sh must exec the trainer"
+        os.kill(proc.pid, signal.SIGKILL)          # the trainer itself (train.sh exec'd it), by PID
+        t_kill = time.monotonic()
+        proc.wait(timeout=30)
+        assert proc.returncode == -signal.SIGKILL
+        before = _read_jsonl(metrics_path)
+        assert [r["step"] for r in before][:3] == [1, 2, 3], before
+        # the embedded Ray shares the trainer's fate: nothing it started is left holding ports and memory
+        deadline = time.monotonic() + 60
+        while _alive(tree[1:]) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = [(p.pid, p.name()) for p in _alive(tree[1:])]
+        assert not left, f"processes left after the trainer was SIGKILLed: {left}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+        for p in _alive(tree[1:]):            # only what this test started
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+    # run 2: the same command, the same CKPT_PATH
+    log2 = tmp_path / "train2.log"
+    lost = before[2]
+    t_rerun = time.monotonic()
+    resumed_s = None
+    with open(log2, "wb") as fh:
+        proc2 = subprocess.Popen(["bash", "scripts/train.sh"], cwd=root, env=env, stdout=fh, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 480
+        while proc2.poll() is None:
+            assert time.monotonic() < deadline, "the rerun did not finish in 480 s:\n" + log2.read_text()[-4000:]
+            if resumed_s is None and any(r["step"] == 3 and r != lost for r in _read_jsonl(metrics_path)):
+                resumed_s = time.monotonic() - t_rerun      # the lost step is done again
+            time.sleep(0.2)
+    finally:
+        if proc2.poll() is None:
+            proc2.kill()
+            proc2.wait(timeout=30)
+    rc = proc2.returncode
+    out2 = log2.read_text()
+    assert rc == 0, out2[-4000:]
+    assert "resuming at step 2" in out2, out2[-4000:]
+    after = _read_jsonl(metrics_path)
+    steps = [r["step"] for r in after]
+    assert steps == [1, 2, 3, 4, 5, 6], steps                 # the curve goes on: no step lost, none twice
+    assert after[:2] == before[:2], "the first run's lines must be kept as they were"
+    redo = after[2]
+    # the redone step 3 starts from the checkpoint's data position: the same prompts, epoch and index
+    for k in ("prompts", "epoch", "data_index"):
+        assert redo[k] == lost[k], (k, redo[k], lost[k])
+    # ... and from the checkpoint's weights and RNG: the same rollout
+    assert redo["rollout_digest"] == lost["rollout_digest"], (redo, lost)
+    assert latest.read_text().strip() == "global_step_00006"
+    assert (tmp_path / "run" / "final" / "config.json").exists()
+    samples = _read_jsonl(tmp_path / "run" / "samples.jsonl")
+    assert sorted({s["step"] for s in samples}) == [1, 2, 3, 4, 5, 6]
+    assert len([s for s in samples if s["step"] == 3]) == len([s for s in samples if s["step"] == 4]), \
+        "samples of the lost step 3 must not be kept twice"
+    print(f"\ntrainer SIGKILL: 6 steps planned, 1 kill after step 3 (last checkpoint: step 2); resumed at step 2, "
+          f"step 3 redone on the same prompts and rollout, 0 steps lost, 0 logged twice; Ray's leftovers gone "
+          f"{t_rerun - t_kill:.0f} s after the kill; the rerun redid step 3 {resumed_s:.0f} s after its start "
+          f"(Ray, reward service, actors, checkpoint load) and finished in {time.monotonic() - t_rerun:.0f} s")
+
+
+# ------------------------------------------------------------------------------ actors dying or hanging
+# The driver in this process over real actor groups (the tiny random Llama; whatever layout MODEL_LAYOUT picks
+# here: one process per role, or policy + rollout in one process) and an in-process reward. A checkpoint every
+# 2 steps and at most 1 restart between checkpoints. Real processes, by PID: the policy's worker is SIGKILLed
+# (the driver restarts the groups from the last checkpoint and redoes the lost step on the same prompts and
+# rollout), the rollout engine's worker is SIGSTOPped (no answer within ACTOR_TIMEOUT_S: restarted the same
+# way), then the policy's worker is SIGKILLed twice before the next checkpoint: the run stops with a clear
+# ActorGroupsFailed instead of looping or hanging.
+
+POLICY_PROCS = ("ray::PolicyActor", "ray::ColocatedActor")
+ROLLOUT_PROCS = ("ray::HFRolloutEngine", "ray::ColocatedActor")
+
+
+def _actor_procs(prefixes) -> list[psutil.Process]:
+    return [p for p in _alive(_tree(os.getpid())) if p.name().startswith(prefixes)]
+
+
+def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_when_bounded(tmp_path,
+                                                                                           tiny_model_path):
+    import json
+    import threading
+
+    import ray
+
+    from cluster.config import RLFHConfig
+    from cluster.driver import ActorGroupsFailed, KeywordReward, Trainer
+    from cluster.ray_bootstrap import start_ray
+
+    timeout_s = 20.0
+    cfg = RLFHConfig.load(
+        environ={}, model_path=tiny_model_path, save_path=str(tmp_path / "run"), prompt_data="halueval:train",
+        max_samples=32, rollout_batch_size=2, n_samples_per_prompt=2, generate_max_len=8, prompt_max_len=128,
+        train_batch_size=4, micro_train_batch_size=4, micro_rollout_batch_size=4, advantage_estimator="rloo",
+        kl_coef=0.0, max_steps=10, save_step=2, max_ckpt_num=5, rollout_backend="hf", rollout_dtype="fp32",
+        num_cpus_per_actor=0.25, use_tensorboard=True, log_samples=0, seed=5, actor_timeout_s=timeout_s,
+        max_actor_restarts=1)
+    metrics_path = tmp_path / "run" / "metrics.jsonl"
+    handle = start_ray(cfg, num_cpus=3, include_dashboard=False)
+    trainer = None
+    events: list[dict] = []       # what the fault thread did, and when
+    stopped: list[int] = []       # PIDs SIGSTOPped here (SIGKILLed in the end if still there)
+    done = threading.Event()
+
+    def logged_steps() -> list[int]:
+        return [r["step"] for r in _read_jsonl(metrics_path)] if metrics_path.exists() else []
+
+    def wait_for(cond, what, limit=300.0):
+        t_end = time.monotonic() + limit
+        while not cond():
+            if done.is_set() or time.monotonic() > t_end:
+                raise RuntimeError(f"fault thread: gave up waiting for {what}")
+            time.sleep(0.1)
+
+    def redone(step, restarts) -> bool:   # ``step`` logged again by the groups of restart number ``restarts``
+        return any(r["step"] == step and r["actor_restarts"] == restarts for r in _read_jsonl(metrics_path))
+
+    def one_victim(prefixes, exclude=()):
+        procs = [p for p in _actor_procs(prefixes) if p.pid not in exclude]
+        return procs[0] if len(procs) == 1 else None
+
+    def faults():
+        try:
+            # 1. policy worker SIGKILLed after step 3 (last checkpoint: step 2)
+            wait_for(lambda: 3 in logged_steps(), "step 3")
+            v = one_victim(POLICY_PROCS)
+            assert v is not None, [p.name() for p in _actor_procs(POLICY_PROCS + ROLLOUT_PROCS)]
+            os.kill(v.pid, signal.SIGKILL)
+            events.append({"fault": "SIGKILL", "role": "policy", "pid": v.pid, "t": time.monotonic(),
+                           "steps_logged": logged_steps(), "rows": _read_jsonl(metrics_path)})
+            wait_for(lambda: redone(3, 1), "step 3 redone")
+            events[-1]["recovered_s"] = time.monotonic() - events[-1]["t"]
+            # 2. rollout worker SIGSTOPped after step 5 of the restarted groups (last checkpoint: step 4)
+            wait_for(lambda: trainer.actor_restarts >= 1 and logged_steps()[-1:] == [5], "step 5 after the restart")
+            v = one_victim(ROLLOUT_PROCS, exclude={e["pid"] for e in events})
+            assert v is not None, [p.name() for p in _actor_procs(POLICY_PROCS + ROLLOUT_PROCS)]
+            os.kill(v.pid, signal.SIGSTOP)
+            stopped.append(v.pid)
+            events.append({"fault": "SIGSTOP", "role": "rollout", "pid": v.pid, "t": time.monotonic(),
+                           "steps_logged": logged_steps(), "rows": _read_jsonl(metrics_path)})
+            wait_for(lambda: redone(5, 2), "step 5 redone")
+            events[-1]["recovered_s"] = time.monotonic() - events[-1]["t"]
+            # 3. after step 7: the policy worker SIGKILLed, and once more as soon as the new one is up
+            wait_for(lambda: trainer.actor_restarts >= 2 and logged_steps()[-1:] == [7], "step 7 after 2 restarts")
+            for n in range(2):
+                wait_for(lambda: one_victim(POLICY_PROCS, exclude={e["pid"] for e in events}) is not None,
+                         "a new policy worker")
+                v = one_victim(POLICY_PROCS, exclude={e["pid"] for e in events})
+                os.kill(v.pid, signal.SIGKILL)
+                events.append({"fault": "SIGKILL", "role": "policy", "pid": v.pid, "t": time.monotonic(),
+                               "steps_logged": logged_steps()})
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            events.append({"error": repr(e)})
+
+    try:
+        trainer = Trainer(cfg, reward_fn=KeywordReward("the"), show_progress=False)
+        trainer.setup()
+        thread = threading.Thread(target=faults, daemon=True)
+        thread.start()
+        t0 = time.monotonic()
+        with pytest.raises(ActorGroupsFailed) as info:
+            trainer.fit()
+        t_stop = time.monotonic()
+        done.set()
+        thread.join(timeout=30)
+        assert not any("error" in e for e in events), (events, info.value)
+        assert [e["fault"] for e in events] == ["SIGKILL", "SIGSTOP", "SIGKILL", "SIGKILL"], events
+        msg = str(info.value)
+        assert "the policy" in msg and "MAX_ACTOR_RESTARTS=1" in msg and "global_step_00006" in msg, msg
+        assert t_stop - events[-1]["t"] < 120, "the driver took too long to give up"
+        assert trainer.actor_restarts == 4
+        rows = _read_jsonl(metrics_path)
+        steps = [r["step"] for r in rows]
+        assert steps == list(range(1, 7)), steps        # rewound to the last checkpoint; nothing twice
+        # each restart went back to the checkpoint: the lost steps were redone on the same data and rollout
+        assert events[0]["steps_logged"][-1] == 3 and events[1]["steps_logged"][-1] == 5
+        for ev, step in ((events[0], 3), (events[1], 5)):
+            lost = next(r for r in ev["rows"] if r["step"] == step)
+            again = rows[step - 1]
+            for k in ("prompts", "epoch", "data_index", "rollout_digest"):
+                assert again[k] == lost[k], (step, k, again[k], lost[k])
+        # the hang was noticed after ACTOR_TIMEOUT_S, not never
+        assert events[1]["recovered_s"] < timeout_s + 120, events[1]["recovered_s"]
+        restarts = [r["actor_restarts"] for r in rows]
+        assert restarts == [0, 0, 1, 1, 2, 2], restarts
+        print(f"\nactor faults: {len(events)} injected ({', '.join(e['fault'] + ' ' + e['role'] for e in events)}); "
+              f"restarts: {trainer.actor_restarts}, steps lost: 0 (steps after each checkpoint redone), gave up "
+              f"{t_stop - events[-1]['t']:.1f} s after the last kill with: {msg[:160]}... total {t_stop - t0:.0f} s")
+        print(json.dumps([{k: v for k, v in e.items() if k not in ("t", "rows")} for e in events]))
+    finally:
+        done.set()
+        for pid in stopped:               # only what this test stopped
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if trainer is not None:
+            trainer.close()
+        handle.shutdown() if handle.started_here else ray.shutdown()

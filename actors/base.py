@@ -264,6 +264,64 @@ def ds_config(cfg: RLFHConfig, world_size: int, train: bool = True, offload: boo
     }
 
 
+#: Model types whose causal-LM head is exactly ``lm_head(decoder(x).last_hidden_state)`` (no logit scaling or
+#: soft-capping): their response log-probs are computed from the hidden states in row chunks.
+HEAD_ONLY_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+#: Positions per chunk of the LM head + log-softmax (a chunk's fp32 logits: rows x vocab x 4 bytes).
+LOGPROB_CHUNK_ROWS = 256
+
+
+def _decoder_and_head(model):
+    """``(decoder, lm_head)`` of a HF causal LM (inside a DeepSpeed engine / peft wrapper) whose logits are
+    exactly ``lm_head(decoder(...).last_hidden_state)``; None for any other model (full-logits path)."""
+    m = model.module if isinstance(getattr(model, "module", None), torch.nn.Module) else model
+    if hasattr(m, "get_base_model"):
+        m = m.get_base_model()
+    if getattr(getattr(m, "config", None), "model_type", None) not in HEAD_ONLY_MODEL_TYPES:
+        return None
+    try:
+        dec, head = m.get_decoder(), m.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        return None
+    return None if dec is None or head is None else (dec, head)
+
+
+def chunked_head_logprobs(head, hidden: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0,
+                          with_entropy: bool = False, chunk_rows: int = LOGPROB_CHUNK_ROWS):
+    """``log softmax(head(hidden) / T)[labels]`` ([B, R] float32) without the [B, R, V] logits: the LM head and the
+    log-softmax run over ``chunk_rows`` positions at a time. Under autograd each chunk is checkpointed (its logits
+    are recomputed in the backward pass instead of kept). ``with_entropy``: also the (detached) entropy."""
+    from cluster.core_algos import entropy_from_logits, logprobs_from_logits
+    B, R, H = hidden.shape
+    flat_h, flat_y = hidden.reshape(B * R, H), labels.reshape(B * R)
+
+    def chunk(h, y):
+        z = head(h).float()
+        if temperature != 1.0:
+            z = z / temperature
+        lp = logprobs_from_logits(z, y)
+        if not with_entropy:
+            return lp, None
+        with torch.no_grad():
+            return lp, entropy_from_logits(z.detach())
+
+    grad = torch.is_grad_enabled() and flat_h.requires_grad
+    lps, ents = [], []
+    for a in range(0, B * R, max(1, chunk_rows)):
+        h, y = flat_h[a:a + chunk_rows], flat_y[a:a + chunk_rows]
+        if grad:
+            from torch.utils.checkpoint import checkpoint
+            lp, ent = checkpoint(chunk, h, y, use_reentrant=False)
+        else:
+            lp, ent = chunk(h, y)
+        lps.append(lp)
+        ents.append(ent)
+    lp = torch.cat(lps).view(B, R) if lps else hidden.new_zeros((B, R), dtype=torch.float32)
+    if not with_entropy:
+        return lp
+    return lp, (torch.cat(ents).view(B, R) if ents else torch.zeros_like(lp))
+
+
 def causal_lm_response_logprobs(model, batch: Batch, temperature: float = 1.0, with_entropy: bool = False):
     """Log-probs of the response tokens under a causal LM.
 
@@ -278,6 +336,18 @@ def causal_lm_response_logprobs(model, batch: Batch, temperature: float = 1.0, w
     from cluster.core_algos import entropy_from_logits, logprobs_from_logits
     seq, attn = batch["sequences"], batch["attention_mask"]
     P, R = prompt_length(batch), response_length(batch)
+    mask = batch["action_mask"]
+    parts = _decoder_and_head(model)
+    if parts is not None:   # hidden states -> LM head + log-softmax in row chunks: no [B, R, V] logits
+        dec, head = parts
+        h = dec(input_ids=seq, attention_mask=attn, position_ids=position_ids(attn), use_cache=False
+                ).last_hidden_state[:, P - 1:P + R - 1]
+        res = chunked_head_logprobs(head, h, seq[:, P:P + R], temperature, with_entropy)
+        lp, ent = res if with_entropy else (res, None)
+        lp = torch.where(mask, lp, torch.zeros((), dtype=lp.dtype, device=lp.device))
+        if not with_entropy:
+            return lp
+        return lp, torch.where(mask, ent, torch.zeros((), dtype=ent.dtype, device=ent.device))
     # Only the last R + 1 positions' logits are needed: skip the LM head on the prompt.
     out = model(input_ids=seq, attention_mask=attn, position_ids=position_ids(attn), use_cache=False,
                 logits_to_keep=R + 1)
@@ -286,7 +356,6 @@ def causal_lm_response_logprobs(model, batch: Batch, temperature: float = 1.0, w
         logits = logits / temperature
     labels = seq[:, P:P + R]
     lp = logprobs_from_logits(logits, labels)
-    mask = batch["action_mask"]
     lp = torch.where(mask, lp, torch.zeros((), dtype=lp.dtype, device=lp.device))
     if not with_entropy:
         return lp
@@ -300,13 +369,21 @@ def batched_response_forward(fn, batch: Batch, micro: int, device: torch.device)
     B, R = int(batch["sequences"].shape[0]), response_length(batch)
     if B == 0:
         return torch.zeros((0, R), dtype=torch.float32)
+    # length buckets: micro batches of rows with similar prompt and response lengths (sorted by both), so
+    # trimming drops most of the padding; the results go back to the caller's row order
+    P = prompt_length(batch)
+    key = batch["attention_mask"][:, :P].sum(1) * (R + 1) + batch["action_mask"].sum(1)
+    order = torch.argsort(key, descending=True, stable=True)
     outs = []
     for i in range(0, B, max(1, micro)):
-        mb = {k: v[i:i + micro] for k, v in batch.items()}
+        idx = order[i:i + micro]
+        mb = {k: v[idx] for k, v in batch.items()}
         mb, _, _ = trim_batch(mb)
         mb = {k: v.to(device) for k, v in mb.items()}
         outs.append(pad_response(fn(mb).float().cpu(), R))
-    return torch.cat(outs, 0)
+    out = torch.empty((B, R), dtype=torch.float32)
+    out[order] = torch.cat(outs, 0)
+    return out
 
 
 def response_logprobs(model, batch: Batch, cfg: RLFHConfig, device: torch.device) -> torch.Tensor:

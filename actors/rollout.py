@@ -259,7 +259,10 @@ class HFRolloutEngine(_EngineBase):
 
     @torch.no_grad()
     def _generate_ids(self, prompt_ids: list[list[int]], max_new_tokens: int, temperature: float, top_p: float,
-                      seed: Optional[int]) -> list[list[int]]:
+                      seed: Optional[int], n: int = 1) -> list[list[int]]:
+        """Generated ids of ``n`` samples per prompt (prompt-major), in micro batches of MICRO_ROLLOUT_BATCH_SIZE
+        sequences. With ``n > 1`` each prompt is prefilled ONCE (:attr:`prefill_once`): a forward over the
+        prompts fills the KV cache, the cache is repeated ``n`` times, and ``generate`` continues from it."""
         from transformers import GenerationConfig
         greedy = temperature == 0
         gcfg = GenerationConfig(
@@ -270,21 +273,44 @@ class HFRolloutEngine(_EngineBase):
             self.model.eval()   # the policy's module: its train step leaves it in train mode
         out: list[list[int]] = []
         micro = max(1, self.cfg.micro_rollout_batch_size)
-        for c, start in enumerate(range(0, len(prompt_ids), micro)):
-            chunk = prompt_ids[start:start + micro]
+        once = self.prefill_once and n > 1 and min(len(p) for p in prompt_ids) >= 2
+        if not once:   # n copies of every prompt, each prefilled on its own
+            prompt_ids, n = [p for p in prompt_ids for _ in range(n)], 1
+        per = max(1, micro // n)   # prompts per micro batch
+        for c, start in enumerate(range(0, len(prompt_ids), per)):
+            chunk = prompt_ids[start:start + per]
             P = max(len(p) for p in chunk)
             ids = torch.full((len(chunk), P), self.pad_id, dtype=torch.long)
             mask = torch.zeros((len(chunk), P), dtype=torch.long)
             for i, p in enumerate(chunk):
                 ids[i, P - len(p):] = torch.tensor(p, dtype=torch.long)
                 mask[i, P - len(p):] = 1
-            if seed is not None:
-                torch.manual_seed(int(seed) * 1_000_003 + c)
+            ids, mask = ids.to(self.device), mask.to(self.device)
+            kw = {}
             with self._autocast():
-                gen = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                          generation_config=gcfg)
+                if n > 1:
+                    kw["past_key_values"] = self._prefill(ids[:, :-1], mask[:, :-1], n)
+                    ids, mask = ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0)
+                if seed is not None:
+                    torch.manual_seed(int(seed) * 1_000_003 + c)
+                gen = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gcfg, **kw)
             out.extend(gen[:, P:].cpu().tolist())
         return out
+
+    #: Prefill each prompt once for its ``n`` samples (set False to prefill every copy, as before).
+    prefill_once = True
+
+    def _prefill(self, ids: torch.Tensor, mask: torch.Tensor, n: int):
+        """KV cache of ``ids`` (left padded, [b, P-1]: the prompt without its last token, which ``generate``
+        feeds), repeated ``n`` times along the batch: [b * n] rows, sample-major within each prompt."""
+        from transformers import DynamicCache
+        cache = DynamicCache(config=getattr(self.model, "config", None))
+        pos = mask.long().cumsum(-1) - 1
+        pos.masked_fill_(mask == 0, 1)   # what generate uses for the left padding
+        self.model(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True,
+                   logits_to_keep=1)
+        cache.batch_repeat_interleave(n)
+        return cache
 
     def generate(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float, top_p: float,
                  seed: Optional[int] = None, share: int = 1) -> list[RolloutSample]:
@@ -296,8 +322,13 @@ class HFRolloutEngine(_EngineBase):
         self._phase_threads(share)
         t0 = time.time()
         enc = self.encode_prompts(prompts)
+        # length buckets: prompts sorted by length share micro batches (less padding); results back in order
+        order = sorted(range(len(enc)), key=lambda i: -len(enc[i]))
+        gens_sorted = self._generate_ids([enc[i] for i in order], max_new_tokens, temperature, top_p, seed, n=n)
+        gens: list = [None] * (len(enc) * n)
+        for k, pi in enumerate(order):
+            gens[pi * n:(pi + 1) * n] = gens_sorted[k * n:(k + 1) * n]
         flat = [(pi, ids) for pi, ids in enumerate(enc) for _ in range(n)]
-        gens = self._generate_ids([ids for _, ids in flat], max_new_tokens, temperature, top_p, seed)
         samples = [self.make_sample(pi, ids, g) for (pi, ids), g in zip(flat, gens)]
         self._account(samples, t0)
         return samples

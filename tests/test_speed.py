@@ -142,6 +142,105 @@ def test_eval_generation_is_the_rollout_engines_greedy_generation(embedded_model
         assert direct[:len(s.response_token_ids)] == s.response_token_ids
 
 
+# ------------------------------------------------------------------------------------------------ cheaper tokens
+
+def _varied_batch(tok):
+    """Rows of different prompt and response lengths (left-padded prompts, right-padded responses)."""
+    from actors.types import RolloutSample, make_batch
+    qa = [("Capital of France?", " Paris."), ("Who wrote the play Hamlet, and when?", " Shakespeare, around 1600."),
+          ("2+2?", " 4"), ("What colour is the sky on a clear day at noon?", " Blue, mostly, because of scattering."),
+          ("Largest planet?", " Jupiter is the largest planet."), ("Hi", " Hello!")]
+    samples = []
+    for i, (q, a) in enumerate(qa):
+        p = tok(q, add_special_tokens=False)["input_ids"]
+        r = tok(a, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        samples.append(RolloutSample(i, p, r, a, [(0, 0)] * len(r), "stop"))
+    return make_batch(samples, tok.pad_token_id)
+
+
+@pytest.mark.slow
+def test_chunked_head_logprobs_equal_the_full_logits_path_with_gradients(tiny_model_path, monkeypatch):
+    """Log-probs (and entropy, and the gradient of a loss on them) from the hidden states in row chunks, without
+    the [B, R, V] logits, equal the full-logits path."""
+    import actors.base as base
+    from actors.model_loader import load_causal_lm, load_tokenizer
+    torch.manual_seed(0)
+    tok = load_tokenizer(tiny_model_path)
+    model = load_causal_lm(tiny_model_path)
+    batch = _varied_batch(tok)
+    assert base._decoder_and_head(model) is not None
+    monkeypatch.setattr(base, "LOGPROB_CHUNK_ROWS", 7)   # several chunks, one ragged
+
+    def run(chunked: bool):
+        if not chunked:
+            monkeypatch.setattr(base, "HEAD_ONLY_MODEL_TYPES", frozenset())
+        model.zero_grad()
+        lp, ent = base.causal_lm_response_logprobs(model, batch, temperature=0.7, with_entropy=True)
+        (lp * torch.linspace(-1, 1, lp.shape[1])).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        with torch.no_grad():
+            lp_ng = base.causal_lm_response_logprobs(model, batch, temperature=0.7)
+        monkeypatch.setattr(base, "HEAD_ONLY_MODEL_TYPES", frozenset({"llama"}))
+        return lp.detach(), ent, grads, lp_ng
+
+    lp_c, ent_c, g_c, ng_c = run(True)
+    lp_f, ent_f, g_f, ng_f = run(False)
+    mask = batch["action_mask"]
+    assert int(mask.sum()) > 20 and float(lp_f[mask].abs().min()) > 0
+    assert torch.allclose(lp_c, lp_f, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(ng_c, ng_f, atol=1e-5, rtol=1e-5) and torch.allclose(ng_c, lp_c, atol=1e-6)
+    assert torch.allclose(ent_c, ent_f, atol=1e-4, rtol=1e-5)
+    assert g_c.keys() == g_f.keys() and len(g_c) > 5
+    for n in g_f:
+        assert torch.allclose(g_c[n], g_f[n], atol=1e-6, rtol=1e-4), n
+
+
+@pytest.mark.slow
+def test_length_bucketed_forward_micro_batches_give_the_rows_in_order(tiny_model_path):
+    """batched_response_forward sorts rows by length into micro batches and returns them in the caller's order:
+    the same log-probs as one unbucketed pass over the whole batch."""
+    from actors.base import batched_response_forward, causal_lm_response_logprobs
+    from actors.model_loader import load_causal_lm, load_tokenizer
+    tok = load_tokenizer(tiny_model_path)
+    model = load_causal_lm(tiny_model_path).eval()
+    batch = _varied_batch(tok)
+    fn = lambda mb: causal_lm_response_logprobs(model, mb)   # noqa: E731
+    with torch.no_grad():
+        whole = fn(batch)
+        bucketed = batched_response_forward(fn, batch, 2, torch.device("cpu"))
+    assert torch.allclose(bucketed, whole, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_prefill_once_for_n_samples_gives_the_same_samples(embedded_model_path):
+    """Each prompt is prefilled once and its KV cache repeated for the n samples: the same greedy and seeded
+    samples (and log-probs) as prefilling every copy, as before."""
+    from actors.model_loader import load_causal_lm, load_tokenizer
+    from actors.rollout import HFRolloutEngine
+    from actors.types import make_batch
+    from cluster.prompts import render_prompt
+    torch.set_num_threads(1)
+    tok = load_tokenizer(embedded_model_path)
+    model = load_causal_lm(embedded_model_path).eval()
+    engine = HFRolloutEngine(RLFHConfig(rollout_backend="hf", rollout_dtype="fp32", micro_rollout_batch_size=6),
+                             model=model, tokenizer=tok)
+    prompts = [render_prompt(tok, q) for q in ("What is the capital of France?", "Who wrote Hamlet?",
+                                                "Which river flows through Vienna, Budapest and Belgrade?")]
+    runs = {}
+    for once in (True, False):
+        engine.prefill_once = once
+        runs[once] = (engine.generate(prompts, 3, 12, 0.0, 1.0), engine.generate(prompts, 3, 12, 1.0, 1.0, seed=4))
+    for a, b in zip(runs[True], runs[False]):
+        assert [(s.prompt_index, s.response_token_ids) for s in a] == [(s.prompt_index, s.response_token_ids)
+                                                                      for s in b]
+    greedy = runs[True][0]
+    assert [s.prompt_index for s in greedy] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    assert len({tuple(s.response_token_ids) for s in greedy[:3]}) == 1          # greedy: n identical copies
+    batch = make_batch(runs[True][1], tok.pad_token_id)
+    engine.prefill_once = True
+    assert torch.isfinite(engine.logprobs(batch)).all()
+
+
 def test_bench_scaling_times_the_linear_passes_without_asserting_a_time():
     from bench.scaling import measure
     rows = measure(repeat=1)

@@ -11,10 +11,11 @@
 
 Every call has a timeout. Connection errors, timeouts and 5xx answers are
 retried ``max_retries`` times with exponential back-off (0.5 s, 1 s, 2 s, ...
-capped at 10 s); each failed attempt is counted (``failures``, and the metric
+capped at 10 s), or as long as the service's ``Retry-After`` asks on a 503 / 429 (its
+backpressure answer), at most ``max_retry_after_s`` (30 s); each failed attempt is counted (``failures``, and the metric
 ``rlfh_call_failures_total{target="reward_service"}``) and logged.
 After the last retry :class:`RewardServiceUnavailable` is raised (the driver
-skips the batch and counts it). A 4xx answer (bad input, auth) is not retried:
+skips the batch and counts it). A 4xx answer (bad input, auth) is not retried, except 429 (too many requests):
 :class:`RewardRequestError` carries the server's message, the field and the
 item index.
 """
@@ -65,6 +66,22 @@ def _item_dict(item: Any) -> dict:
     return d
 
 
+def _retry_after_s(value: Optional[str]) -> Optional[float]:
+    """Seconds of a ``Retry-After`` header (delta-seconds or an HTTP date); None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        from email.utils import parsedate_to_datetime
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 class RewardClient:
     """HTTP client of ``/v1/rewards``, ``/v1/verify``, ``/get_reward``, ``/healthz``, ``/v1/stats``.
 
@@ -74,12 +91,14 @@ class RewardClient:
         timeout_s: timeout of one HTTP attempt (connect, read, write), seconds.
         max_retries: retries after the first attempt on connection errors / timeouts / 5xx.
         backoff_s: first back-off; doubles per retry, capped at ``max_backoff_s``.
+        max_retry_after_s: the longest wait a 503 / 429 ``Retry-After`` header may ask for (a longer one is cut to
+            this; the back-off applies when it asks for less or is absent).
         batch_size: split ``rewards()`` into requests of at most this many items (None: one request).
     """
 
     def __init__(self, url: str, token: Optional[str] = None, timeout_s: float = 120.0, max_retries: int = 3,
                  backoff_s: float = 0.5, max_backoff_s: float = 10.0, batch_size: Optional[int] = None,
-                 transport: Optional[httpx.BaseTransport] = None):
+                 transport: Optional[httpx.BaseTransport] = None, max_retry_after_s: float = 30.0):
         if not url:
             raise ValueError("RewardClient: url is empty (set REWARD_URL or deploy the service)")
         if timeout_s <= 0:
@@ -91,6 +110,7 @@ class RewardClient:
         self.max_retries = int(max_retries)
         self.backoff_s = float(backoff_s)
         self.max_backoff_s = float(max_backoff_s)
+        self.max_retry_after_s = float(max_retry_after_s)
         self.batch_size = batch_size
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=httpx.Timeout(self.timeout_s),
@@ -111,6 +131,7 @@ class RewardClient:
         attempts = self.max_retries + 1
         for attempt in range(attempts):
             self.requests += 1
+            retry_after = None
             try:
                 resp = self._http.request(method, path, json=json)
             except httpx.TransportError as e:   # connect errors, timeouts, broken connections
@@ -124,7 +145,7 @@ class RewardClient:
                     return body
                 if resp.status_code < 400:   # 2xx that is not JSON (a proxy's page, a truncated body): retried
                     body = f"HTTP {resp.status_code} answer is not JSON: {body[:200]!r}"
-                elif resp.status_code < 500:
+                elif resp.status_code < 500 and resp.status_code != 429:
                     message = body.get("error") if isinstance(body, dict) else str(body)
                     if isinstance(body, dict) and not message:
                         message = str(body.get("detail"))
@@ -134,6 +155,8 @@ class RewardClient:
                     raise RewardRequestError(resp.status_code, message or resp.reason_phrase, field=field,
                                              item_index=body.get("item_index") if isinstance(body, dict) else None,
                                              body=body)
+                if resp.status_code in (429, 503):
+                    retry_after = _retry_after_s(resp.headers.get("retry-after"))
                 reason = (body if resp.status_code < 400 else
                           f"HTTP {resp.status_code}: " + (body.get("error", "") if isinstance(body, dict)
                                                           else str(body)[:300]))
@@ -142,6 +165,8 @@ class RewardClient:
             metrics.inc("rlfh_call_failures_total", 1, {"target": "reward_service"})
             if attempt + 1 < attempts:
                 delay = backoff_delay(attempt, self.backoff_s, self.max_backoff_s)
+                if retry_after is not None:   # the service said when to come back: honour it, within a bound
+                    delay = max(delay, min(retry_after, self.max_retry_after_s))
                 log.warning("reward service %s %s failed (%s); retry %d/%d in %.1fs", method, path, reason,
                             attempt + 1, self.max_retries, delay)
                 time.sleep(delay)

@@ -20,7 +20,7 @@ GOOD = {"items": [{"token_rewards": [0.0, 1.0, 0.0], "token_label_signs": [1, 1,
 
 
 class Script:
-    """What the server answers, call by call: (status, body dict | raw str) or ("sleep", seconds)."""
+    """What the server answers, call by call: (status, body dict | raw str[, headers]) or ("sleep", seconds)."""
 
     def __init__(self, answers):
         self.answers = list(answers)
@@ -43,7 +43,8 @@ def server():
                                       json.loads(self.rfile.read(n) or b"null")))
                 i = min(script.calls, len(script.answers) - 1)
                 script.calls += 1
-                status, body = script.answers[i]
+                status, body, *extra = script.answers[i]
+                headers = extra[0] if extra else {}
                 if status == "sleep":
                     time.sleep(body)
                     status, body = 200, GOOD
@@ -53,6 +54,8 @@ def server():
                     self.send_response(status)
                     self.send_header("content-type", "text/html" if raw else "application/json")
                     self.send_header("content-length", str(len(data)))
+                    for k, v in headers.items():
+                        self.send_header(k, v)
                     self.end_headers()
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):   # the client timed out and left
@@ -94,6 +97,30 @@ def test_5xx_is_retried_with_backoff_then_succeeds(server):
     assert c.failures == 2 and c.requests == 3 and c.unavailable == 0
     assert time.perf_counter() - t0 >= 0.05 + 0.1       # back-off 0.05 s, then 0.1 s
     assert "verifier failed" in c.last_error
+
+
+def test_retry_after_of_a_503_or_429_is_honoured_within_a_bound(server):
+    # the service's backpressure answer asks for 1 s: the client waits that long, not its 0.01 s back-off
+    script = Script([(503, "Request dropped due to backpressure", {"Retry-After": "1"}),
+                     (429, {"error": "slow down"}, {"Retry-After": "1"}), (200, GOOD)])
+    url = server(script)
+    c = RewardClient(url, timeout_s=5, max_retries=3, backoff_s=0.01, max_backoff_s=0.01)
+    t0 = time.perf_counter()
+    assert len(c.rewards([ITEM])) == 1 and script.calls == 3 and c.failures == 2
+    assert time.perf_counter() - t0 >= 2.0
+    # a Retry-After beyond the bound is cut to max_retry_after_s; one that cannot be read leaves the back-off
+    script = Script([(503, {"error": "busy"}, {"Retry-After": "3600"}), (503, {"error": "busy"},
+                                                                         {"Retry-After": "soon"}), (200, GOOD)])
+    url = server(script)
+    c = RewardClient(url, timeout_s=5, max_retries=3, backoff_s=0.01, max_backoff_s=0.01, max_retry_after_s=0.3)
+    t0 = time.perf_counter()
+    assert len(c.rewards([ITEM])) == 1 and script.calls == 3
+    assert 0.3 <= time.perf_counter() - t0 < 5.0
+    # other 4xx stay unretried
+    script = Script([(403, {"error": "bad token"}, {"Retry-After": "1"})])
+    with pytest.raises(RewardRequestError):
+        RewardClient(server(script), timeout_s=5, max_retries=3, backoff_s=0.01).rewards([ITEM])
+    assert script.calls == 1
 
 
 def test_gives_up_after_retries(server):

@@ -229,10 +229,6 @@ class BaseActor:
         self.tokenizer = load_tokenizer(path)
         return self.tokenizer
 
-    def _micro_batches(self, batch: Batch, size: int) -> list[Batch]:
-        B = int(batch["sequences"].shape[0])
-        return [{k: v[i:i + size] for k, v in batch.items()} for i in range(0, B, max(1, size))]
-
 
 def ds_config(cfg: RLFHConfig, world_size: int, train: bool = True, offload: bool = False) -> dict:
     """DeepSpeed config from the run's settings.
@@ -394,7 +390,3 @@ def response_logprobs(model, batch: Batch, cfg: RLFHConfig, device: torch.device
     """
     return batched_response_forward(lambda mb: causal_lm_response_logprobs(model, mb, cfg.temperature),
                                     batch, cfg.micro_rollout_batch_size, device)
-
-
-def to_device(batch: Batch, device: torch.device) -> Batch:
-    return {k: v.to(device) for k, v in batch.items()}

@@ -390,16 +390,3 @@ class PolicyActor(TrainableLMActor):
             with open(os.path.join(out_dir, "rlfh_meta.json"), "w") as f:
                 json.dump({"weights_version": self._weights_version, "source": self.model_path}, f)
         return out_dir
-
-    # ------------------------------------------------------------------ test-only
-    @torch.no_grad()
-    def _test_perturb_weights(self, scale: float = 0.05, seed: int = 0, pattern: str = "mlp") -> int:
-        """TEST ONLY: add seeded noise to the weights whose name contains ``pattern``; bumps the version."""
-        g = torch.Generator().manual_seed(seed)
-        for name, p in self.module.named_parameters():
-            if pattern in name and p.requires_grad:
-                with self._gathered([p]):
-                    noise = torch.randn(p.shape, generator=g, dtype=torch.float32) * scale * float(p.float().std())
-                    p.add_(noise.to(p.device, p.dtype))
-        self._weights_version += 1
-        return self._weights_version

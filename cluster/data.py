@@ -16,7 +16,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Optional
 
 from cluster.assets import HALUEVAL_QA, fetch_asset
 
@@ -134,11 +134,6 @@ def load_items(spec: str, split: Optional[str] = None, limit: Optional[int] = No
         if split:
             items = [it for it in items if split_of(it.question) == split]
     return items[:limit] if limit else items
-
-
-def iter_batches(items: list[QAItem], batch_size: int, start: int = 0) -> Iterable[tuple[int, list[QAItem]]]:
-    for i in range(start, len(items), batch_size):
-        yield i, items[i:i + batch_size]
 
 
 def balance_question_types(items: list[QAItem], min_share: float) -> list[QAItem]:

@@ -320,8 +320,3 @@ def label_mix(results: Sequence[Any]) -> tuple[dict[str, float], int]:
         counts.update({k: int(v) for k, v in (r.label_counts or {}).items() if k in LABELS})
     total = sum(counts.values())
     return {lab: (counts[lab] / total if total else 0.0) for lab in LABELS}, total
-
-
-def select_rows(tensors: dict[str, torch.Tensor], keep: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Keep the rows of every tensor where ``keep`` ([B] bool) is True."""
-    return {k: v[keep] for k, v in tensors.items()}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import Optional, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -162,8 +162,3 @@ def mcnemar_paired(x_a: Sequence[bool], x_b: Sequence[bool]) -> dict:
             "rate_a": float(a.mean()) if a.size else float("nan"),
             "rate_b": float(bb.mean()) if bb.size else float("nan"),
             "p_value": mcnemar_exact(b, c)}
-
-
-def mean_or_nan(values: Sequence[Optional[float]]) -> float:
-    v = [x for x in values if x is not None and not (isinstance(x, float) and math.isnan(x))]
-    return float(np.mean(v)) if v else float("nan")

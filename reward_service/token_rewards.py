@@ -107,7 +107,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional
 
 import numpy as np
 
@@ -566,9 +566,3 @@ def compute_token_rewards(result: VerifyResult, offsets: Any, text_len: int,
         token_rewards=rewards, token_label_signs=signs, score=float(rewards.sum()), is_correct=bool(is_correct),
         abstained=abstained, label_counts=counts, num_statements=K, num_unaligned=int(unaligned.sum()),
         truth_reward=float(truth.sum()), info_reward=float(sent_info.sum()), num_clipped=num_clipped)
-
-
-def batch_token_rewards(results: Sequence[VerifyResult], offsets: Iterable[Any], text_lens: Sequence[int],
-                        settings: RewardSettings) -> list[TokenRewards]:
-    """:func:`compute_token_rewards` over a batch (one settings object for all)."""
-    return [compute_token_rewards(r, o, n, settings) for r, o, n in zip(results, offsets, text_lens)]

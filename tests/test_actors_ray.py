@@ -193,7 +193,20 @@ def test_weight_sync_engine_generates_with_the_new_weights(groups, batch, prompt
     from actors.weight_sync import last_sync_stats, sync_weights
     engine = groups.rollout[0]
     greedy_before = ray_local.get(engine.generate.remote(prompts[:1], 1, GEN_TOKENS, 0.0, 1.0))
-    version = groups.policy.run("_test_perturb_weights", 0.5, 3)[0]
+
+    def perturb(actor, scale: float, seed: int) -> int:
+        """Runs inside the policy actor (Ray's __ray_call__): seeded noise on the MLP weights, version bumped."""
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, p in actor.module.named_parameters():
+                if "mlp" in name and p.requires_grad:
+                    with actor._gathered([p]):
+                        noise = torch.randn(p.shape, generator=g, dtype=torch.float32) * scale * float(p.float().std())
+                        p.add_(noise.to(p.device, p.dtype))
+        actor._weights_version += 1
+        return actor._weights_version
+
+    version = groups.policy.run("__ray_call__", perturb, 0.5, 3)[0]
     pol = groups.policy.dispatch_cat("logprobs", batch)
     stale = ray_local.get(engine.logprobs.remote(batch))
     assert (stale - pol).abs().max() > 1e-2  # the engine still has the old weights

@@ -9,15 +9,16 @@
     rewards[0].token_rewards      # list[float], one per response token
     rewards[0].token_label_signs  # list[int] in {-1, 0, 1} (FSPO)
 
-Every call has a timeout. Connection errors, timeouts and 5xx answers are
+Every call has a timeout. Connection errors, timeouts, 5xx and 429 answers are
 retried ``max_retries`` times with exponential back-off (0.5 s, 1 s, 2 s, ...
-capped at 10 s), or as long as the service's ``Retry-After`` asks on a 503 / 429 (its
-backpressure answer), at most ``max_retry_after_s`` (30 s); each failed attempt is counted (``failures``, and the metric
+capped at 10 s), or as long as a 503 / 429's ``Retry-After`` asks (the service's
+backpressure answer), at most ``max_retry_after_s`` (30 s). Each failed attempt
+is counted (``failures``, and the metric
 ``rlfh_call_failures_total{target="reward_service"}``) and logged.
 After the last retry :class:`RewardServiceUnavailable` is raised (the driver
-skips the batch and counts it). A 4xx answer (bad input, auth) is not retried, except 429 (too many requests):
-:class:`RewardRequestError` carries the server's message, the field and the
-item index.
+skips the batch and counts it). Any other 4xx answer (bad input, auth) is not
+retried: :class:`RewardRequestError` carries the server's message, the field
+and the item index.
 """
 from __future__ import annotations
 

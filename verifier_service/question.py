@@ -138,6 +138,11 @@ def _head_type(head: str) -> str:
     return "other"
 
 
+# measure words that make a number question after "how" ("how high"), but are adjectives after "what/which"
+_HOW_WORDS = frozenset("many much old long tall far high big large".split())
+
+_AUX = frozenset("is are was were did does do has have had can could will would".split())
+
 _OPTION_SPLIT_RE = re.compile(r"\s*,?\s+or\s+", re.IGNORECASE)
 
 
@@ -254,8 +259,12 @@ def analyze_question(q: str) -> QuestionInfo:
     if window and window[0] in ("type", "types", "kind", "kinds", "sort", "form", "category") and \
             len(window) > 2 and window[1] == "of":
         window = window[2:]  # "what type of performances" -> head "performances"
+    if len(window) >= 2 and window[1] in _AUX and window[0] not in T.STOPWORDS and not window[0].isdigit():
+        window = window[:1]  # "What sport are both ... known for?": the noun right before the verb is the head
     for w in window:
         st = T.stem(w)
+        if w in _HOW_WORDS or st in _HOW_WORDS:
+            continue  # "which highly popular actor", "what high school": a number head only after "how"
         if _head_type(w) != "other" or _head_type(st) != "other":
             head = w if _head_type(w) != "other" else st
             break

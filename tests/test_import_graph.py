@@ -95,3 +95,28 @@ def test_known_back_edges_still_exist():
     """A listed edge that is gone must leave the list, so the list is the debt that is really left."""
     edges = package_imports()
     assert [e for e in KNOWN_BACK_EDGES if e not in edges] == []
+
+
+def test_the_reward_service_path_needs_no_training_stack():
+    """A reward-service image must not need DeepSpeed (issue 13): with the training stack unimportable, the
+    service modules import and a response is verified and rewarded (offsets given, so no tokenizer is needed)."""
+    import subprocess
+    import sys
+    code = """
+import re, sys
+for m in ("deepspeed", "torch", "transformers", "peft", "vllm"):
+    sys.modules[m] = None          # import m -> ImportError
+import reward_service.app, reward_service.cache, reward_service.client, reward_service.cli
+from cluster.config import RLFHConfig
+from reward_service.token_rewards import RewardSettings, compute_token_rewards
+from verifier_service.core import Verifier
+from verifier_service.schema import VerifyRequest
+text = "Paris is the capital of France."
+res = Verifier(RLFHConfig.load(environ={})).verify(VerifyRequest(question="Capital of France?", response=text,
+                                                                 materials=[text]))
+offsets = [(m.start(), m.end()) for m in re.finditer(r"\\S+", text)]
+print(res.sentences[0].statements[0].label, compute_token_rewards(res, offsets, len(text), RewardSettings()).score > 0)
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["Correct", "True"]

@@ -13,6 +13,14 @@
 Training under faults (the driver, the tiny random Llama, the real service and a real redis-server): the
 service's proxy and replica SIGKILLed mid-run (the batch is skipped and counted, nothing is trained on it, and
 training goes on once Serve has restarted them), then Redis SIGKILLed (training goes on, cache degraded).
+
+The trainer itself SIGKILLed between checkpoints (``scripts/train.sh``): the same command resumes at the last
+checkpoint's step and data position, redoes the lost step on the same prompts and rollout, and metrics.jsonl
+continues the curve; nothing the dead trainer's Ray started is left running.
+
+A policy / rollout actor's worker SIGKILLed or SIGSTOPped: the driver notices (at once, or after
+ACTOR_TIMEOUT_S), restarts the actor groups from the last checkpoint (counted), and when MAX_ACTOR_RESTARTS is
+used up stops with a clear ActorGroupsFailed; it never hangs.
 Health and backpressure of the service itself are in ``tests/test_service_hostile.py``.
 """
 from __future__ import annotations
@@ -477,6 +485,75 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        if trainer is not None:
+            trainer.close()
+        handle.shutdown() if handle.started_here else ray.shutdown()
+
+
+def test_separate_layout_a_dead_rollout_engine_is_restarted_and_the_run_completes(tmp_path, tiny_model_path,
+                                                                                  caplog):
+    """One process per role (MODEL_LAYOUT=separate): the rollout engine's worker SIGKILLed after step 3; the
+    driver restarts the groups from step 2's checkpoint, names the rollout actor, and the run completes."""
+    import logging
+    import threading
+
+    import ray
+
+    from cluster.config import RLFHConfig
+    from cluster.driver import KeywordReward, Trainer
+    from cluster.ray_bootstrap import start_ray
+
+    cfg = RLFHConfig.load(
+        environ={}, model_path=tiny_model_path, save_path=str(tmp_path / "run"), prompt_data="halueval:train",
+        max_samples=32, rollout_batch_size=2, n_samples_per_prompt=2, generate_max_len=8, prompt_max_len=128,
+        train_batch_size=4, micro_train_batch_size=4, micro_rollout_batch_size=4, advantage_estimator="rloo",
+        kl_coef=0.0, max_steps=4, save_step=2, rollout_backend="hf", rollout_dtype="fp32", model_layout="separate",
+        num_cpus_per_actor=0.25, use_tensorboard=False, log_samples=0, seed=7, actor_timeout_s=120.0,
+        max_actor_restarts=1)
+    metrics_path = tmp_path / "run" / "metrics.jsonl"
+    handle = start_ray(cfg, num_cpus=3, include_dashboard=False)
+    trainer = None
+    events: list[dict] = []
+    done = threading.Event()
+
+    def fault():
+        try:
+            while not any(r["step"] == 3 for r in _read_jsonl(metrics_path)):
+                if done.is_set():
+                    return
+                time.sleep(0.1)
+            engines = _actor_procs(("ray::HFRolloutEngine",))
+            policies = _actor_procs(("ray::PolicyActor",))
+            assert len(engines) == 1 and len(policies) == 1, [p.name() for p in _alive(_tree(os.getpid()))]
+            os.kill(engines[0].pid, signal.SIGKILL)
+            events.append({"t": time.monotonic(), "rows": _read_jsonl(metrics_path), "policy_pid": policies[0].pid})
+        except Exception as e:  # noqa: BLE001
+            events.append({"error": repr(e)})
+
+    try:
+        caplog.set_level(logging.WARNING, logger="cluster.driver")
+        trainer = Trainer(cfg, reward_fn=KeywordReward("the"), show_progress=False)
+        trainer.setup()
+        th = threading.Thread(target=fault, daemon=True)
+        th.start()
+        result = trainer.fit()
+        t_end = time.monotonic()
+        done.set()
+        th.join(timeout=30)
+        assert len(events) == 1 and "error" not in events[0], events
+        assert result.completed and trainer.actor_restarts == 1
+        rows = _read_jsonl(metrics_path)
+        assert [r["step"] for r in rows] == [1, 2, 3, 4]
+        lost = next(r for r in events[0]["rows"] if r["step"] == 3)
+        for k in ("prompts", "data_index", "rollout_digest"):
+            assert rows[2][k] == lost[k], (k, rows[2][k], lost[k])
+        assert "the rollout actor died" in caplog.text, caplog.text[-2000:]
+        # every group was restarted, not only the dead one (the policy's process is a new one too)
+        assert events[0]["policy_pid"] not in {p.pid for p in _actor_procs(("ray::PolicyActor",))}
+        print(f"\nseparate layout: rollout engine SIGKILLed after step 3; restarted from step 2, run completed "
+              f"{t_end - events[0]['t']:.0f} s after the kill, 0 steps lost")
+    finally:
+        done.set()
         if trainer is not None:
             trainer.close()
         handle.shutdown() if handle.started_here else ray.shutdown()

@@ -238,11 +238,11 @@ class RLFHConfig(BaseModel):
         env="REWARD_TOKENIZER", group="reward")
 
     # ---------------------------------------------------------------- verifier
-    verifier_backend: Literal["evidence", "llm"] = setting(
-        "evidence", "Verifier: 'evidence' (no LLM, CPU) or 'llm' (OpenAI-compatible endpoint at MODEL_URL). The "
-        "policy judging itself is a Python API for now (verifier_service.core.Verifier(cfg, backend='self', "
-        "chat_fn=...)): no command hands the verifier replicas a rollout engine yet.", env="VERIFIER_BACKEND",
-        group="verifier")
+    verifier_backend: Literal["evidence", "llm", "self"] = setting(
+        "evidence", "Verifier: 'evidence' (no LLM, CPU), 'llm' (OpenAI-compatible endpoint at MODEL_URL) or 'self' "
+        "(the policy's own rollout engines judge, as in the paper: `rlfh train` only, where the verifier replicas "
+        "are handed the engines; a standalone `rlfh serve` / `rlfh verify` has no policy to ask).",
+        env="VERIFIER_BACKEND", group="verifier")
     model_url: str = setting("", "OpenAI-compatible base URL for the llm backend (e.g. http://vllm:8000/v1).",
                              env="MODEL_URL", group="verifier")
     annotate_model: str = setting("", "Model name sent to MODEL_URL by the llm backend.",
@@ -417,15 +417,6 @@ class RLFHConfig(BaseModel):
                                   group="ckpt", ge=1, le=65535)
 
     # ------------------------------------------------------------------ validators
-    @field_validator("verifier_backend", mode="before")
-    @classmethod
-    def _no_self_backend(cls, v):
-        if v == "self":
-            raise ValueError("'self' (the policy judging itself) is not wired to any command: the verifier replicas "
-                             "have no rollout engine to judge with (Python API: Verifier(cfg, backend='self', "
-                             "chat_fn=...)); use evidence or llm (rlfh verify --backend evidence)")
-        return v
-
     @field_validator("verification_map", mode="before")
     @classmethod
     def _vmap(cls, v):

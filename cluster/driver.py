@@ -56,7 +56,7 @@ from cluster import metrics
 from cluster.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, read_state, save_checkpoint
 from cluster.config import ConfigError, RLFHConfig
 from cluster.data import QAItem, load_items
-from cluster.experience import (KeywordReward, ServiceReward, SkipCounter, fetch_rewards, gold_outcomes,
+from cluster.experience import (KeywordReward, SelfJudge, ServiceReward, SkipCounter, fetch_rewards, gold_outcomes,
                                 label_mix, inject_abstentions, last_token_rewards, reward_items, rewards_to_tensors)
 from cluster.train_report import PHASES, format_mix, plot_curves, print_summary, read_metrics
 
@@ -261,6 +261,7 @@ class Trainer:
         self.resumed_from: Optional[str] = None
         self.last_checkpoint: Optional[str] = None
         self._saved_step = -1
+        self._self_judge: Optional[SelfJudge] = None   # VERIFIER_BACKEND=self: the verifier replicas' engines
         self.actor_restarts = 0            # actor-group restarts in this process (all of them)
         self._restarts_since_save = 0      # ... since the last checkpoint was written (MAX_ACTOR_RESTARTS)
 
@@ -284,17 +285,18 @@ class Trainer:
         self.save_path.mkdir(parents=True, exist_ok=True)
 
         self.ray = start_ray(cfg, num_cpus=self._ray_num_cpus, include_dashboard=self._include_dashboard)
-        if self.reward_fn is None:
-            url = cfg.reward_url or self._deploy_reward_service()
-            self._service_reward = ServiceReward(url, cfg)
-            self._service_reward.client.wait_ready(timeout_s=120.0)
-            self.reward_fn = self._service_reward
-            log.info("rewards from the reward service at %s", url)
+        # VERIFIER_BACKEND=self: the verifier replicas judge with the rollout engines, so those come up first
+        judge_needs_engines = self.reward_fn is None and not cfg.reward_url and cfg.verifier_backend == "self"
+        if not judge_needs_engines:
+            self._connect_rewards()
         if self.groups is None:
             from actors.group import create_groups
             t0 = time.time()
             self.groups = create_groups(cfg)
             log.info("actor groups up in %.0fs", time.time() - t0)
+        if judge_needs_engines:
+            self._self_judge = SelfJudge(self.groups.rollout)
+            self._connect_rewards(verifier_factory=self._self_judge)
         self._resume()
         if self.reuses_train_logprobs:
             log.info("one policy update per rollout and no reference (KL_COEF=0): the update's own log-probs "
@@ -321,7 +323,26 @@ class Trainer:
         return (self.groups is not None and self.groups.reference is None and cfg.max_epochs == 1
                 and cfg.rollout_batch_size * cfg.n_samples_per_prompt <= cfg.train_batch_size)
 
-    def _deploy_reward_service(self) -> str:
+    def _connect_rewards(self, verifier_factory=None) -> None:
+        """The reward function: REWARD_URL's service, or one deployed on this Ray (``verifier_factory``: see
+        :func:`reward_service.app.deploy`). Nothing to do when the caller passed a ``reward_fn``."""
+        if self.reward_fn is not None:
+            return
+        url = self.cfg.reward_url or self._deploy_reward_service(verifier_factory)
+        self._service_reward = ServiceReward(url, self.cfg)
+        self._service_reward.client.wait_ready(timeout_s=120.0)
+        self.reward_fn = self._service_reward
+        log.info("rewards from the reward service at %s", url)
+
+    def _redeploy_self_judge(self) -> None:
+        """After an actor-group restart: the same app, its verifier replicas handed the new rollout engines."""
+        from ray import serve
+
+        from reward_service.app import APP_NAME, build_app
+        self._self_judge = SelfJudge(self.groups.rollout)
+        serve.run(build_app(self.cfg, self._self_judge), name=APP_NAME, route_prefix="/", blocking=False)
+
+    def _deploy_reward_service(self, verifier_factory=None) -> str:
         from cluster.ray_bootstrap import free_port, port_is_free
         from reward_service.app import deploy
         port = self.cfg.serve_port
@@ -329,7 +350,7 @@ class Trainer:
             new = free_port()
             log.warning("SERVE_PORT %d is taken on this machine; the reward service uses %d instead", port, new)
             port = new
-        url = deploy(self.cfg, host=self.cfg.serve_host, port=port)
+        url = deploy(self.cfg, host=self.cfg.serve_host, port=port, verifier_factory=verifier_factory)
         self._deployed_service = True
         return url
 
@@ -446,6 +467,8 @@ class Trainer:
             try:
                 self.groups = create_groups(cfg)
                 self._own_groups = True
+                if self._self_judge is not None:   # VERIFIER_BACKEND=self: the verifier judges with the new engines
+                    self._redeploy_self_judge()
                 if ckpt is not None:
                     self.state = load_checkpoint(ckpt, self.groups)
                     sync_weights(self.groups.policy, self.groups.rollout)

@@ -105,6 +105,38 @@ class ServiceReward:
             close()
 
 
+class EngineChat:
+    """A ``verifier_service`` ChatFn over the policy's rollout engines (Ray handles with ``chat``): VERIFIER_BACKEND
+    =self, the policy judging its own statements. Picklable, so a verifier replica can hold it; calls go to the
+    engines in turn."""
+
+    model_name = "policy"
+
+    def __init__(self, engines: Sequence[Any]):
+        if not engines:
+            raise ValueError("EngineChat needs at least one rollout engine")
+        self.engines = list(engines)
+        self._next = 0
+
+    def __call__(self, conversations: list[list[dict]]) -> list[str]:
+        import ray
+        engine = self.engines[self._next % len(self.engines)]
+        self._next += 1
+        return ray.get(engine.chat.remote(conversations))
+
+
+class SelfJudge:
+    """``reward_service.app.deploy(verifier_factory=...)`` for VERIFIER_BACKEND=self: each verifier replica builds
+    ``Verifier(cfg, backend="self", chat_fn=EngineChat(engines))``."""
+
+    def __init__(self, engines: Sequence[Any]):
+        self.engines = list(engines)
+
+    def __call__(self, cfg):
+        from verifier_service.core import Verifier
+        return Verifier(cfg, backend="self", chat_fn=EngineChat(self.engines))
+
+
 class KeywordReward:
     """In-process reward: ``value`` on every token that overlaps an occurrence of ``word``.
 

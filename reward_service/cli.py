@@ -55,6 +55,10 @@ def _on_sigterm(signum, frame):
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     cfg = RLFHConfig.from_args(args)
+    if cfg.verifier_backend == "self":
+        from cluster.config import ConfigError
+        raise ConfigError("VERIFIER_BACKEND=self judges with the policy's rollout engines, which only `rlfh train` "
+                          "has (it hands them to the verifier replicas); serve with evidence or llm")
     import time
 
     import ray

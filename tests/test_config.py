@@ -41,7 +41,6 @@ def test_env_values_are_typed():
     ({"VERIFICATION_MAP": "[1, 2]"}, "VERIFICATION_MAP (--verification-map)"),
     ({"INFORMATIVE_MAP": '"5"'}, "must be a JSON object"),
     ({"LOSS_AGG": "sum"}, "LOSS_AGG (--loss-agg)"),
-    ({"VERIFIER_BACKEND": "self"}, "not wired to any command"),
     ({"EPS_CLIP_HIGH": "0"}, "EPS_CLIP_HIGH"),
     ({"EPS_CLIP_HIGH": "inf"}, "finite"),
 ])
@@ -180,3 +179,10 @@ def test_rlfh_config_command_reports_bad_env(monkeypatch, capsys):
     assert main(["config", "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["MODEL_PATH"]["value"] == "smollm2-135m-instruct"
+
+
+def test_rlfh_serve_refuses_the_self_verifier(capsys):
+    """VERIFIER_BACKEND=self needs the policy's rollout engines: only `rlfh train` has them (a usage error here)."""
+    from cluster.cli import main
+    assert main(["serve", "--verifier-backend", "self"]) == 2
+    assert "only `rlfh train`" in capsys.readouterr().err

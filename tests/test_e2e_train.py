@@ -219,3 +219,22 @@ def test_training_with_redis_caches_verifications_across_runs(cluster, tmp_path,
     # one abstention candidate per prompt (of n = 2 samples): the same prompts give the same candidates
     assert rows[1]["prompts"] == rows[0]["prompts"]
     assert rows[1]["cached_rate"] >= 0.5 and rows[1]["cached_rate"] > rows[0]["cached_rate"]
+
+
+def test_self_verifier_judges_with_the_policys_rollout_engines(cluster, tmp_path):
+    """VERIFIER_BACKEND=self: the trainer hands its rollout engines to the verifier replicas, which judge the
+    policy's statements by asking the policy (chat on the engines); the step trains on those rewards."""
+    from cluster.driver import Trainer
+    groups = cluster["groups"]
+    cfg = tiny_cfg(tmp_path, verifier_backend="self", judge_max_retries=0, judge_timeout_s=600, max_steps=1,
+                   save_step=0, reward_timeout_s=900)
+    trainer = Trainer(cfg, groups=groups)
+    try:
+        trainer.setup()
+        result = trainer.fit()
+        stats = trainer._service_reward.client.stats()
+    finally:
+        trainer.close()
+    row = result.history[-1]
+    assert result.completed and not row["skipped"] and row["policy_trained"]
+    assert stats["verifier"]["backend"] == "self" and stats["verifier"]["items"] > 0

@@ -64,10 +64,9 @@ def test_verify_bad_input_is_a_clear_error(tmp_path, capsys):
 
 def test_verify_self_backend_from_env_is_a_clear_error(monkeypatch, capsys):
     monkeypatch.setenv("VERIFIER_BACKEND", "self")
-    assert main(["verify", "-q", "q", "-r", "Paris."]) == 2    # a ConfigError: no command wires 'self'
+    assert main(["verify", "-q", "q", "-r", "Paris."]) == 2    # only `rlfh train` has the policy's engines
     err = capsys.readouterr().err
-    assert "VERIFIER_BACKEND" in err and "--backend evidence" in err and "Traceback" not in err
-    monkeypatch.delenv("VERIFIER_BACKEND")
+    assert "VERIFIER_BACKEND=self" in err and "--backend evidence" in err and "Traceback" not in err
     assert main(["verify", "-q", "Capital of France?", "-r", "Paris.", "--backend", "evidence", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["backend"] == "evidence"
 

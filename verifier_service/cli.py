@@ -99,6 +99,10 @@ def _run(args: argparse.Namespace) -> int:
     from verifier_service.schema import VerifyRequest
 
     cfg = RLFHConfig.from_args(args)
+    if (args.backend or cfg.verifier_backend) == "self":
+        print("rlfh verify: VERIFIER_BACKEND=self judges with the policy's rollout engines, which only `rlfh train` "
+              "has; pass --backend evidence or --backend llm (with MODEL_URL)", file=sys.stderr)
+        return 2
     verifier = Verifier(cfg, backend=args.backend)
     if args.data:
         return _run_data(args, verifier)

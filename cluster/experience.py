@@ -9,8 +9,8 @@ Ray, so every piece is unit-testable with plain tensors:
 * a **reward function** turns items into per-token rewards. :class:`ServiceReward`
   (the default) calls the reward service over HTTP; :class:`KeywordReward` is a
   tiny in-process one (rewards the tokens of a chosen word: tests, demos). Any
-  callable ``items -> list[result]`` works, where a result has the fields of
-  :class:`TokenRewards` (the reward service's ``ItemReward`` does);
+  callable ``items -> list[result]`` works, where a result has the fields the
+  driver reads of the reward service's ``ItemReward`` (the one record of a reward: both return it);
 * :func:`fetch_rewards` calls it and turns "the service is down after its bounded
   retries" into a skipped, counted batch (never a zero reward);
 * :func:`rewards_to_tensors` places per-token rewards into ``[B, R]`` tensors
@@ -32,6 +32,7 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 
 import torch
 
+from reward_service.schemas import ItemReward
 from verifier_service.schema import LABELS
 
 log = logging.getLogger(__name__)
@@ -40,24 +41,6 @@ log = logging.getLogger(__name__)
 # --------------------------------------------------------------------------------------
 # reward results and reward functions
 # --------------------------------------------------------------------------------------
-
-@dataclass
-class TokenRewards:
-    """Rewards of one response; the fields the driver reads (the service's ``ItemReward`` has them too).
-
-    ``token_rewards`` and ``token_label_signs`` have one entry per response token (``len(response_token_ids)``).
-    """
-
-    token_rewards: list[float]
-    token_label_signs: list[int]
-    score: float
-    is_correct: bool = False
-    abstained: bool = False
-    label_counts: dict[str, int] = field(default_factory=dict)
-    num_statements: int = 0
-    num_unaligned: int = 0
-    cached: bool = False
-
 
 class RewardFn(Protocol):
     """``items -> one result per item`` (same order). Raise :class:`RewardUnavailable` (or the service
@@ -153,7 +136,7 @@ class KeywordReward:
         self.value = float(value)
         self._re = re.compile(r"(?<!\w)" + re.escape(self.word) + r"(?!\w)", re.IGNORECASE)
 
-    def __call__(self, items: list[dict[str, Any]]) -> list[TokenRewards]:
+    def __call__(self, items: list[dict[str, Any]]) -> list[ItemReward]:
         out = []
         for it in items:
             spans = [m.span() for m in self._re.finditer(it["response"])]
@@ -165,9 +148,9 @@ class KeywordReward:
                     if a < e and b > s:  # token overlaps the word
                         rewards[t] = self.value
                         signs[t] = 1
-            out.append(TokenRewards(token_rewards=rewards, token_label_signs=signs, score=float(sum(rewards)),
-                                    is_correct=bool(spans), label_counts={"Correct": len(spans)},
-                                    num_statements=len(spans)))
+            out.append(ItemReward(token_rewards=rewards, token_label_signs=signs, score=float(sum(rewards)),
+                                  is_correct=bool(spans), abstained=False, label_counts={"Correct": len(spans)},
+                                  num_statements=len(spans), num_unaligned=0, num_tokens=len(offsets)))
         return out
 
 

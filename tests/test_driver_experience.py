@@ -12,10 +12,11 @@ from cluster.config import ConfigError, RLFHConfig
 from cluster.data import QAItem
 from cluster.driver import epoch_order, load_prompts, next_prompt_indices, plan_steps
 from cluster.checkpoint import TrainerState
-from cluster.experience import (KeywordReward, RewardUnavailable, ServiceReward, SkipCounter, TokenRewards,
+from cluster.experience import (KeywordReward, RewardUnavailable, ServiceReward, SkipCounter,
                                 fetch_rewards, inject_abstentions, label_mix, last_token_rewards, reward_items,
                                 rewards_to_tensors)
 from conftest import free_port
+from reward_service.schemas import ItemReward
 
 
 @pytest.fixture(scope="module")
@@ -82,18 +83,24 @@ def _find_all(text: str, word: str) -> list[int]:
     return out
 
 
+def _result(rewards, signs, score, **kw) -> ItemReward:
+    return ItemReward(token_rewards=rewards, token_label_signs=signs, score=score,
+                      **{"is_correct": False, "abstained": False, "label_counts": {}, "num_statements": 0,
+                         "num_unaligned": 0, **kw})
+
+
 def test_rewards_to_tensors_refuses_a_length_mismatch():
     mask = torch.tensor([[True, True, True], [True, False, False]])
-    ok = [TokenRewards([0.1, 0.2, 0.3], [0, 1, -1], 0.6), TokenRewards([1.0], [1], 1.0)]
+    ok = [_result([0.1, 0.2, 0.3], [0, 1, -1], 0.6), _result([1.0], [1], 1.0)]
     r, s = rewards_to_tensors(ok, mask)
     assert torch.allclose(r, torch.tensor([[0.1, 0.2, 0.3], [1.0, 0.0, 0.0]]))
     assert s.tolist() == [[0, 1, -1], [1, 0, 0]]
-    bad = [TokenRewards([0.1, 0.2], [0, 0], 0.3), TokenRewards([1.0], [1], 1.0)]
+    bad = [_result([0.1, 0.2], [0, 0], 0.3), _result([1.0], [1], 1.0)]
     with pytest.raises(ValueError, match="response 0: 2 token rewards"):
         rewards_to_tensors(bad, mask)
     with pytest.raises(ValueError, match="1 reward results for a batch of 2"):
         rewards_to_tensors(ok[:1], mask)
-    nan = [TokenRewards([float("nan"), 0, 0], [0, 0, 0], 0.0), TokenRewards([1.0], [1], 1.0)]
+    nan = [_result([float("nan"), 0, 0], [0, 0, 0], 0.0), _result([1.0], [1], 1.0)]
     with pytest.raises(ValueError, match="non-finite"):
         rewards_to_tensors(nan, mask)
 
@@ -105,13 +112,13 @@ def test_last_token_rewards_places_one_value_on_the_last_valid_token():
 
 
 def test_label_mix_shares_over_all_statements():
-    res = [TokenRewards([], [], 0.0, label_counts={"Correct": 3, "Wrong": 1}),
-           TokenRewards([], [], 0.0, label_counts={"Wrong": 3, "Vague": 1, "Hedged wrong": 0})]
+    res = [_result([], [], 0.0, label_counts={"Correct": 3, "Wrong": 1}),
+           _result([], [], 0.0, label_counts={"Wrong": 3, "Vague": 1, "Hedged wrong": 0})]
     mix, n = label_mix(res)
     assert n == 8
     assert mix["Correct"] == pytest.approx(3 / 8) and mix["Wrong"] == pytest.approx(4 / 8)
     assert mix["Vague"] == pytest.approx(1 / 8) and mix["Hedged correct"] == 0.0
-    assert label_mix([TokenRewards([], [], 0.0)])[0]["Correct"] == 0.0
+    assert label_mix([_result([], [], 0.0)])[0]["Correct"] == 0.0
 
 
 def test_reward_service_down_skips_and_counts_the_batch_on_a_real_closed_port():

@@ -25,6 +25,7 @@ SUBCOMMANDS = [
     "baselines.cli",             # baseline rtuning|dpo
     "cluster.config",            # config
     "cluster.submit",            # submit
+    "cluster.chaos",             # chaos list|kill
 ]
 
 

@@ -73,6 +73,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     stopped_by = "Ctrl-C"
     handle = None
     try:
+        # if this process is SIGKILLed (no handler can run), a watcher ends what its embedded Ray leaves behind
+        from cluster.reaper import start_for_this_process
+        start_for_this_process()
         # an embedded Ray gets the local defaults from start_ray (loopback only, Ray token auth, no usage stats)
         handle = start_ray(cfg, num_cpus=args.num_cpus, include_dashboard=not args.no_dashboard)
         # ray.init installs Ray's C++ failure handler for SIGTERM (a stack dump, then abort): take it back

@@ -124,3 +124,31 @@ def test_reaper_ends_what_a_sigkilled_process_started_and_nothing_else(tmp_path)
             if p.poll() is None:
                 p.kill()
                 p.wait(timeout=10)
+
+
+def test_rlfh_chaos_kills_the_trainer_once_the_step_is_logged(tmp_path):
+    rlfh = Path(sys.executable).with_name("rlfh")
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text(json.dumps({"step": 1}) + "\n")
+    try:
+        chaos = subprocess.Popen([str(rlfh), "chaos", "kill", "trainer", "--pid", str(trainer.pid), "--after-step",
+                                  "2", "--save-path", str(tmp_path), "--wait-s", "60"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(3.0)
+        assert trainer.poll() is None and chaos.poll() is None, "step 2 is not logged yet: nothing happens"
+        with open(metrics, "a") as fh:
+            fh.write(json.dumps({"step": 2}) + "\n" + '{"step": 3, "cut sho')
+        out, err = chaos.communicate(timeout=60)
+        assert chaos.returncode == 0, err
+        done = json.loads(out.strip().splitlines()[-1])
+        assert done["pids"] == [trainer.pid] and done["signal"] == "KILL" and done["step"] == 2, done
+        assert trainer.wait(timeout=10) == -signal.SIGKILL
+        # nothing of that role any more: a clear error, exit status 1
+        gone = subprocess.run([str(rlfh), "chaos", "kill", "policy", "--pid", str(trainer.pid), "--wait-s", "1"],
+                              capture_output=True, text=True, timeout=60)
+        assert gone.returncode == 1 and "no policy process" in gone.stderr, gone
+    finally:
+        if trainer.poll() is None:
+            trainer.kill()
+            trainer.wait(timeout=10)

@@ -25,6 +25,7 @@ Health and backpressure of the service itself are in ``tests/test_service_hostil
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -275,21 +276,30 @@ def test_trainer_sigkilled_resumes_at_checkpoint_step_and_data_position(tmp_path
     with open(log1, "wb") as fh:
         proc = subprocess.Popen(["bash", "scripts/train.sh"], cwd=root, env=env, stdout=fh, stderr=subprocess.STDOUT)
     tree: list[psutil.Process] = []
+    rlfh = Path(sys.executable).with_name("rlfh")
     try:
         deadline = time.monotonic() + 420
-        while not any(r["step"] == 3 for r in _read_jsonl(metrics_path)):
-            assert proc.poll() is None, "train.sh ended before step 3:\n" + log1.read_text()[-4000:]
-            assert time.monotonic() < deadline, "no step 3 in 420 s:\n" + log1.read_text()[-4000:]
+        while not _read_jsonl(metrics_path):            # Ray, the service and the actors are up
+            assert proc.poll() is None, "train.sh ended before step 1:\n" + log1.read_text()[-4000:]
+            assert time.monotonic() < deadline, "no step 1 in 420 s:\n" + log1.read_text()[-4000:]
             time.sleep(0.2)
-        assert latest.read_text().strip() == "global_step_00002", latest.read_text()
         tree = _tree(proc.pid)
         assert "train" in " ".join(psutil.Process(proc.pid).cmdline()), "train.sh must exec the trainer"
-        os.kill(proc.pid, signal.SIGKILL)          # the trainer itself (train.sh exec'd it), by PID
+        # the trainer itself (train.sh exec'd it) SIGKILLed by PID as soon as step 3 is logged
+        chaos = subprocess.run([str(rlfh), "chaos", "kill", "trainer", "--pid", str(proc.pid), "--after-step", "3",
+                                "--save-path", str(tmp_path / "run"), "--wait-s", "300"],
+                               capture_output=True, text=True, timeout=360)
         t_kill = time.monotonic()
+        assert chaos.returncode == 0, (chaos.stdout, chaos.stderr, log1.read_text()[-3000:])
+        injected = json.loads(chaos.stdout.strip().splitlines()[-1])
+        assert injected["pids"] == [proc.pid] and injected["signal"] == "KILL", injected
         proc.wait(timeout=30)
         assert proc.returncode == -signal.SIGKILL
         before = _read_jsonl(metrics_path)
-        assert [r["step"] for r in before][:3] == [1, 2, 3], before
+        kill_step = before[-1]["step"]
+        ckpt_step = int(latest.read_text().strip().rsplit("_", 1)[1])
+        assert [r["step"] for r in before] == list(range(1, kill_step + 1)), before
+        assert 2 <= ckpt_step < kill_step, (ckpt_step, kill_step)    # killed between checkpoints: steps lost
         # the embedded Ray shares the trainer's fate: nothing it started is left holding ports and memory
         deadline = time.monotonic() + 60
         while _alive(tree[1:]) and time.monotonic() < deadline:
@@ -308,7 +318,7 @@ def test_trainer_sigkilled_resumes_at_checkpoint_step_and_data_position(tmp_path
 
     # run 2: the same command, the same CKPT_PATH
     log2 = tmp_path / "train2.log"
-    lost = before[2]
+    first_lost = before[ckpt_step]
     t_rerun = time.monotonic()
     resumed_s = None
     with open(log2, "wb") as fh:
@@ -317,7 +327,8 @@ def test_trainer_sigkilled_resumes_at_checkpoint_step_and_data_position(tmp_path
         deadline = time.monotonic() + 480
         while proc2.poll() is None:
             assert time.monotonic() < deadline, "the rerun did not finish in 480 s:\n" + log2.read_text()[-4000:]
-            if resumed_s is None and any(r["step"] == 3 and r != lost for r in _read_jsonl(metrics_path)):
+            if resumed_s is None and any(r["step"] == ckpt_step + 1 and r != first_lost
+                                         for r in _read_jsonl(metrics_path)):
                 resumed_s = time.monotonic() - t_rerun      # the lost step is done again
             time.sleep(0.2)
     finally:
@@ -327,26 +338,28 @@ def test_trainer_sigkilled_resumes_at_checkpoint_step_and_data_position(tmp_path
     rc = proc2.returncode
     out2 = log2.read_text()
     assert rc == 0, out2[-4000:]
-    assert "resuming at step 2" in out2, out2[-4000:]
+    assert f"resuming at step {ckpt_step}" in out2, out2[-4000:]
     after = _read_jsonl(metrics_path)
     steps = [r["step"] for r in after]
     assert steps == [1, 2, 3, 4, 5, 6], steps                 # the curve goes on: no step lost, none twice
-    assert after[:2] == before[:2], "the first run's lines must be kept as they were"
-    redo = after[2]
-    # the redone step 3 starts from the checkpoint's data position: the same prompts, epoch and index
-    for k in ("prompts", "epoch", "data_index"):
-        assert redo[k] == lost[k], (k, redo[k], lost[k])
-    # ... and from the checkpoint's weights and RNG: the same rollout
-    assert redo["rollout_digest"] == lost["rollout_digest"], (redo, lost)
+    assert after[:ckpt_step] == before[:ckpt_step], "the first run's lines must be kept as they were"
+    for redo, lost in zip(after[ckpt_step:kill_step], before[ckpt_step:kill_step]):
+        # a redone step starts from the checkpoint's data position: the same prompts, epoch and index
+        for k in ("prompts", "epoch", "data_index"):
+            assert redo[k] == lost[k], (k, redo[k], lost[k])
+        # ... and from the checkpoint's weights and RNG: the same rollout
+        assert redo["rollout_digest"] == lost["rollout_digest"], (redo, lost)
     assert latest.read_text().strip() == "global_step_00006"
     assert (tmp_path / "run" / "final" / "config.json").exists()
     samples = _read_jsonl(tmp_path / "run" / "samples.jsonl")
     assert sorted({s["step"] for s in samples}) == [1, 2, 3, 4, 5, 6]
-    assert len([s for s in samples if s["step"] == 3]) == len([s for s in samples if s["step"] == 4]), \
-        "samples of the lost step 3 must not be kept twice"
-    print(f"\ntrainer SIGKILL: 6 steps planned, 1 kill after step 3 (last checkpoint: step 2); resumed at step 2, "
-          f"step 3 redone on the same prompts and rollout, 0 steps lost, 0 logged twice; Ray's leftovers gone "
-          f"{t_rerun - t_kill:.0f} s after the kill; the rerun redid step 3 {resumed_s:.0f} s after its start "
+    assert len([s for s in samples if s["step"] == 3]) == len([s for s in samples if s["step"] == 1]), \
+        "samples of a lost step must not be kept twice"
+    print(f"\ntrainer SIGKILL (rlfh chaos): 6 steps planned, 1 kill after step {kill_step} (last checkpoint: "
+          f"step {ckpt_step}); resumed at step {ckpt_step}, {kill_step - ckpt_step} step(s) redone on the same "
+          f"prompts and rollout, 0 steps lost, 0 logged twice; Ray's leftovers gone "
+          f"{t_rerun - t_kill:.0f} s after the kill; the rerun redid step {ckpt_step + 1} {resumed_s:.0f} s after "
+          f"its start "
           f"(Ray, reward service, actors, checkpoint load) and finished in {time.monotonic() - t_rerun:.0f} s")
 
 
@@ -374,6 +387,7 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
 
     import ray
 
+    from cluster.chaos import inject
     from cluster.config import RLFHConfig
     from cluster.driver import ActorGroupsFailed, KeywordReward, Trainer
     from cluster.ray_bootstrap import start_ray
@@ -416,7 +430,7 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
             wait_for(lambda: 3 in logged_steps(), "step 3")
             v = one_victim(POLICY_PROCS)
             assert v is not None, [p.name() for p in _actor_procs(POLICY_PROCS + ROLLOUT_PROCS)]
-            os.kill(v.pid, signal.SIGKILL)
+            assert inject(os.getpid(), "policy", "KILL")["pids"] == [v.pid]        # rlfh chaos kill policy
             events.append({"fault": "SIGKILL", "role": "policy", "pid": v.pid, "t": time.monotonic(),
                            "steps_logged": logged_steps(), "rows": _read_jsonl(metrics_path)})
             wait_for(lambda: redone(3, 1), "step 3 redone")
@@ -425,8 +439,8 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
             wait_for(lambda: trainer.actor_restarts >= 1 and logged_steps()[-1:] == [5], "step 5 after the restart")
             v = one_victim(ROLLOUT_PROCS, exclude={e["pid"] for e in events})
             assert v is not None, [p.name() for p in _actor_procs(POLICY_PROCS + ROLLOUT_PROCS)]
-            os.kill(v.pid, signal.SIGSTOP)
             stopped.append(v.pid)
+            assert inject(os.getpid(), "rollout", "STOP")["pids"] == [v.pid]       # rlfh chaos kill rollout --signal STOP
             events.append({"fault": "SIGSTOP", "role": "rollout", "pid": v.pid, "t": time.monotonic(),
                            "steps_logged": logged_steps(), "rows": _read_jsonl(metrics_path)})
             wait_for(lambda: redone(5, 2), "step 5 redone")
@@ -437,7 +451,7 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
                 wait_for(lambda: one_victim(POLICY_PROCS, exclude={e["pid"] for e in events}) is not None,
                          "a new policy worker")
                 v = one_victim(POLICY_PROCS, exclude={e["pid"] for e in events})
-                os.kill(v.pid, signal.SIGKILL)
+                assert inject(os.getpid(), "policy", "KILL")["pids"] == [v.pid]
                 events.append({"fault": "SIGKILL", "role": "policy", "pid": v.pid, "t": time.monotonic(),
                                "steps_logged": logged_steps()})
         except Exception as e:  # noqa: BLE001 - reported by the main thread
@@ -499,6 +513,7 @@ def test_separate_layout_a_dead_rollout_engine_is_restarted_and_the_run_complete
 
     import ray
 
+    from cluster.chaos import inject
     from cluster.config import RLFHConfig
     from cluster.driver import KeywordReward, Trainer
     from cluster.ray_bootstrap import start_ray
@@ -525,7 +540,7 @@ def test_separate_layout_a_dead_rollout_engine_is_restarted_and_the_run_complete
             engines = _actor_procs(("ray::HFRolloutEngine",))
             policies = _actor_procs(("ray::PolicyActor",))
             assert len(engines) == 1 and len(policies) == 1, [p.name() for p in _alive(_tree(os.getpid()))]
-            os.kill(engines[0].pid, signal.SIGKILL)
+            assert inject(os.getpid(), "rollout", "KILL")["pids"] == [engines[0].pid]   # the engine, not the policy
             events.append({"t": time.monotonic(), "rows": _read_jsonl(metrics_path), "policy_pid": policies[0].pid})
         except Exception as e:  # noqa: BLE001
             events.append({"error": repr(e)})

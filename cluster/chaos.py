@@ -1,0 +1,147 @@
+"""`rlfh chaos`: inject a real fault into a running `rlfh train` / `rlfh serve`, by PID.
+
+    rlfh chaos list --pid 12345                         # the processes of that run, by role
+    rlfh chaos kill policy --pid 12345                  # SIGKILL the policy actor's worker process
+    rlfh chaos kill rollout --pid 12345 --signal STOP   # freeze the rollout engine (the driver's timeout fires)
+    rlfh chaos kill trainer --pid 12345 --after-step 3 --save-path runs/rlfh   # once step 3 is logged
+
+``--pid`` is the trainer's (or ``rlfh serve``'s) process; the roles are found among its descendants by the
+process titles Ray gives actors (``ray::PolicyActor``...). Roles: trainer (the process itself), policy,
+rollout, critic, reference (with the colocated layout, policy and rollout are one process), reward-service
+(Serve's HTTP proxy and the reward replica), verifier (the verifier replica), redis (a redis-server given by
+``--redis-pid``). ``--after-step N`` waits until SAVE_PATH/metrics.jsonl has logged step N first.
+
+Prints one JSON line: the role, the signal, the PIDs hit, the last step logged then, and the time. Only
+processes of the given run are touched (never anything found by name alone). tests/test_faults.py drives
+its probes through this command.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+ROLES: dict[str, tuple[str, ...]] = {
+    "policy": ("ray::PolicyActor", "ray::ColocatedActor"),
+    "rollout": ("ray::HFRolloutEngine", "ray::VLLMRolloutEngine", "ray::ColocatedActor"),
+    "critic": ("ray::CriticActor", "ray::ColocatedActor"),
+    "reference": ("ray::ReferenceActor", "ray::ColocatedActor"),
+    "reward-service": ("ray::ProxyActor", "ray::ServeReplica:rlfh-rewards:RLFHRewards"),
+    "verifier": ("ray::ServeReplica:rlfh-rewards:RLFHVerifier",),
+}
+ALL_ROLES = ("trainer", *ROLES, "redis")
+SIGNALS = {"KILL": signal.SIGKILL, "STOP": signal.SIGSTOP, "CONT": signal.SIGCONT, "TERM": signal.SIGTERM}
+
+
+def _alive(p) -> bool:
+    import psutil
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def role_processes(root_pid: int, role: str, redis_pid: int | None = None) -> list:
+    """The live processes of ``role`` in the run whose top process is ``root_pid``."""
+    import psutil
+    if role == "redis" and not redis_pid:
+        raise ValueError("role redis needs --redis-pid (the cache's redis-server is not the run's child)")
+    try:
+        root = psutil.Process(redis_pid if role == "redis" else root_pid)
+        if role in ("trainer", "redis"):
+            return [root] if _alive(root) else []
+        children = root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    prefixes = ROLES[role]
+    out = []
+    for p in children:
+        try:
+            if _alive(p) and p.name().startswith(prefixes):
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def last_step(save_path: str | Path) -> int:
+    """The highest step in SAVE_PATH/metrics.jsonl (0: none yet); a line cut short is ignored."""
+    path = Path(save_path) / "metrics.jsonl"
+    best = 0
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                best = max(best, int(json.loads(line).get("step", 0)))
+            except (ValueError, AttributeError):
+                pass
+    return best
+
+
+def inject(root_pid: int, role: str, sig: str = "KILL", after_step: int = 0, save_path: str = "",
+           redis_pid: int | None = None, wait_s: float = 600.0) -> dict:
+    """Send ``sig`` to ``role``'s processes (after step ``after_step`` is logged); what was done, as a dict."""
+    if role not in ALL_ROLES:
+        raise ValueError(f"unknown role {role!r}; roles: {', '.join(ALL_ROLES)}")
+    if sig not in SIGNALS:
+        raise ValueError(f"unknown signal {sig!r}; signals: {', '.join(SIGNALS)}")
+    deadline = time.monotonic() + wait_s
+    if after_step:
+        if not save_path:
+            raise ValueError("--after-step needs --save-path (where metrics.jsonl is)")
+        while last_step(save_path) < after_step:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"step {after_step} not logged in {save_path}/metrics.jsonl within {wait_s:.0f}s")
+            time.sleep(0.1)
+    while not (procs := role_processes(root_pid, role, redis_pid)):
+        if time.monotonic() > deadline:
+            raise LookupError(f"no {role} process under PID {root_pid} within {wait_s:.0f}s")
+        time.sleep(0.2)
+    pids = []
+    for p in procs:
+        try:
+            os.kill(p.pid, SIGNALS[sig])
+            pids.append(p.pid)
+        except ProcessLookupError:
+            pass
+    return {"role": role, "signal": sig, "pids": pids, "names": [p.name() for p in procs],
+            "step": last_step(save_path) if save_path else None, "time": time.time()}
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    from cluster.cli import plain_doc
+    p = sub.add_parser("chaos", help="Inject a real fault (SIGKILL / SIGSTOP by PID) into a running train or "
+                                     "serve: the trainer, an actor, the reward service, Redis.",
+                       description=plain_doc(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
+    csub = p.add_subparsers(dest="chaos_command", metavar="ACTION", required=True)
+    ls = csub.add_parser("list", help="The processes of a run, by role (JSON).")
+    ls.add_argument("--pid", type=int, required=True, help="PID of the rlfh train / rlfh serve process.")
+    ls.set_defaults(func=_cmd_list)
+    k = csub.add_parser("kill", help="Signal a role's processes (SIGKILL unless --signal says otherwise).")
+    k.add_argument("role", choices=ALL_ROLES)
+    k.add_argument("--pid", type=int, required=True, help="PID of the rlfh train / rlfh serve process.")
+    k.add_argument("--signal", default="KILL", choices=list(SIGNALS), help="Signal to send (default KILL).")
+    k.add_argument("--after-step", type=int, default=0, help="Wait until this step is in metrics.jsonl first.")
+    k.add_argument("--save-path", default="", help="The run's SAVE_PATH (for --after-step).")
+    k.add_argument("--redis-pid", type=int, default=None, help="PID of the redis-server (role redis).")
+    k.add_argument("--wait-s", type=float, default=600.0, help="Give up waiting after this long (default 600).")
+    k.set_defaults(func=_cmd_kill)
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    out = {role: [p.pid for p in role_processes(args.pid, role)] for role in ("trainer", *ROLES)}
+    print(json.dumps(out))
+    return 0
+
+
+def _cmd_kill(args: argparse.Namespace) -> int:
+    try:
+        done = inject(args.pid, args.role, args.signal, args.after_step, args.save_path, args.redis_pid, args.wait_s)
+    except (ValueError, LookupError, TimeoutError) as e:
+        print(f"rlfh chaos: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(done), flush=True)
+    return 0 if done["pids"] else 1

@@ -35,12 +35,15 @@ def set_timeout_s(seconds: float) -> None:
     _timeout_s = float(seconds)
 
 
-def _timeout_error():
+def _timeout_error(what: str, seconds: float):
     from ray.exceptions import GetTimeoutError
 
     class ActorCallTimeout(GetTimeoutError):
         """No answer from an actor within ACTOR_TIMEOUT_S (it is hung, or the timeout is too short)."""
-    return ActorCallTimeout
+    err = ActorCallTimeout(f"{what}: no answer within {seconds:g}s (ACTOR_TIMEOUT_S): the actor is hung or the "
+                           "timeout is too short for this model")
+    err.what = what     # which call (role.method): the driver names the role from it
+    return err
 
 
 def get(refs: Any, what: str = "actor call", timeout: float | None = None) -> Any:
@@ -50,8 +53,7 @@ def get(refs: Any, what: str = "actor call", timeout: float | None = None) -> An
     try:
         return ray.get(refs, timeout=t)
     except ray.exceptions.GetTimeoutError as e:
-        raise _timeout_error()(f"{what}: no answer within {t:.0f}s (ACTOR_TIMEOUT_S): the actor is hung or "
-                               "the timeout is too short for this model") from e
+        raise _timeout_error(what, t) from e
 
 
 def wait_any(pending: Sequence, deadline: float, what: str = "actor call") -> tuple[list, list]:
@@ -60,8 +62,7 @@ def wait_any(pending: Sequence, deadline: float, what: str = "actor call") -> tu
     left = deadline - time.monotonic()
     done, rest = ray.wait(list(pending), num_returns=1, timeout=max(0.0, left))
     if not done:
-        raise _timeout_error()(f"{what}: no answer within {_timeout_s:.0f}s (ACTOR_TIMEOUT_S): the actor is hung "
-                               "or the timeout is too short for this model")
+        raise _timeout_error(what, _timeout_s)
     return done, rest
 
 

@@ -162,12 +162,12 @@ def _gather_timed(launched: dict[str, list], timer: PhaseTimer) -> dict[str, tor
     from actors import calls
     t0 = time.perf_counter()
     deadline = time.monotonic() + calls.timeout_s()
-    what = "forwards (" + ", ".join(launched) + ")"
     owner = {ref: phase for phase, refs in launched.items() for ref in refs}
     left = {phase: len(refs) for phase, refs in launched.items()}
     pending = list(owner)
     while pending:
-        done, pending = calls.wait_any(pending, deadline, what)
+        # on a timeout the error names the phases still waited for (policy_forward, reference, critic)
+        done, pending = calls.wait_any(pending, deadline, ", ".join(sorted({owner[r] for r in pending})))
         for ref in done:
             phase = owner[ref]
             left[phase] -= 1

@@ -16,8 +16,9 @@ Columns
       0 when there are no statements).
 
       Also the *reward* view of (b), as ``/get_reward`` sees it: the response's scalar reward from the
-      reward service's own :func:`reward_service.token_rewards.compute_token_rewards` (labels and
-      informativeness only, no confidences), pairwise accuracy and ties (two equal rewards).
+      reward service's own :func:`reward_service.token_rewards.compute_token_rewards` with the configured
+      reward settings (labels, informativeness, and confidences as far as TRUTH_CONFIDENCE weighs them in),
+      pairwise accuracy and ties (two equal rewards).
   (c) long-form answers - multi-sentence responses built from the item's passages (supported, entity /
       number / date swapped, hedged versions of both, filler, an answer sentence), every statement with a
       known label and span (construction and metrics: :mod:`bench.longform`): statement accuracy, precision /
@@ -380,7 +381,7 @@ def print_table(metrics: list[dict], split: str, file=None) -> None:
               caption="(a): predicted hallucinated = any Wrong/Hedged wrong statement. (b): pairwise accuracy of "
                       "score(right) > score(distractor), ties = 1/2; score = mean signed statement confidence. "
                       "(b) reward: the same pairs ranked by the /get_reward scalar reward (labels + "
-                      "informativeness), ties = equal rewards.")
+                      "informativeness, confidences weighed in by TRUTH_CONFIDENCE), ties = equal rewards.")
     t.add_column("row")
     for c in ("(a) acc", "(a) prec", "(a) rec", "(b) pairwise", "(b) ties", "(b) reward pairwise",
               "(b) reward ties", "ms/resp"):

@@ -177,6 +177,12 @@ class RLFHConfig(BaseModel):
         env="INFORMATIVE_MAP", group="reward")
     info_weight: float = setting(0.5, "Weight of the informativeness reward.", env="INFO_WEIGHT", group="reward")
     truth_weight: float = setting(1.0, "Weight of the truthfulness reward.", env="TRUTH_WEIGHT", group="reward")
+    truth_confidence: float = setting(
+        0.0, "How much the verifier's per-statement confidence (0..1) scales the truthfulness reward: "
+        "r_truth = TRUTH_WEIGHT * VERIFICATION_MAP[label] * ((1 - c) + c * confidence), c = this, in [0, 1]. "
+        "0: confidence ignored (the paper's reward); 1: reward proportional to confidence. The sign of a label's "
+        "reward never flips; two answers with the same labels are told apart by the confidence.",
+        env="TRUTH_CONFIDENCE", group="reward", ge=0.0, le=1.0)
     reward_epsilon: float = setting(
         0.0, "Floor of a sentence's summed informativeness inside the log (the paper's epsilon; it uses -0.9): "
         "r_info = INFO_WEIGHT * log(max(epsilon, sum of INFORMATIVE_MAP scores) + mu).",
@@ -427,9 +433,9 @@ class RLFHConfig(BaseModel):
     def _imap(cls, v):
         return parse_informative_map(v)
 
-    @field_validator("info_weight", "truth_weight", "reward_epsilon", "reward_mu", "abstain_reward",
-                     "empty_reward", "kl_coef", "actor_lr", "critic_lr", "outcome_correct", "outcome_abstain",
-                     "outcome_wrong", "token_reward_weight", "evidence_share")
+    @field_validator("info_weight", "truth_weight", "truth_confidence", "reward_epsilon", "reward_mu",
+                     "abstain_reward", "empty_reward", "kl_coef", "actor_lr", "critic_lr", "outcome_correct",
+                     "outcome_abstain", "outcome_wrong", "token_reward_weight", "evidence_share")
     @classmethod
     def _finite_float(cls, v, info):
         return _finite(info.field_name, v)
@@ -555,7 +561,8 @@ class RLFHConfig(BaseModel):
 
 
 REWARD_FIELDS = ("granularity", "placement", "verification_map", "informative_map", "info_weight",
-                 "truth_weight", "reward_epsilon", "reward_mu", "reward_clip", "abstain_reward", "empty_reward")
+                 "truth_weight", "truth_confidence", "reward_epsilon", "reward_mu", "reward_clip", "abstain_reward",
+                 "empty_reward")
 
 
 def env_name(field: str) -> str:

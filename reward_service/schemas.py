@@ -55,6 +55,8 @@ class RewardOverrides(BaseModel):
         None, description="Informativeness reward per score \"1\"..\"5\".")
     info_weight: Optional[RewardNumber] = None
     truth_weight: Optional[RewardNumber] = None
+    truth_confidence: Optional[Annotated[RewardNumber, Field(ge=0, le=1)]] = Field(
+        None, description="0..1: how much the verifier's statement confidence scales the truthfulness reward.")
     reward_epsilon: Optional[RewardNumber] = Field(
         None, description="Floor of a sentence's summed informativeness inside the log (paper's epsilon).")
     reward_mu: Optional[RewardNumber] = Field(None, description="Shift inside the informativeness log (paper's mu).")

@@ -28,11 +28,18 @@ sentence.
 
 What this module implements (names are :class:`RewardSettings` / ``RLFHConfig`` fields)::
 
-    r_truth(s) = truth_weight * verification_map[l(s)]                 (per statement)
+    r_truth(s) = truth_weight * verification_map[l(s)]
+                 * ((1 - truth_confidence) + truth_confidence * conf(s))  (per statement)
     r_info(S)  = info_weight * log( max(reward_epsilon,
                                         sum_{s in S} informative_map[str(i(s))]) + reward_mu )
                                                                        (per sentence with >= 1 statement)
 
+- ``conf(s)`` is the verifier's confidence in the statement's label (0..1; the
+  evidence backend raises it with the margin of its best-matching evidence).
+  ``truth_confidence`` in [0, 1] (default 0: the paper's reward) weights it in:
+  the factor lies in ``[1 - truth_confidence, 1]``, so a label's sign never
+  flips, and two statements with the same label are told apart by evidence
+  strength instead of tying.
 - ``reward_epsilon`` is the paper's ``eps``: a floor on a sentence's summed
   informativeness inside the log, so one uninformative sentence costs at most
   ``info_weight * log(eps + mu)``. ``reward_mu`` is the paper's ``mu``: the
@@ -149,6 +156,7 @@ class RewardSettings:
     informative_map: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_INFORMATIVE_MAP))
     info_weight: float = 0.5
     truth_weight: float = 1.0
+    truth_confidence: float = 0.0
     reward_epsilon: float = 0.0
     reward_mu: float = 1.0
     reward_clip: float = 5.0
@@ -251,9 +259,12 @@ def _check_settings(s: RewardSettings) -> None:
     for score in INFO_SCORES:
         if str(score) not in s.informative_map:
             raise RewardInputError(f"informative_map.{score}", "missing score", "give scores 1..5")
-    for name in ("info_weight", "truth_weight", "reward_epsilon", "reward_mu", "reward_clip", "abstain_reward",
-                 "empty_reward"):
+    for name in ("info_weight", "truth_weight", "truth_confidence", "reward_epsilon", "reward_mu", "reward_clip",
+                 "abstain_reward", "empty_reward"):
         _finite_number(getattr(s, name), name)
+    if not 0.0 <= s.truth_confidence <= 1.0:
+        raise RewardInputError("truth_confidence", f"TRUTH_CONFIDENCE must be in [0, 1], got {s.truth_confidence:g}",
+                               "0 ignores the verifier's confidence, 1 scales the truth reward by it")
     for k, v in list(s.verification_map.items()) + list(s.informative_map.items()):
         _finite_number(v, k)
     if s.reward_clip <= 0:
@@ -477,7 +488,7 @@ def compute_token_rewards(result: VerifyResult, offsets: Any, text_len: int,
     n_sent = len(sentences)
 
     # ---- flatten statements: (K,) arrays
-    st_start, st_end, st_sent, st_label, st_info, st_flag_unaligned = [], [], [], [], [], []
+    st_start, st_end, st_sent, st_label, st_info, st_conf, st_flag_unaligned = [], [], [], [], [], [], []
     for si, sent in enumerate(sentences):
         for st in sent.statements:
             st_start.append(st.start)
@@ -485,6 +496,7 @@ def compute_token_rewards(result: VerifyResult, offsets: Any, text_len: int,
             st_sent.append(si)
             st_label.append(_LABEL_INDEX[st.label])
             st_info.append(st.informativeness)
+            st_conf.append(st.confidence)
             st_flag_unaligned.append(not st.aligned)
     K = len(st_start)
     st_sent_a = np.asarray(st_sent, dtype=np.int64)
@@ -513,6 +525,11 @@ def compute_token_rewards(result: VerifyResult, offsets: Any, text_len: int,
     vmap = np.array([settings.verification_map[lb] for lb in LABELS], dtype=np.float64)
     imap = np.array([settings.informative_map[str(sc)] for sc in INFO_SCORES], dtype=np.float64)
     truth = settings.truth_weight * vmap[st_label_a] if K else np.zeros(0)              # (K,)
+    c = settings.truth_confidence
+    if K and c:
+        # a weight in [1 - c, 1]: never flips a label's sign; equal labels differ by evidence strength
+        conf = np.clip(np.asarray(st_conf, dtype=np.float64), 0.0, 1.0)
+        truth = truth * ((1.0 - c) + c * conf)
     info_stmt = imap[np.asarray(st_info, dtype=np.int64) - 1] if K else np.zeros(0)   # (K,)
     sent_info_sum = np.bincount(st_sent_a, weights=info_stmt, minlength=n_sent) if K else np.zeros(n_sent)
     sent_has = np.bincount(st_sent_a, minlength=n_sent) > 0 if K else np.zeros(n_sent, dtype=bool)

@@ -27,8 +27,10 @@ OFFS = word_offsets(TEXT)   # Paris is in France. | It is big. | EOS  -> 8 token
 assert OFFS == [(0, 5), (6, 8), (9, 11), (12, 19), (20, 22), (23, 25), (26, 30), (30, 30)]
 
 
-def st(text, start, end, label, info=3, aligned=True):
-    return Statement(text=text, start=start, end=end, label=label, informativeness=info, aligned=aligned)
+def st(text, start, end, label, info=3, aligned=True, confidence=1.0):
+    # confidence 1: the full paper reward whatever TRUTH_CONFIDENCE is (the hand-computed values below)
+    return Statement(text=text, start=start, end=end, label=label, informativeness=info, aligned=aligned,
+                     confidence=confidence)
 
 
 def two_sentences(label1="Correct", label2="Wrong", info1=5, info2=3, span1=(0, 18)):
@@ -60,7 +62,8 @@ def test_from_config_carries_every_reward_setting():
     from cluster.config import REWARD_FIELDS
     changed = RLFHConfig.load(environ={}, granularity="sentence", placement="spread", verification_map={"Wrong": -3},
                               informative_map={"5": 1.5}, info_weight=0.25, truth_weight=2.0, reward_epsilon=-0.5,
-                              reward_mu=1.5, reward_clip=3.0, abstain_reward=0.1, empty_reward=-0.4)
+                              reward_mu=1.5, reward_clip=3.0, abstain_reward=0.1, empty_reward=-0.4,
+                              truth_confidence=0.6)
     s, plain = RewardSettings.from_config(changed), RewardSettings()
     for name in REWARD_FIELDS:
         value = getattr(s, name)
@@ -179,17 +182,15 @@ def test_abstain_and_empty(base):
     vague_text = "Sure, the answer is"
     vo = word_offsets(vague_text)
     vague = VerifyResult(sentences=[Sentence(text=vague_text, start=0, end=len(vague_text), statements=[
-        Statement(text=vague_text, start=0, end=len(vague_text), label="Vague", informativeness=3)])])
+        st(vague_text, 0, len(vague_text), "Vague")])])
     vr = compute_token_rewards(vague, vo, len(vague_text), s)
     v_label = s.truth_weight * s.verification_map["Vague"]
     assert vr.token_rewards[-1] == pytest.approx(-0.3) and vr.score == pytest.approx(v_label - 0.3)
     # one checkable statement beside a Vague one: no empty reward
     both_text = "Sure. Paris is in France."
     both = VerifyResult(sentences=[
-        Sentence(text="Sure.", start=0, end=5, statements=[Statement(text="Sure.", start=0, end=5, label="Vague",
-                                                                    informativeness=3)]),
-        Sentence(text="Paris is in France.", start=6, end=25, statements=[
-            Statement(text="Paris is in France.", start=6, end=25, label="Correct", informativeness=3)])])
+        Sentence(text="Sure.", start=0, end=5, statements=[st("Sure.", 0, 5, "Vague")]),
+        Sentence(text="Paris is in France.", start=6, end=25, statements=[st("Paris is in France.", 6, 25, "Correct")])])
     br = compute_token_rewards(both, word_offsets(both_text), len(both_text), s)
     assert br.score == pytest.approx(v_label + s.truth_weight * s.verification_map["Correct"])
     # the last token is the last token, even without an EOS
@@ -365,6 +366,55 @@ def test_validate_offsets_errors(offsets, field, needle):
     with pytest.raises(RewardInputError) as ei:
         validate_offsets(offsets, len(TEXT))
     assert ei.value.field == field and needle in ei.value.message and ei.value.fix
+
+
+def test_truth_confidence_orders_equal_labels_and_zero_is_the_old_reward(base):
+    """TRUTH_CONFIDENCE: two statements with the same label and informativeness get truth rewards ordered by the
+    verifier's confidence (a weight in [1 - c, 1], never flipping the label's sign); 0 gives the old rewards."""
+    def result(label, confidences):
+        return VerifyResult(sentences=[
+            Sentence(text="Paris is in France.", start=0, end=19,
+                     statements=[st("Paris is in France", 0, 18, label, 3, confidence=confidences[0])]),
+            Sentence(text="It is big.", start=20, end=30,
+                     statements=[st("It is big", 20, 29, label, 3, confidence=confidences[1])])])
+
+    s = base.with_overrides({"truth_confidence": 0.5, "info_weight": 0.0})
+    for label in ("Correct", "Hedged correct", "Hedged wrong", "Wrong"):
+        v = s.truth_weight * s.verification_map[label]
+        r = compute_token_rewards(result(label, (0.9, 0.3)), OFFS, len(TEXT), s).token_rewards
+        hi, lo = r[3], r[6]                       # the statements' last tokens: "France." and "big."
+        assert hi == pytest.approx(v * (0.5 + 0.5 * 0.9)) and lo == pytest.approx(v * (0.5 + 0.5 * 0.3)), label
+        assert (abs(hi) > abs(lo) > 0) and np.sign(hi) == np.sign(lo) == np.sign(v), label
+        assert (hi > lo) if v > 0 else (hi < lo), label  # surer right: more reward; surer wrong: more penalty
+
+    off = base.with_overrides({"truth_confidence": 0.0})
+    for confs in ((0.9, 0.3), (0.0, 1.0), (0.5, 0.5)):
+        got = compute_token_rewards(two_sentences(), OFFS, len(TEXT), off)
+        old = compute_token_rewards(VerifyResult(sentences=[
+            Sentence(text=snt.text, start=snt.start, end=snt.end,
+                     statements=[st(x.text, x.start, x.end, x.label, x.informativeness, confidence=c)
+                                 for x in snt.statements])
+            for snt, c in zip(two_sentences().sentences, confs)]), OFFS, len(TEXT), off)
+        assert got.token_rewards.tolist() == old.token_rewards.tolist() and got.score == old.score
+    # the hand-computed paper value (test_token_end_hand_computed): V[Correct] * 1 on "France."
+    assert compute_token_rewards(result("Correct", (0.2, 0.2)), OFFS, len(TEXT),
+                                 off.with_overrides({"info_weight": 0.0})).token_rewards[3] == pytest.approx(
+        off.truth_weight * off.verification_map["Correct"])
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 1.5, -0.1])
+def test_truth_confidence_bad_values_are_rejected(base, value):
+    from cluster.config import ConfigError
+    with pytest.raises(RewardInputError) as ei:
+        base.with_overrides({"truth_confidence": value})
+    assert ei.value.field == "overrides.truth_confidence", str(ei.value)
+    with pytest.raises(RewardInputError, match="truth_confidence"):
+        RewardSettings(truth_confidence=value)
+    with pytest.raises(ConfigError, match="TRUTH_CONFIDENCE"):
+        RLFHConfig.load(environ={"TRUTH_CONFIDENCE": str(value)})
+    if not math.isnan(value) and not math.isinf(value):
+        with pytest.raises(RewardInputError, match="TRUTH_CONFIDENCE"):
+            RewardSettings(truth_confidence=value)
 
 
 @pytest.mark.parametrize("overrides, field", [

@@ -246,3 +246,36 @@ def test_bench_scaling_times_the_linear_passes_without_asserting_a_time():
     rows = measure(repeat=1)
     assert [r["pass"] for r in rows] == ["entities + sentences", "align_statement", "align_spans"]
     assert all(r["seconds"] > 0 and r["budget_s"] > 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_colocated_engine_samples_the_fp32_policy_under_bf16_autocast_within_the_measured_drift(embedded_model_path):
+    """The colocated rollout engine generates with the policy's own fp32 module under bf16 autocast (no bf16 copy
+    of the weights): the autocast log-probs of what it samples stay within twice the measured bf16 drift of the
+    fp32 ones, and the module's weights stay fp32."""
+    from actors.base import response_logprobs
+    from actors.model_loader import load_causal_lm, load_tokenizer
+    from actors.rollout import BF16_LOGPROB_DRIFT, HFRolloutEngine
+    from actors.types import make_batch
+    from cluster.data import load_halueval
+    from cluster.prompts import render_prompt
+    torch.set_num_threads(1)
+    cfg = RLFHConfig(rollout_backend="hf", micro_rollout_batch_size=8)
+    tok = load_tokenizer(embedded_model_path)
+    model = load_causal_lm(embedded_model_path).eval()
+    engine = HFRolloutEngine(cfg, model=model, tokenizer=tok, autocast="bf16", shares_policy_weights=True)
+    assert engine.autocast == torch.bfloat16 and "autocast bf16" in engine.info()["dtype"]
+    prompts = [render_prompt(tok, it.question) for it in load_halueval("dev")[:4]]
+    samples = engine.generate(prompts, 2, 24, 1.0, 1.0, seed=5)
+    assert next(model.parameters()).dtype == torch.float32
+    batch = make_batch(samples, tok.pad_token_id)
+    mask = batch["action_mask"]
+    with torch.no_grad():
+        lp32 = response_logprobs(model, batch, cfg, torch.device("cpu"))
+        with engine._autocast():
+            lp16 = response_logprobs(model, batch, cfg, torch.device("cpu"))
+    drift = (lp16 - lp32)[mask].abs()
+    assert int(mask.sum()) > 40 and float(drift.max()) > 0
+    assert float(drift.mean()) <= 2 * BF16_LOGPROB_DRIFT["mean"], float(drift.mean())
+    assert float(drift.quantile(0.99)) <= 2 * BF16_LOGPROB_DRIFT["p99"], float(drift.quantile(0.99))
+    assert engine.follow_weights(7) == 7 and engine.weights_version() == 7

@@ -61,6 +61,26 @@ def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
             pass
     return out
 
+def _left_after(procs: list[psutil.Process], timeout_s: float) -> list[tuple[int, str]]:
+    """(pid, name) of ``procs`` still alive after waiting up to ``timeout_s`` for them to go."""
+    deadline = time.monotonic() + timeout_s
+    while _alive(procs) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return [(p.pid, p.name()) for p in _alive(procs)]
+
+
+def _kill_started(proc: subprocess.Popen, started: list[psutil.Process]) -> None:
+    """Kill the command and whatever it started that is still alive (only what this test started)."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=30)
+    for p in _alive(started):
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
 
 def _listening(procs: list[psutil.Process]) -> set[tuple[str, int, str]]:
     pids = {p.pid: p for p in _alive(procs)}
@@ -132,22 +152,12 @@ def test_rlfh_serve_loopback_ray_auth_and_clean_sigterm(tmp_path):
         out = log_path.read_text()
         assert rc == 0, out[-4000:]
         assert "stopping (SIGTERM)" in out and "Traceback" not in out.split("stopping (SIGTERM)")[-1], out[-4000:]
-        deadline = time.monotonic() + 20
-        while _alive(started[1:]) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        left = [(p.pid, p.name()) for p in _alive(started[1:])]
+        left = _left_after(started[1:], 20)
         assert not left, f"processes left after SIGTERM: {left}"
         print(f"\nrlfh serve: SIGTERM -> exit 0 in {took:.1f} s, {len(started) - 1} child processes all gone; "
               f"{len(listening)} listening sockets on loopback but {len(replica_wildcards)} Serve replica gRPC port(s)")
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-        for p in _alive(started[1:]):           # only what this test started
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
+        _kill_started(proc, started[1:])
 
 
 # ------------------------------------------------------------------------------ training under faults
@@ -301,20 +311,10 @@ def test_trainer_sigkilled_resumes_at_checkpoint_step_and_data_position(tmp_path
         assert [r["step"] for r in before] == list(range(1, kill_step + 1)), before
         assert 2 <= ckpt_step < kill_step, (ckpt_step, kill_step)    # killed between checkpoints: steps lost
         # the embedded Ray shares the trainer's fate: nothing it started is left holding ports and memory
-        deadline = time.monotonic() + 60
-        while _alive(tree[1:]) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        left = [(p.pid, p.name()) for p in _alive(tree[1:])]
+        left = _left_after(tree[1:], 60)
         assert not left, f"processes left after the trainer was SIGKILLed: {left}"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
-        for p in _alive(tree[1:]):            # only what this test started
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
+        _kill_started(proc, tree[1:])
 
     # run 2: the same command, the same CKPT_PATH
     log2 = tmp_path / "train2.log"

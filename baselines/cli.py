@@ -27,6 +27,11 @@ def _common(p: argparse.ArgumentParser, limit: int, epochs: int, lr: float, batc
                         "JSONL file with question, knowledge and right_answer. halueval:test is refused.")
     p.add_argument("--limit", type=int, default=limit,
                    help=f"Use the first N questions (0: all; the train split has ~8,000). Default {limit}.")
+    p.add_argument("--type-share", type=float, default=0.0,
+                   help="Pick the --limit questions so that yes/no and two-option questions (where a small model "
+                        "is often right) make up at least this share each, distinct questions, not repeats "
+                        "(e.g. 0.25; the data is ~85%% open questions, on which self-labelling gives almost only "
+                        "abstention targets). Default 0: the first --limit questions.")
     p.add_argument("--mode", choices=["closed", "evidence", "mixed"], default="closed",
                    help="Prompt: closed (question only), evidence (the item's passages in the prompt) or mixed "
                         "(each question closed or evidence by a stable hash). Default closed.")

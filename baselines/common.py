@@ -31,17 +31,26 @@ def check_positive(name: str, value, allow_zero: bool = False) -> None:
         raise BaselineError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
 
 
-def load_questions(spec: str, limit: int) -> list:
-    """Training items from ``--data`` (``halueval:SPLIT`` or a JSONL path); every item needs a gold answer."""
-    from cluster.data import DataError, load_items
+def load_questions(spec: str, limit: int, type_share: float = 0.0) -> list:
+    """Training items from ``--data`` (``halueval:SPLIT`` or a JSONL path); every item needs a gold answer.
+
+    ``type_share > 0``: ``limit`` distinct questions of which yes/no and two-option ones make up at least that
+    share each (:func:`cluster.data.stratify_question_types`), instead of the first ``limit``.
+    """
+    from cluster.data import DataError, load_items, stratify_question_types
     check_positive("--limit", limit, allow_zero=True)
+    if not 0.0 <= type_share < 0.5:
+        raise BaselineError(f"--type-share must be in [0, 0.5) (the least share of yes/no and of two-option "
+                            f"questions), got {type_share}")
     if spec.startswith("halueval") and spec.partition(":")[2] == "test":
         raise BaselineError("--data halueval:test is the held-out split: baselines train on halueval:train "
                             "(tune on halueval:dev, report on test)")
     try:
-        items = load_items(spec, limit=limit or None)
+        items = load_items(spec, limit=None if type_share else (limit or None))
     except (DataError, FileNotFoundError) as e:
         raise BaselineError(f"--data {spec}: {e}") from None
+    if type_share:
+        items = stratify_question_types(items, limit or len(items), type_share)
     missing = [i for i, it in enumerate(items) if not (it.right_answer or "").strip()]
     if missing:
         raise BaselineError(f"--data {spec}: {len(missing)} of {len(items)} items have no 'right_answer' (first at "

@@ -132,7 +132,7 @@ def run(args) -> int:
         raise BaselineError(f"--top-p must be in (0, 1], got {args.top_p}")
     if not 0 <= args.label_smoothing < 0.5:
         raise BaselineError(f"--label-smoothing must be in [0, 0.5), got {args.label_smoothing}")
-    items = load_questions(args.data, args.limit)
+    items = load_questions(args.data, args.limit, args.type_share)
     out = prepare_out(args.out, args.overwrite)
     threads = set_threads(args.threads)
     set_seed(args.seed)

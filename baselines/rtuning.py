@@ -79,7 +79,7 @@ def run(args) -> int:
     for name in ("epochs", "batch_size", "micro_batch_size", "gen_batch_size", "max_new_tokens"):
         check_positive("--" + name.replace("_", "-"), getattr(args, name))
     check_positive("--lr", args.lr)
-    items = load_questions(args.data, args.limit)
+    items = load_questions(args.data, args.limit, args.type_share)
     out = prepare_out(args.out, args.overwrite)
     threads = set_threads(args.threads)
     set_seed(args.seed)
@@ -111,7 +111,8 @@ def run(args) -> int:
                       batch_size=args.batch_size, micro_batch_size=args.micro_batch_size, seed=args.seed,
                       max_norm=args.max_norm, progress=args.progress, desc="sft")
     meta = {"baseline": "rtuning", "base_model": args.model, "base_path": path, "data": args.data,
-            "questions": len(items), "mode": args.mode, "system": args.system, "abstain_text": args.abstain_text,
+            "questions": len(items), "type_share": args.type_share, "mode": args.mode, "system": args.system,
+            "abstain_text": args.abstain_text,
             "targets": counts, "epochs": args.epochs, "lr": args.lr, "batch_size": args.batch_size,
             "seed": args.seed, "max_new_tokens": args.max_new_tokens, "loss_first": hist.first,
             "loss_last": hist.last, "losses": hist.losses, "seconds": {"generate": t_gen, "train": hist.seconds}}

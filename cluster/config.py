@@ -402,6 +402,10 @@ class RLFHConfig(BaseModel):
     save_step: int = setting(0, "Checkpoint every N steps (0: only at the end and on Ctrl-C).", env="SAVE_STEP",
                              group="ckpt", ge=0)
     max_ckpt_num: int = setting(3, "Keep at most this many checkpoints.", env="MAX_CKPT_NUM", group="ckpt", ge=1)
+    snapshot_step: int = setting(
+        0, "Export the policy's weights (HF folder only, no optimizer state: about a quarter of a checkpoint) to "
+        "SAVE_PATH/snapshots/step_N every N steps and keep them all, for `rlfh select` to choose the step on dev "
+        "data (0: off).", env="SNAPSHOT_STEP", group="ckpt", ge=0)
     actor_timeout_s: float = setting(
         1800.0, "Longest the driver waits on one actor call (generate, forward, train step, weight sync, save), "
         "seconds. An actor that dies is noticed at once; one that hangs, after this long. Either way the actor "

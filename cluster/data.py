@@ -136,6 +136,35 @@ def load_items(spec: str, split: Optional[str] = None, limit: Optional[int] = No
     return items[:limit] if limit else items
 
 
+def stratify_question_types(items: list[QAItem], n: int, min_share: float) -> list[QAItem]:
+    """``n`` distinct items of which each rare type (yes/no, two-option) makes up at least ``min_share``.
+
+    Unlike :func:`balance_question_types` (which repeats items, for RL over many epochs), this picks distinct
+    questions: the first ``ceil(min_share * n)`` of each rare type in ``items`` (fewer when ``items`` has fewer),
+    then open questions, in their original order, up to ``n``. For self-labelled baselines (R-Tuning, DPO),
+    where a repeated question would be memorised rather than generalised from. ``min_share = 0``: the first
+    ``n`` items.
+    """
+    if not 0.0 <= min_share < 0.5:
+        raise ValueError(f"min_share must be in [0, 0.5), got {min_share!r}")
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n!r}")
+    if min_share == 0:
+        return items[:n]
+    from evaluation.selectivity import question_type
+    want = int(-(-min_share * n // 1))  # ceil
+    picked: set[int] = set()
+    for t in ("yes_no", "choice"):
+        idx = [i for i, it in enumerate(items) if question_type(it.question) == t][:want]
+        picked.update(idx)
+    for i, it in enumerate(items):
+        if len(picked) >= n:
+            break
+        if i not in picked and question_type(it.question) == "open":
+            picked.add(i)
+    return [items[i] for i in sorted(picked)][:n]
+
+
 def balance_question_types(items: list[QAItem], min_share: float) -> list[QAItem]:
     """Repeat the rarer question types (yes/no, two-option) until each makes up at least ``min_share``.
 

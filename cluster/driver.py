@@ -511,6 +511,8 @@ class Trainer:
                     self._log(row)
                     if cfg.save_step and self.state.step % cfg.save_step == 0:
                         self.save()
+                    if cfg.snapshot_step and self.state.step % cfg.snapshot_step == 0:
+                        self.snapshot()
                 except Exception as e:
                     if not calls.is_actor_failure(e):
                         raise
@@ -809,6 +811,22 @@ class Trainer:
         self._saved_step = self.state.step
         self._restarts_since_save = 0
         return self.last_checkpoint
+
+    def snapshot(self) -> str:
+        """SAVE_PATH/snapshots/step_N: the policy's HF folder now (weights only; `rlfh select` candidates)."""
+        out = self.save_path / "snapshots" / f"step_{self.state.step:05d}"
+        tmp = out.with_name(out.name + ".tmp")
+        if tmp.exists():
+            import shutil
+            shutil.rmtree(tmp)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        self.groups.policy.run("save_hf", str(tmp))
+        if out.exists():
+            import shutil
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+        log.info("snapshot of the policy at step %d: %s", self.state.step, out)
+        return str(out)
 
     def _export_final(self) -> str:
         """SAVE_PATH/final: the policy's HF folder of the last checkpoint (hard links when possible)."""

@@ -1,4 +1,4 @@
-"""`rlfh eval` and `rlfh compare`. Only argparse at import time; torch / numpy load inside the commands."""
+"""`rlfh eval`, `rlfh compare` and `rlfh select`. Only argparse at import time; torch / numpy load inside the commands."""
 from __future__ import annotations
 
 import argparse
@@ -32,6 +32,22 @@ the AUROC of the model's mean token log-prob against correctness and a risk-cove
 
 Writes OUT/report.md, OUT/report.json, OUT/outcomes.png, OUT/tradeoff.png and, with --run,
 OUT/training_curves.png (reward, KL, label mix from RUN_DIR/metrics.jsonl), and OUT/risk_coverage.png.
+"""
+
+SELECT_DESCRIPTION = """\
+Choose which checkpoint of a training run to keep, by measurement on held-out dev questions.
+
+Every weights snapshot (SAVE_PATH/snapshots/step_*, train with SNAPSHOT_STEP=N), checkpoint
+(SAVE_PATH/checkpoints/global_step_*/policy_hf) and SAVE_PATH/final is evaluated greedy on
+--data in each --mode, and so is the base model. Each candidate is judged against the base by the gate of
+`rlfh compare --expect` (significantly fewer incorrect answers, correct answers not significantly fewer,
+higher accuracy on attempted answers, better than random abstention). Among the candidates that pass, the
+one with the fewest incorrect answers is selected; when none passes, the one failing the fewest criteria,
+then the one keeping the most right answers, then the one with the fewest wrong ones.
+
+Writes OUT/selection.json and OUT/selected (a symlink to the chosen model folder) and prints a table.
+Exit status: 0 when the selected checkpoint passes the gate, 3 when none does, 2 on bad input.
+Evaluations are re-used when weights and settings are unchanged.
 """
 
 
@@ -113,6 +129,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                         "all). The other modes are still compared and reported.")
     c.set_defaults(func=_cmd_compare)
 
+    s = sub.add_parser("select", help="Pick a training run's checkpoint on the dev split by the selectivity gate "
+                                      "(early stopping).",
+                       description=SELECT_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("run_dir", metavar="RUN_DIR",
+                   help="SAVE_PATH of `rlfh train`. Its weight snapshots (snapshots/step_*, written every "
+                        "SNAPSHOT_STEP steps), checkpoints (checkpoints/global_step_*/policy_hf) and final/ are the "
+                        "candidates.")
+    s.add_argument("--data", default="halueval:dev",
+                   help="Split to select on: 'halueval:dev' (default) or a JSONL file. Never the test split the "
+                        "final report uses.")
+    s.add_argument("--mode", action="append", choices=["closed", "evidence"], default=None, dest="modes",
+                   help="Prompt mode(s) the gate is judged in (repeatable). Default: closed.")
+    s.add_argument("--limit", type=int, default=200,
+                   help="Questions of --data (the same deterministic subset as `rlfh eval --limit`). Default 200.")
+    s.add_argument("--base", default="",
+                   help="The model the run started from (default: read from the run's rlfh_meta.json).")
+    s.add_argument("--out", default="",
+                   help="Folder for the evaluations, selection.json and the 'selected' symlink. Default: "
+                        "RUN_DIR/select.")
+    s.add_argument("--threads", type=int, default=0, help="Torch CPU threads (0: auto, as for `rlfh eval`).")
+    s.add_argument("--batch-size", type=int, default=16, help="Prompts per generate call. Default 16.")
+    s.add_argument("--no-progress", dest="progress", action="store_false", help="Hide progress bars.")
+    s.set_defaults(func=_cmd_select)
+
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from evaluation.runner import EvalConfig, print_summary, run_eval
@@ -161,3 +201,19 @@ def _cmd_compare(args: argparse.Namespace) -> int:
               "run, with correct answers not significantly fewer, higher accuracy on its attempted answers than the "
               "reference, and beats random abstention")
     return 0
+
+
+def _cmd_select(args: argparse.Namespace) -> int:
+    from evaluation.select import SelectError, print_selection, select_checkpoint
+    if args.limit < 0:
+        print("rlfh select: --limit must be >= 0 (0: every question of --data)", file=sys.stderr)
+        return 2
+    try:
+        result = select_checkpoint(args.run_dir, data=args.data, modes=tuple(args.modes or ["closed"]),
+                                   limit=args.limit, base=args.base or None, out=args.out or None,
+                                   threads=args.threads, batch_size=args.batch_size, progress=args.progress)
+    except (SelectError, ValueError, FileNotFoundError) as e:
+        print(f"rlfh select: {e}", file=sys.stderr)
+        return 2
+    print_selection(result)
+    return 0 if result["selected_passes"] else 3

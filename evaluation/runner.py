@@ -236,6 +236,9 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
 
     threads = pick_threads(cfg.threads)
     torch.set_num_threads(threads)
+    if not cfg.progress:   # transformers draws its own "Loading weights" bar
+        from transformers.utils import logging as hf_logging
+        hf_logging.disable_progress_bar()
     tok = load_tokenizer(model_dir)
     model = load_causal_lm(model_dir, dtype=cfg.dtype).eval()
     prompts = [render_prompt(tok, it.question, it.knowledge_text, cfg.mode, system=system) for it in items]

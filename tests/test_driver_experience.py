@@ -303,3 +303,27 @@ def test_type_balance_repeats_closed_form_questions_deterministically():
     assert balance_question_types(items, 0.0) is items
     with pytest.raises(ValueError, match="TYPE_BALANCE"):
         balance_question_types(items, 0.6)
+
+
+def test_stratified_question_types_are_distinct_and_keep_their_order():
+    from baselines.common import BaselineError, load_questions
+    from cluster.data import stratify_question_types
+    from evaluation.selectivity import question_type
+    items = [QAItem(question=f"Who founded company {i}?", knowledge=["x"], right_answer="y") for i in range(70)]
+    items += [QAItem(question=f"Is city {i} in France?", knowledge=["x"], right_answer="yes") for i in range(30)]
+    items += [QAItem(question=f"Which is older, A{i} or B{i}?", knowledge=["x"], right_answer=f"A{i}")
+              for i in range(4)]
+    out = stratify_question_types(items, 40, 0.25)
+    counts = {t: sum(question_type(it.question) == t for it in out) for t in ("yes_no", "choice", "open")}
+    assert len(out) == 40 and len({it.question for it in out}) == 40            # distinct, no repeats
+    assert counts == {"yes_no": 10, "choice": 4, "open": 26}                   # only 4 two-option exist
+    assert [items.index(it) for it in out] == sorted(items.index(it) for it in out)
+    assert stratify_question_types(items, 40, 0.0) == items[:40]
+    with pytest.raises(ValueError, match="min_share"):
+        stratify_question_types(items, 40, 0.5)
+    # the baselines' --type-share on the embedded train split
+    got = load_questions("halueval:train", 80, type_share=0.25)
+    shares = {t: sum(question_type(it.question) == t for it in got) / len(got) for t in ("yes_no", "choice")}
+    assert len(got) == 80 and min(shares.values()) >= 0.25
+    with pytest.raises(BaselineError, match="--type-share"):
+        load_questions("halueval:train", 80, type_share=0.7)

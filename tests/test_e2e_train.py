@@ -66,7 +66,7 @@ def test_two_steps_train_sync_and_checkpoint(cluster, run_dir):
     engine = groups.rollout[0]
     before = fingerprint(groups)
     v0 = ray.get(engine.weights_version.remote())
-    cfg = tiny_cfg(run_dir)
+    cfg = tiny_cfg(run_dir, snapshot_step=2)
 
     trainer = Trainer(cfg, groups=groups)   # reward_fn=None: deploys the reward service on this Ray
     try:
@@ -119,6 +119,13 @@ def test_two_steps_train_sync_and_checkpoint(cluster, run_dir):
     assert (st["step"], st["epoch"], st["index"]) == (2, 0, 4)
     assert (run_dir / "final" / "model.safetensors").exists()
     assert result.model_dir == str(run_dir / "final")
+    # SNAPSHOT_STEP=2: weights only at step 2, the candidates `rlfh select` chooses among
+    assert sorted(p.name for p in (run_dir / "snapshots").iterdir()) == ["step_00002"]
+    snap = run_dir / "snapshots" / "step_00002"
+    assert (snap / "model.safetensors").exists() and (snap / "config.json").exists()
+    assert not (snap / "state").exists()
+    from evaluation.select import list_candidates
+    assert [(c.name, c.step) for c in list_candidates(run_dir)] == [("step00001", 1), ("step00002", 2)]
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 2
     assert (run_dir / "training_curves.png").stat().st_size > 10_000
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))

@@ -178,10 +178,11 @@ class RLFHConfig(BaseModel):
     info_weight: float = setting(0.5, "Weight of the informativeness reward.", env="INFO_WEIGHT", group="reward")
     truth_weight: float = setting(1.0, "Weight of the truthfulness reward.", env="TRUTH_WEIGHT", group="reward")
     truth_confidence: float = setting(
-        0.0, "How much the verifier's per-statement confidence (0..1) scales the truthfulness reward: "
+        0.1, "How much the verifier's per-statement confidence (0..1) scales the truthfulness reward: "
         "r_truth = TRUTH_WEIGHT * VERIFICATION_MAP[label] * ((1 - c) + c * confidence), c = this, in [0, 1]. "
         "0: confidence ignored (the paper's reward); 1: reward proportional to confidence. The sign of a label's "
-        "reward never flips; two answers with the same labels are told apart by the confidence.",
+        "reward never flips; two answers with the same labels are told apart by the confidence (the default "
+        "0.1 breaks most ties between one-answer responses of `rlfh bench verifier`).",
         env="TRUTH_CONFIDENCE", group="reward", ge=0.0, le=1.0)
     reward_epsilon: float = setting(
         0.0, "Floor of a sentence's summed informativeness inside the log (the paper's epsilon; it uses -0.9): "

@@ -36,7 +36,7 @@ What this module implements (names are :class:`RewardSettings` / ``RLFHConfig`` 
 
 - ``conf(s)`` is the verifier's confidence in the statement's label (0..1; the
   evidence backend raises it with the margin of its best-matching evidence).
-  ``truth_confidence`` in [0, 1] (default 0: the paper's reward) weights it in:
+  ``truth_confidence`` in [0, 1] (default 0.1; 0 is the paper's reward) weights it in:
   the factor lies in ``[1 - truth_confidence, 1]``, so a label's sign never
   flips, and two statements with the same label are told apart by evidence
   strength instead of tying.
@@ -156,7 +156,7 @@ class RewardSettings:
     informative_map: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_INFORMATIVE_MAP))
     info_weight: float = 0.5
     truth_weight: float = 1.0
-    truth_confidence: float = 0.0
+    truth_confidence: float = 0.1
     reward_epsilon: float = 0.0
     reward_mu: float = 1.0
     reward_clip: float = 5.0

@@ -49,7 +49,7 @@ from verifier_service.question import (ALL_HEADS, LOCATION_WORDS, ORG_WORDS, Ans
 from verifier_service.retrieval import MaterialIndex
 from verifier_service.schema import Sentence, Statement, VerifyRequest, VerifyResult
 
-ALGO_VERSION = "evidence-1.11"  # bump on any verdict change: cached verdicts of other versions are not reused
+ALGO_VERSION = "evidence-1.12"  # bump on any verdict change: cached verdicts of other versions are not reused
 
 # Without a gold answer, a candidate answer's label comes from its ranking margin against the other
 # entities of the evidence: P(correct) = sigmoid(SLOPE * (margin + OFFSET)). The offset leans towards

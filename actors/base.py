@@ -24,6 +24,17 @@ from cluster.config import RLFHConfig
 log = logging.getLogger(__name__)
 
 
+
+def weights_checksum(named_params) -> dict[str, float]:
+    """name -> float64 sum of the parameter: a cheap change detector (tests, debugging, weight-sync checks).
+
+    Summed by numpy (pairwise, single-threaded) rather than ``torch.sum``: a parallel reduction's order, and so
+    its last bits, depends on the torch thread count, which the actors change between phases (CPU_THREADS
+    auto), so two checksums of the same weights could differ. The float64 conversion is exact.
+    """
+    import numpy as np
+    return {n: float(np.sum(p.detach().to("cpu", torch.float64).numpy())) for n, p in named_params}
+
 def node_ip() -> str:
     """This node's IP as Ray sees it (loopback outside Ray)."""
     try:

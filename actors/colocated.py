@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from actors.base import response_logprobs
+from actors.base import response_logprobs, weights_checksum
 from actors.policy import PolicyActor
 from actors.types import Batch
 
@@ -52,8 +52,7 @@ class _AdapterOffReference:
         return dict(self.host.ping(), role="reference")
 
     def weights_fingerprint(self) -> dict[str, float]:
-        return {n: float(p.detach().double().sum()) for n, p in self.host.module.named_parameters()
-                if "lora_" not in n}
+        return weights_checksum((n, p) for n, p in self.host.module.named_parameters() if "lora_" not in n)
 
     def shutdown(self) -> bool:
         return True

@@ -10,7 +10,7 @@ from typing import Optional
 
 import torch
 
-from actors.base import BaseActor, causal_lm_response_logprobs, ds_config, response_logprobs
+from actors.base import BaseActor, causal_lm_response_logprobs, ds_config, response_logprobs, weights_checksum
 from actors.types import Batch, check_batch, trim_batch
 
 log = logging.getLogger(__name__)
@@ -161,12 +161,9 @@ class TrainableLMActor(BaseActor):
 
     def weights_fingerprint(self) -> dict[str, float]:
         """float64 sum of every trainable parameter (cheap change detector for tests and debugging)."""
-        out = {}
         named = [(n, p) for n, p in self.module.named_parameters() if p.requires_grad]
         with self._gathered([p for _, p in named]):
-            for n, p in named:
-                out[n] = float(p.detach().double().sum())
-        return out
+            return weights_checksum(named)
 
     def optimizer_fingerprint(self) -> dict[str, float]:
         """Sums of the AdamW moments and the step count (proves optimizer state round trips)."""

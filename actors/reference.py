@@ -6,7 +6,7 @@ import time
 
 import torch
 
-from actors.base import BaseActor, response_logprobs
+from actors.base import BaseActor, response_logprobs, weights_checksum
 from actors.types import Batch
 
 log = logging.getLogger(__name__)
@@ -39,4 +39,4 @@ class ReferenceActor(BaseActor):
         return response_logprobs(self.model, batch, self.cfg, self.device)
 
     def weights_fingerprint(self) -> dict[str, float]:
-        return {n: float(p.detach().double().sum()) for n, p in self.model.named_parameters()}
+        return weights_checksum(self.model.named_parameters())

@@ -259,16 +259,20 @@ class HFRolloutEngine(_EngineBase):
 
     @torch.no_grad()
     def _generate_ids(self, prompt_ids: list[list[int]], max_new_tokens: int, temperature: float, top_p: float,
-                      seed: Optional[int], n: int = 1) -> list[list[int]]:
+                      seed: Optional[int], n: int = 1, suppress_first_ids: Sequence[int] = ()) -> list[list[int]]:
         """Generated ids of ``n`` samples per prompt (prompt-major), in micro batches of MICRO_ROLLOUT_BATCH_SIZE
         sequences. With ``n > 1`` each prompt is prefilled ONCE (:attr:`prefill_once`): a forward over the
-        prompts fills the KV cache, the cache is repeated ``n`` times, and ``generate`` continues from it."""
+        prompts fills the KV cache, the cache is repeated ``n`` times, and ``generate`` continues from it.
+        ``suppress_first_ids``: token ids the first generated token may not be (greedy, ``n == 1`` only)."""
         from transformers import GenerationConfig
         greedy = temperature == 0
         gcfg = GenerationConfig(
             max_new_tokens=max_new_tokens, do_sample=not greedy, temperature=None if greedy else temperature,
             top_p=None if greedy else top_p, top_k=0 if not greedy else None, num_beams=1, use_cache=True,
-            eos_token_id=self.eos_ids, pad_token_id=self.pad_id, bos_token_id=self.tokenizer.bos_token_id)
+            eos_token_id=self.eos_ids, pad_token_id=self.pad_id, bos_token_id=self.tokenizer.bos_token_id,
+            begin_suppress_tokens=list(suppress_first_ids) or None)
+        if suppress_first_ids and n > 1:   # the prefilled cache shifts generate's notion of the first step
+            raise ValueError("suppress_first_ids needs n == 1")
         if self.shares_policy_weights:
             self.model.eval()   # the policy's module: its train step leaves it in train mode
         out: list[list[int]] = []
@@ -352,15 +356,18 @@ class HFRolloutEngine(_EngineBase):
         gens = self._generate_ids(enc, max_new_tokens, 0.0, 1.0, None)
         return [self.reply_text(g) for g in gens]
 
-    def complete_greedy(self, prompt_ids: list[list[int]], max_new_tokens: int) -> list[tuple[list[int], bool, str]]:
+    def complete_greedy(self, prompt_ids: list[list[int]], max_new_tokens: int,
+                        suppress_first_ids: Sequence[int] = ()) -> list[tuple[list[int], bool, str]]:
         """Greedy continuations of already-encoded prompts, batched as given (callers sort by length).
+        ``suppress_first_ids``: token ids the reply may not start with (`rlfh eval --abstain-threshold` answers
+        with the abstention blocked once the model's P(abstain) has said it should answer).
 
         Returns one ``(ids, stopped, text)`` per prompt: the generated ids cut after the first EOS (kept), whether
         an EOS ended it, and the reply text (special tokens dropped). The same generate call, EOS rule and decoding
         as :meth:`generate`: what `rlfh eval` scores is what training samples.
         """
         out = []
-        for g in self._generate_ids(prompt_ids, max_new_tokens, 0.0, 1.0, None):
+        for g in self._generate_ids(prompt_ids, max_new_tokens, 0.0, 1.0, None, suppress_first_ids=suppress_first_ids):
             ids, stop = self._cut_at_eos(g)
             out.append((ids, stop, self.tokenizer.decode(ids, skip_special_tokens=True)))
         return out

@@ -91,6 +91,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--knowledge-temperature", type=float, default=0.7,
                    help="Sampling temperature for --knowledge-samples (the training rollouts' TEMPERATURE by "
                         "default: 0.7).")
+    p.add_argument("--abstain-threshold", type=float, default=0.0, metavar="TAU",
+                   help="Decide abstention by the model's own probability of replying --abstain-text "
+                        "(teacher-forced, one forward per question): decline where it exceeds TAU, elsewhere answer "
+                        "greedily with the abstention's first token blocked. For models trained to abstain "
+                        "(R-Tuning, RL with an abstain reward) whose greedy reply declines nearly always or never; "
+                        "choose TAU on dev data (`rlfh select --abstain-sweep`), never on test. Records "
+                        "p_abstain per answer. 1 scores P(abstain) but answers every question (what a threshold "
+                        "sweep starts from). Default 0 (off: the greedy reply decides).")
+    p.add_argument("--abstain-text", default="I don't know.",
+                   help="The abstention reply --abstain-threshold scores (the trainer's ABSTAIN_TEXT and the "
+                        "baselines' --abstain-text default).")
+    p.add_argument("--abstain-model", default="", metavar="PATH",
+                   help="With --abstain-threshold: take the probability from this model (a refusal-trained copy of "
+                        "the same base, e.g. `rlfh baseline rtuning`'s output) while --model answers; the gate "
+                        "decides, the deployed model's answers stay as they were. Default: --model itself.")
     p.add_argument("--name", default="",
                    help="Display name of this run in tables and reports (default: derived from --model and "
                         "--system).")
@@ -135,7 +150,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("run_dir", metavar="RUN_DIR",
                    help="SAVE_PATH of `rlfh train`. Its weight snapshots (snapshots/step_*, written every "
                         "SNAPSHOT_STEP steps), checkpoints (checkpoints/global_step_*/policy_hf) and final/ are the "
-                        "candidates.")
+                        "candidates. A model folder (or a baseline's --out, whose model is in model/) is the one "
+                        "candidate.")
     s.add_argument("--data", default="halueval:dev",
                    help="Split to select on: 'halueval:dev' (default) or a JSONL file. Never the test split the "
                         "final report uses.")
@@ -148,6 +164,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--out", default="",
                    help="Folder for the evaluations, selection.json and the 'selected' symlink. Default: "
                         "RUN_DIR/select.")
+    s.add_argument("--abstain-sweep", action="store_true",
+                   help="Also choose an abstention threshold: score each candidate's P(--abstain-text) once "
+                        "(`rlfh eval --abstain-threshold 1`) and judge it at the thresholds that decline 10, 15, "
+                        "..., 90 percent of the dev questions; every (candidate, threshold) is a candidate. For "
+                        "models whose greedy reply declines nearly always or never (R-Tuning, RL with an abstain "
+                        "reward). Prints the `rlfh eval` options that reproduce the choice on the test split.")
+    s.add_argument("--abstain-gate", action="store_true",
+                   help="With --abstain-sweep: the candidates only decide (their P(abstain) against the threshold) "
+                        "and the base model answers (`rlfh eval --abstain-model`), so the answers users get are "
+                        "the base model's. RUN_DIR may be a model folder, e.g. `rlfh baseline rtuning --out D` "
+                        "(D/model).")
     s.add_argument("--threads", type=int, default=0, help="Torch CPU threads (0: auto, as for `rlfh eval`).")
     s.add_argument("--batch-size", type=int, default=16, help="Prompts per generate call. Default 16.")
     s.add_argument("--no-progress", dest="progress", action="store_false", help="Hide progress bars.")
@@ -161,7 +188,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                      dtype=args.dtype, name=args.name, verifier=args.verifier, n_boot=args.n_boot, seed=args.seed,
                      progress=args.progress, reuse=args.reuse, threads=args.threads,
                      confidence=args.confidence, knowledge_samples=args.knowledge_samples,
-                     knowledge_temperature=args.knowledge_temperature)
+                     knowledge_temperature=args.knowledge_temperature,
+                     abstain_threshold=args.abstain_threshold, abstain_text=args.abstain_text,
+                     abstain_model=args.abstain_model)
     try:
         cfg.check()
         summary = run_eval(cfg)
@@ -211,7 +240,8 @@ def _cmd_select(args: argparse.Namespace) -> int:
     try:
         result = select_checkpoint(args.run_dir, data=args.data, modes=tuple(args.modes or ["closed"]),
                                    limit=args.limit, base=args.base or None, out=args.out or None,
-                                   threads=args.threads, batch_size=args.batch_size, progress=args.progress)
+                                   threads=args.threads, batch_size=args.batch_size, progress=args.progress,
+                                   abstain_sweep=args.abstain_sweep, abstain_gate=args.abstain_gate)
     except (SelectError, ValueError, FileNotFoundError) as e:
         print(f"rlfh select: {e}", file=sys.stderr)
         return 2

@@ -54,3 +54,19 @@ def answer_confidence(model, tokenizer, prompts: Sequence[str], answers: Sequenc
             for j, v in enumerate(mean.tolist()):
                 out[idx[start + j]] = float(v)
     return out
+
+
+def abstain_probability(model, tokenizer, prompts: Sequence[str], abstain_text: str, batch_size: int = 16,
+                        prompt_max_len: int = 1024) -> list[float]:
+    """P(``abstain_text`` | prompt) under ``model``, teacher-forced: the whole reply's probability, not a mean.
+
+    A model trained to say the abstention on what it gets wrong (R-Tuning, RL with an abstain reward) puts more
+    mass on it where it does not know, even when greedy decoding rounds that mass to always or never; this reads
+    the mass itself. Returns N floats in [0, 1].
+    """
+    import math
+    n_tok = len(tokenizer(abstain_text, add_special_tokens=False)["input_ids"])
+    if not n_tok:
+        raise ValueError("abstain_text is empty; give the model's abstention reply, e.g. \"I don't know.\"")
+    mean = answer_confidence(model, tokenizer, prompts, [abstain_text] * len(prompts), batch_size, prompt_max_len)
+    return [math.exp(m * n_tok) for m in mean]

@@ -44,8 +44,8 @@ def eval_engine(model, tokenizer, batch_size: int, prompt_max_len: int):
 
 
 def generate_greedy(model, tokenizer, prompts: Sequence[str], batch_size: int = 16, max_new_tokens: int = 40,
-                    prompt_max_len: int = 1024, progress: bool = True, desc: str = "generate"
-                    ) -> tuple[list[Generation], GenerationStats]:
+                    prompt_max_len: int = 1024, progress: bool = True, desc: str = "generate",
+                    suppress_first_ids: Sequence[int] = ()) -> tuple[list[Generation], GenerationStats]:
     """Greedy answers for ``prompts`` (chat-template text ending with the assistant turn).
 
     Args:
@@ -56,6 +56,7 @@ def generate_greedy(model, tokenizer, prompts: Sequence[str], batch_size: int = 
         batch_size: prompts per ``generate`` call.
         max_new_tokens: cap on generated tokens per answer.
         prompt_max_len: longer prompts are left-truncated to this many tokens.
+        suppress_first_ids: token ids no answer may start with (empty: none).
 
     Returns:
         (N generations in input order, timing stats).
@@ -78,7 +79,8 @@ def generate_greedy(model, tokenizer, prompts: Sequence[str], batch_size: int = 
     try:
         for start in range(0, len(order), batch_size):
             idx = order[start:start + batch_size]
-            for i, (ids, stopped, text) in zip(idx, engine.complete_greedy([enc[i] for i in idx], max_new_tokens)):
+            for i, (ids, stopped, text) in zip(idx, engine.complete_greedy([enc[i] for i in idx], max_new_tokens,
+                                                                               suppress_first_ids)):
                 out[i] = Generation(text=text.strip(), prompt_tokens=len(enc[i]), new_tokens=len(ids),
                                     truncated=not stopped)
                 total_new += len(ids)

@@ -58,6 +58,9 @@ class EvalConfig:
     confidence: str = "auto"
     knowledge_samples: int = 0
     knowledge_temperature: float = 0.7
+    abstain_threshold: float = 0.0
+    abstain_text: str = "I don't know."
+    abstain_model: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def wants_confidence(self) -> bool:
@@ -83,6 +86,15 @@ class EvalConfig:
             raise ValueError(f"--knowledge-samples must be >= 0 (0: off), got {self.knowledge_samples}")
         if self.knowledge_samples and not (0 < self.knowledge_temperature <= 2):
             raise ValueError(f"--knowledge-temperature must be in (0, 2], got {self.knowledge_temperature}")
+        if not (0.0 <= self.abstain_threshold <= 1.0):
+            raise ValueError(f"--abstain-threshold must be in [0, 1] (0: off, the model's greedy reply decides; 1: "
+                             f"score P(abstain) but answer everything), got {self.abstain_threshold}")
+        if self.abstain_threshold and not self.abstain_text.strip():
+            raise ValueError("--abstain-text must not be empty with --abstain-threshold; give the model's abstention "
+                             "reply, e.g. \"I don't know.\"")
+        if self.abstain_model and not self.abstain_threshold:
+            raise ValueError("--abstain-model needs --abstain-threshold (the probability it scores is compared with "
+                             "that threshold)")
         if self.dtype not in ("fp32", "bf16", "fp16"):
             raise ValueError(f"--dtype must be fp32, bf16 or fp16, got {self.dtype!r}")
 
@@ -242,9 +254,13 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
     tok = load_tokenizer(model_dir)
     model = load_causal_lm(model_dir, dtype=cfg.dtype).eval()
     prompts = [render_prompt(tok, it.question, it.knowledge_text, cfg.mode, system=system) for it in items]
-    gens, gstats = generate_greedy(model, tok, prompts, batch_size=cfg.batch_size,
-                                   max_new_tokens=cfg.max_new_tokens, progress=cfg.progress,
-                                   desc=f"{name} [{cfg.mode}]")
+    p_abstain: list[Optional[float]] = [None] * len(items)
+    if cfg.abstain_threshold:
+        gens, gstats, p_abstain = _generate_with_abstain_threshold(model, tok, prompts, cfg, name)
+    else:
+        gens, gstats = generate_greedy(model, tok, prompts, batch_size=cfg.batch_size,
+                                       max_new_tokens=cfg.max_new_tokens, progress=cfg.progress,
+                                       desc=f"{name} [{cfg.mode}]")
     confidence: list[Optional[float]] = [None] * len(items)
     t_conf = 0.0
     if cfg.wants_confidence():
@@ -279,7 +295,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
 
     records = []
     from evaluation.selectivity import question_type
-    for it, g, gr, vs, conf, lg, kn in zip(items, gens, grades, vstats, confidence, lenient, known):
+    for it, g, gr, vs, conf, lg, kn, pa in zip(items, gens, grades, vstats, confidence, lenient, known, p_abstain):
         records.append({
             "uid": it.uid, "key": pair_key(it.question), "question": it.question, "gold": it.right_answer,
             "answer": g.text, "grade": gr.grade, "grade_lenient": lg, "reason": gr.reason, "hedged": gr.hedged,
@@ -287,7 +303,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
             "new_tokens": g.new_tokens, "prompt_tokens": g.prompt_tokens, "truncated": g.truncated,
             "verifier": vs, "qtype": question_type(it.question),
             "confidence": None if conf is None or math.isnan(conf) else round(conf, 5),
-            "known_rate": kn,
+            "known_rate": kn, "p_abstain": None if pa is None else float(f"{pa:.6g}"),
         })
     with open(out / "answers.jsonl", "w", encoding="utf-8") as fh:
         for r in records:
@@ -300,6 +316,10 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
         "confidence": cfg.wants_confidence(),
         "knowledge_samples": cfg.knowledge_samples,
         "knowledge_temperature": cfg.knowledge_temperature if cfg.knowledge_samples else None,
+        "abstain_threshold": cfg.abstain_threshold, "abstain_text": cfg.abstain_text if cfg.abstain_threshold else None,
+        "abstain_model": cfg.abstain_model or None,
+        "abstain_model_fingerprint": _model_fingerprint(resolve_model_path(cfg.abstain_model))
+        if cfg.abstain_model else None,
         "verifier_identity": verifier_identity,
         "metrics": summarise(records, cfg.n_boot, cfg.seed),
         "timing": {"generate_s": round(gstats.seconds, 2), "new_tokens": gstats.new_tokens,
@@ -314,12 +334,48 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
     return summary
 
 
-REUSE_KEYS = ("model_fingerprint", "data", "mode", "system", "limit", "max_new_tokens", "batch_size", "dtype",
-              "confidence", "knowledge_samples")
+def _generate_with_abstain_threshold(model, tok, prompts: list[str], cfg: EvalConfig, name: str):
+    """Decline where the model's own P(abstain text | prompt) exceeds ``cfg.abstain_threshold``; elsewhere answer
+    greedily with the abstention's first token blocked, so the model's decision is the threshold's, not greedy
+    rounding's. With ``cfg.abstain_model`` that model's probability decides and ``model`` answers. Returns
+    (generations, stats, P(abstain) per prompt)."""
+    from evaluation.confidence import abstain_probability
+    from evaluation.generate import Generation, GenerationStats, generate_greedy
+
+    t0 = time.perf_counter()
+    gate = model
+    if cfg.abstain_model:   # another model decides (e.g. a refusal-trained copy gating the model users deploy)
+        from actors.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
+        gate_dir = resolve_model_path(cfg.abstain_model)
+        if load_tokenizer(gate_dir).get_vocab() != tok.get_vocab():
+            raise ValueError(f"--abstain-model {cfg.abstain_model}: its tokenizer differs from --model's; the "
+                             "gate must share the evaluated model's tokenizer (same base model)")
+        gate = load_causal_lm(gate_dir, dtype=cfg.dtype).eval()
+    p_abstain = abstain_probability(gate, tok, prompts, cfg.abstain_text, batch_size=cfg.batch_size)
+    if gate is not model:
+        del gate
+    t_p = time.perf_counter() - t0
+    answer_idx = [i for i, p in enumerate(p_abstain) if p <= cfg.abstain_threshold]
+    first_id = tok(cfg.abstain_text, add_special_tokens=False)["input_ids"][:1]
+    sub, gstats = generate_greedy(model, tok, [prompts[i] for i in answer_idx], batch_size=cfg.batch_size,
+                                  max_new_tokens=cfg.max_new_tokens, progress=cfg.progress,
+                                  desc=f"{name} [{cfg.mode}, abstain > {cfg.abstain_threshold:g}]",
+                                  suppress_first_ids=first_id)
+    n_abst = len(tok(cfg.abstain_text, add_special_tokens=False)["input_ids"])
+    gens = [Generation(text=cfg.abstain_text, prompt_tokens=len(tok(p, add_special_tokens=False)["input_ids"]),
+                       new_tokens=n_abst, truncated=False) for p in prompts]
+    for i, g in zip(answer_idx, sub):
+        gens[i] = g
+    log.info("eval %s: P(%r) > %g on %d of %d prompts (declined); %.1f s to score them", name, cfg.abstain_text,
+             cfg.abstain_threshold, len(prompts) - len(answer_idx), len(prompts), t_p)
+    stats = GenerationStats(seconds=gstats.seconds + t_p, new_tokens=gstats.new_tokens,
+                            prompt_tokens=gstats.prompt_tokens)
+    return gens, stats, p_abstain
 
 
 def reusable_summary(cfg: EvalConfig, model_dir: str, name: str) -> Optional[dict[str, Any]]:
     """The existing summary in ``cfg.out`` when it was made with the same weights and settings, else None."""
+    from actors.model_loader import resolve_model_path
     sp, ap = Path(cfg.out) / "summary.json", Path(cfg.out) / "answers.jsonl"
     if not (sp.exists() and ap.exists()):
         return None
@@ -330,8 +386,14 @@ def reusable_summary(cfg: EvalConfig, model_dir: str, name: str) -> Optional[dic
     want = {"model_fingerprint": _model_fingerprint(model_dir), "data": cfg.data, "mode": cfg.mode,
             "system": cfg.system, "limit": cfg.limit, "max_new_tokens": cfg.max_new_tokens,
             "batch_size": cfg.batch_size, "dtype": cfg.dtype, "confidence": cfg.wants_confidence(),
-            "knowledge_samples": cfg.knowledge_samples}
-    old.setdefault("knowledge_samples", 0)  # summaries from before --knowledge-samples existed
+            "knowledge_samples": cfg.knowledge_samples, "abstain_threshold": cfg.abstain_threshold,
+            "abstain_text": cfg.abstain_text if cfg.abstain_threshold else None,
+            "abstain_model_fingerprint": _model_fingerprint(resolve_model_path(cfg.abstain_model))
+            if cfg.abstain_model else None}
+    # summaries from before --knowledge-samples / --abstain-threshold existed
+    for k, v in (("knowledge_samples", 0), ("abstain_threshold", 0.0), ("abstain_text", None),
+                 ("abstain_model_fingerprint", None)):
+        old.setdefault(k, v)
     if any(old.get(k) != v for k, v in want.items()) or (old.get("verifier_identity") is None) == cfg.verifier:
         return None
     if cfg.verifier and old.get("verifier_identity") != _verifier_identity():

@@ -130,3 +130,77 @@ def test_select_end_to_end_on_the_real_model(tmp_path):
     assert cand["n"] == 6 and cand["correct"] + cand["incorrect"] + cand["not_attempted"] == 6
     assert sel["base_outcomes"]["closed"] == {k: cand[k] for k in ("correct", "incorrect", "not_attempted")}
     assert os.path.realpath(tmp_path / "run" / "select" / "selected") == str(ck)
+
+
+def _scored_dir(tmp_path: Path, seed: int = 0) -> tuple[Path, Path, set[int]]:
+    """A base eval and one scored with --abstain-threshold 1: the same answers, P(abstain) 0.9 on 60 of the base's
+    wrong answers and 0.1 .. 0.3 elsewhere."""
+    base, dirs = _eval_dirs(tmp_path, seed)
+    src = dirs["step00004"]   # the base's answers
+    recs = [json.loads(x) for x in (src / "answers.jsonl").read_text().splitlines()]
+    rng = random.Random(seed + 1)
+    wrong = [i for i, r in enumerate(recs) if r["grade"] == "incorrect"]
+    unsure = set(rng.sample(wrong, 60))
+    scored = tmp_path / "scored"
+    scored.mkdir()
+    with open(scored / "answers.jsonl", "w") as fh:
+        for i, r in enumerate(recs):
+            r["p_abstain"] = 0.9 if i in unsure else round(0.1 + 0.2 * rng.random(), 4)
+            fh.write(json.dumps(r) + "\n")
+    s = json.loads((src / "summary.json").read_text())
+    s.update(abstain_threshold=1.0, abstain_text="I don't know.")
+    (scored / "summary.json").write_text(json.dumps(s))
+    return base, scored, unsure
+
+
+def test_abstain_sweep_derives_each_threshold_exactly_and_selects_a_selective_one(tmp_path):
+    from evaluation.select import apply_threshold, sweep_thresholds
+    base, scored, unsure = _scored_dir(tmp_path)
+    recs = [json.loads(x) for x in (scored / "answers.jsonl").read_text().splitlines()]
+    taus = sweep_thresholds([r["p_abstain"] for r in recs])
+    assert taus == sorted(set(taus)) and 0.9 not in taus   # no threshold at the top declines nothing
+    cand = Candidate("model", None, "/models/gate")
+    swept, dirs = [], {}
+    for tau in taus:
+        c = cand.with_threshold(tau, gate=True)
+        swept.append(c)
+        dirs[c.name] = {"closed": apply_threshold(scored, tau, tmp_path / f"eval_{c.name}", c.name)}
+        out = [json.loads(x) for x in (Path(dirs[c.name]["closed"]) / "answers.jsonl").read_text().splitlines()]
+        for r, o in zip(recs, out):   # declined exactly where P(abstain) > tau, answers otherwise untouched
+            assert (o["answer"] == "I don't know.") == (r["p_abstain"] > tau)
+            assert o["grade"] == ("not_attempted" if r["p_abstain"] > tau else r["grade"])
+    res = judge_candidates({"closed": str(base)}, swept, dirs, tmp_path / "out")
+    best = next(c for c in swept if c.name == res["selected"])
+    assert res["selected_passes"]
+    # the chosen threshold declines the 60 unsure questions (all base-wrong) and nothing the base got right
+    declined = {i for i, r in enumerate(recs) if r["p_abstain"] > best.abstain_threshold}
+    assert unsure <= declined and all(recs[i]["grade"] == "incorrect" for i in declined)
+    with pytest.raises(SelectError, match="--abstain-threshold 1"):
+        apply_threshold(tmp_path / "step00004", 0.5, tmp_path / "x", "x")
+
+
+@pytest.mark.slow
+def test_select_abstain_sweep_end_to_end_with_a_gate_model_folder(tmp_path):
+    """The embedded model as its own gate (a model folder as RUN_DIR): scored once for real, every threshold
+    judged, the chosen one's `rlfh eval` options printed and recorded."""
+    from actors.model_loader import resolve_model_path
+    src = Path(resolve_model_path("smollm2-135m-instruct"))
+    gate = tmp_path / "rt" / "model"
+    gate.mkdir(parents=True)
+    for f in src.iterdir():
+        if f.is_file():
+            os.symlink(f, gate / f.name)
+    r = rlfh("select", str(tmp_path / "rt"), "--base", "smollm2-135m-instruct", "--limit", "6", "--threads", "2",
+             "--abstain-sweep", "--abstain-gate", "--no-progress", timeout=900)
+    assert r.returncode in (0, 3), (r.stdout[-3000:], r.stderr[-3000:])
+    sel = json.loads((tmp_path / "rt" / "select" / "selection.json").read_text())
+    assert sel["selected_is_gate"] and 0 < sel["selected_abstain_threshold"] < 1
+    assert sel["eval_command"] == (f"--model smollm2-135m-instruct --abstain-model {gate} "
+                                   f"--abstain-threshold {sel['selected_abstain_threshold']:.6g}")
+    assert "rlfh eval --model smollm2-135m-instruct --abstain-model" in r.stdout
+    assert len(sel["candidates"]) >= 3 and all("@" in c["name"] for c in sel["candidates"])
+    scored = [json.loads(x) for x in
+              (tmp_path / "rt" / "select" / "eval_model-scored_closed" / "answers.jsonl").read_text().splitlines()]
+    assert len(scored) == 6 and all(0 < s["p_abstain"] < 1 for s in scored)
+    r = rlfh("select", str(tmp_path / "rt"), "--abstain-gate")
+    assert r.returncode == 2 and "--abstain-gate needs --abstain-sweep" in r.stderr

@@ -276,7 +276,12 @@ def selectivity(gruns: list[dict]) -> dict[str, Any]:
         conf = [r.get("confidence") for r in rb]
         entry = {"n": len(rb), "random": random_abstention(g_ref, n_na, observed_correct=n_cor),
                  "overlap": abstention_overlap(g_ref, g_run), "per_type": per_type, "auroc": None,
-                 "risk_coverage": None, "per_knowledge": None}
+                 "risk_coverage": None, "per_knowledge": None, "p_abstain_auroc": None}
+        p_abs = [r.get("p_abstain") for r in rb]
+        if all(p is not None for p in p_abs):
+            # does the model's wish to abstain rank the questions the reference gets wrong above those it gets
+            # right? (all questions: declined ones included, that is where the signal is used)
+            entry["p_abstain_auroc"] = auroc([-p for p in p_abs], [g == CORRECT for g in g_ref])
         known = [r.get("known_rate") for r in ra]  # the reference's own sampled accuracy per question
         if any(k is not None for k in known):
             entry["per_knowledge"] = per_bucket_outcomes(known, g_run)
@@ -435,18 +440,23 @@ def render_markdown(report: dict[str, Any], out: Path) -> str:
                       "reference was wrong. *Random abstention*: the reference declining as many random questions "
                       "(p: exact probability of keeping at least this many right answers by chance). *AUROC*: the "
                       "model's confidence (mean token log-prob) against correctness on its attempted answers "
-                      "(0.5 = no signal; - where not recorded).", "",
+                      "(0.5 = no signal; - where not recorded). *P(abstain) AUROC*: the model's teacher-forced "
+                      f"probability of its abstention reply (`rlfh eval --abstain-threshold`), lower where "
+                      f"{sel['reference']} was right, on every question.", "",
                   f"| model | declined | {sel['reference']} right / wrong there | correct (random abstention "
-                  "expects) | p | confidence AUROC | risk-coverage AURC |", "|---|---|---|---|---|---|---|"]
+                  "expects) | p | confidence AUROC | risk-coverage AURC | P(abstain) AUROC |",
+                  "|---|---|---|---|---|---|---|---|"]
             for mname, e in sel["runs"].items():
                 ov, rnd = e["overlap"], e["random"]
                 au = "-" if e.get("auroc") is None or math.isnan(e["auroc"]) else f"{e['auroc']:.3f}"
                 rc = e.get("risk_coverage") or {}
                 aurc = "-" if rc.get("aurc") is None or math.isnan(rc.get("aurc", float("nan"))) else \
                     f"{rc['aurc']:.3f}"
+                pa = e.get("p_abstain_auroc")
+                pa = "-" if pa is None or math.isnan(pa) else f"{pa:.3f}"
                 L.append(f"| {mname} | {ov['declined']} | {ov['ref_right']} / {ov['ref_wrong']} | "
                          f"{rnd['observed_correct']} ({rnd['correct'] * rnd['n']:.1f}) | {_p(rnd['p_value'])} | "
-                         f"{au} | {aurc} |")
+                         f"{au} | {aurc} | {pa} |")
             L += ["", "**Outcomes per question type** (from the question text: yes/no, two options \"A or B\", "
                       "open), counts correct / incorrect / not attempted:", "",
                   "| model | " + " | ".join(f"{t} (n={next(iter(sel['runs'].values()))['per_type'][t]['n']})"

@@ -175,6 +175,15 @@ def test_abstain_sweep_derives_each_threshold_exactly_and_selects_a_selective_on
     # the chosen threshold declines the 60 unsure questions (all base-wrong) and nothing the base got right
     declined = {i for i, r in enumerate(recs) if r["p_abstain"] > best.abstain_threshold}
     assert unsure <= declined and all(recs[i]["grade"] == "incorrect" for i in declined)
+    # the report ranks questions by P(abstain) against the base's correctness, over every question
+    from evaluation.report import compare_runs
+    from evaluation.selectivity import auroc
+    rep = compare_runs([str(base), dirs[best.name]["closed"]], tmp_path / "rep", n_boot=100)
+    (g,) = rep["groups"].values()
+    got = g["selectivity"]["runs"][best.name]["p_abstain_auroc"]
+    assert got == pytest.approx(auroc([-r["p_abstain"] for r in recs], [r["grade"] == "correct" for r in recs]))
+    assert got > 0.75 and g["selectivity"]["runs"]["base"]["p_abstain_auroc"] is None
+    assert "P(abstain) AUROC" in (tmp_path / "rep" / "report.md").read_text()
     with pytest.raises(SelectError, match="--abstain-threshold 1"):
         apply_threshold(tmp_path / "step00004", 0.5, tmp_path / "x", "x")
 

@@ -150,8 +150,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("run_dir", metavar="RUN_DIR",
                    help="SAVE_PATH of `rlfh train`. Its weight snapshots (snapshots/step_*, written every "
                         "SNAPSHOT_STEP steps), checkpoints (checkpoints/global_step_*/policy_hf) and final/ are the "
-                        "candidates. A model folder (or a baseline's --out, whose model is in model/) is the one "
-                        "candidate.")
+                        "candidates. A model folder (e.g. a baseline's --out) is the one candidate.")
     s.add_argument("--data", default="halueval:dev",
                    help="Split to select on: 'halueval:dev' (default) or a JSONL file. Never the test split the "
                         "final report uses.")
@@ -165,7 +164,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="Folder for the evaluations, selection.json and the 'selected' symlink. Default: "
                         "RUN_DIR/select.")
     s.add_argument("--abstain-sweep", action="store_true",
-                   help="Also choose an abstention threshold: score each candidate's P(--abstain-text) once "
+                   help="Also choose an abstention threshold: score each candidate's P(I don't know.) once "
                         "(`rlfh eval --abstain-threshold 1`) and judge it at the thresholds that decline 10, 15, "
                         "..., 90 percent of the dev questions; every (candidate, threshold) is a candidate. For "
                         "models whose greedy reply declines nearly always or never (R-Tuning, RL with an abstain "
@@ -173,8 +172,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--abstain-gate", action="store_true",
                    help="With --abstain-sweep: the candidates only decide (their P(abstain) against the threshold) "
                         "and the base model answers (`rlfh eval --abstain-model`), so the answers users get are "
-                        "the base model's. RUN_DIR may be a model folder, e.g. `rlfh baseline rtuning --out D` "
-                        "(D/model).")
+                        "the base model's. RUN_DIR may be a model folder, e.g. the --out of `rlfh baseline "
+                        "rtuning`.")
     s.add_argument("--threads", type=int, default=0, help="Torch CPU threads (0: auto, as for `rlfh eval`).")
     s.add_argument("--batch-size", type=int, default=16, help="Prompts per generate call. Default 16.")
     s.add_argument("--no-progress", dest="progress", action="store_false", help="Hide progress bars.")

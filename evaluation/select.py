@@ -111,7 +111,8 @@ def _final_step(final: Path) -> Optional[int]:
 
 def list_candidates(run_dir: str | Path) -> list[Candidate]:
     """The run's checkpoints (by step) and its final model; a final whose step is a checkpoint's is dropped.
-    A model folder itself (or a baseline's output, whose model is in ``model/``) is the one candidate."""
+    A model folder itself (e.g. a baseline's ``--out``; or a folder holding one in ``model/``) is the one
+    candidate."""
     run = Path(run_dir)
     if not run.is_dir():
         raise SelectError(f"RUN_DIR {run}: not a folder; pass the SAVE_PATH of `rlfh train`")

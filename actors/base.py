@@ -35,6 +35,13 @@ def weights_checksum(named_params) -> dict[str, float]:
     import numpy as np
     return {n: float(np.sum(p.detach().to("cpu", torch.float64).numpy())) for n, p in named_params}
 
+
+def abs_checksum(t: torch.Tensor) -> float:
+    """float64 sum of ``|t|``, order-stable like :func:`weights_checksum` (optimizer-state fingerprints)."""
+    import numpy as np
+    return float(np.sum(np.abs(t.detach().to("cpu", torch.float64).numpy())))
+
+
 def node_ip() -> str:
     """This node's IP as Ray sees it (loopback outside Ray)."""
     try:

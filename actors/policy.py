@@ -10,7 +10,8 @@ from typing import Optional
 
 import torch
 
-from actors.base import BaseActor, causal_lm_response_logprobs, ds_config, response_logprobs, weights_checksum
+from actors.base import (BaseActor, abs_checksum, causal_lm_response_logprobs, ds_config, response_logprobs,
+                         weights_checksum)
 from actors.types import Batch, check_batch, trim_batch
 
 log = logging.getLogger(__name__)
@@ -173,8 +174,8 @@ class TrainableLMActor(BaseActor):
         step = 0.0
         for st in inner.state.values():
             if "exp_avg" in st:
-                m += float(st["exp_avg"].double().abs().sum())
-                v += float(st["exp_avg_sq"].double().abs().sum())
+                m += abs_checksum(st["exp_avg"])
+                v += abs_checksum(st["exp_avg_sq"])
                 step = max(step, float(st.get("step", 0)))
         return {"exp_avg": m, "exp_avg_sq": v, "step": step}
 

@@ -42,6 +42,7 @@ import math
 import os
 import re
 import signal
+import shutil
 import threading
 import time
 from contextlib import contextmanager
@@ -815,39 +816,21 @@ class Trainer:
     def snapshot(self) -> str:
         """SAVE_PATH/snapshots/step_N: the policy's HF folder now (weights only; `rlfh select` candidates)."""
         out = self.save_path / "snapshots" / f"step_{self.state.step:05d}"
-        tmp = out.with_name(out.name + ".tmp")
-        if tmp.exists():
-            import shutil
-            shutil.rmtree(tmp)
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-        self.groups.policy.run("save_hf", str(tmp))
-        if out.exists():
-            import shutil
-            shutil.rmtree(out)
-        os.replace(tmp, out)
+        _replace_dir(out, out.with_name(out.name + ".tmp"), lambda tmp: self.groups.policy.run("save_hf", str(tmp)))
         log.info("snapshot of the policy at step %d: %s", self.state.step, out)
         return str(out)
 
     def _export_final(self) -> str:
         """SAVE_PATH/final: the policy's HF folder of the last checkpoint (hard links when possible)."""
-        import shutil
         out = self.save_path / "final"
-        tmp = self.save_path / ".final.tmp"
-        if tmp.exists():
-            shutil.rmtree(tmp)
         src = Path(self.last_checkpoint) / "policy_hf" if self.last_checkpoint else None
-        if src is not None and src.is_dir():
-            def link_or_copy(a, b):
-                try:
-                    os.link(a, b)
-                except OSError:
-                    shutil.copy2(a, b)
-            shutil.copytree(src, tmp, copy_function=link_or_copy)
-        else:
-            self.groups.policy.run("save_hf", str(tmp))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
+
+        def write(tmp: Path) -> None:
+            if src is not None and src.is_dir():
+                shutil.copytree(src, tmp, copy_function=_link_or_copy)
+            else:
+                self.groups.policy.run("save_hf", str(tmp))
+        _replace_dir(out, self.save_path / ".final.tmp", write)
         log.info("final policy (HF format) at %s", out)
         return str(out)
 
@@ -901,3 +884,23 @@ def train(cfg: RLFHConfig, reward_fn: Optional[Callable] = None, groups=None, **
     """Set up, train to the end (or Ctrl-C), save, print the summary, tear down."""
     with Trainer(cfg, reward_fn=reward_fn, groups=groups, **kwargs) as trainer:
         return trainer.fit()
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    """copytree's copy function: a hard link (no extra disk for a 0.5 GB model) where the filesystem allows."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _replace_dir(out: Path, tmp: Path, write) -> None:
+    """Write a folder through ``write(tmp)`` and move it to ``out`` in one rename, so a reader (or a run killed
+    mid-write) never sees a half-written model folder."""
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    write(tmp)
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)

@@ -1,6 +1,9 @@
 """One typed config: every setting, its environment variable, CLI flag, type, default and help.
 
-This is the only place a setting is defined. ``scripts/train.sh``, ``rlfh train``,
+This is the only place a setting is defined, except the reward service's reward settings: their type,
+default, constraint and help are defined once in :mod:`reward_service.settings` (the service validates
+per-request overrides against the same definition) and adopted here with an environment variable and a
+CLI flag. ``scripts/train.sh``, ``rlfh train``,
 ``rlfh serve``, the Helm chart's ConfigMap and the RayService's Serve config
 all read names from here. Environment variables use the RLFH paper's names
 (``MODEL_PATH``, ``VERIFICATION_MAP``, ``ACTOR_LR``...).
@@ -18,29 +21,16 @@ import argparse
 import json
 import math
 import os
-from typing import Any, Iterable, Literal, Mapping, Optional
+from typing import Annotated, Any, Iterable, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from verifier_service.schema import INFO_SCORES, LABELS
 
-# --------------------------------------------------------------------------------------
-# defaults that are data, not code
-# --------------------------------------------------------------------------------------
-
-# Truthfulness reward per statement label. Wrong costs more than Correct earns,
-# and hedging a wrong fact is punished less than asserting it (the behaviour we
-# want the model to learn at its knowledge boundary).
-DEFAULT_VERIFICATION_MAP: dict[str, float] = {
-    "Correct": 1.0,
-    "Hedged correct": 0.5,
-    "Vague": -0.2,
-    "Hedged wrong": -0.5,
-    "Wrong": -1.0,
-}
-# Informativeness reward per 1-5 score: uninformative filler is slightly
-# negative so that "say nothing" is not free.
-DEFAULT_INFORMATIVE_MAP: dict[str, float] = {"1": -0.5, "2": -0.2, "3": 0.0, "4": 0.2, "5": 0.4}
+# The reward settings (type, default, constraint, description) are defined once, in reward_service.settings;
+# RLFHConfig adds their environment variables and CLI flags (reward_type / reward_setting below).
+from reward_service.settings import (DEFAULT_INFORMATIVE_MAP, DEFAULT_VERIFICATION_MAP,  # noqa: F401 (re-exported)
+                                     RewardSettings)
 
 EMBEDDED_MODEL = "smollm2-135m-instruct"
 EMBEDDED_DATA = "halueval:train"
@@ -76,6 +66,19 @@ def setting(default: Any, help: str, env: Optional[str] = None, group: str = "ge
     if env:
         extra["env"] = env
     return Field(default, description=help, json_schema_extra=extra, **kw)
+
+
+def reward_type(name: str) -> Any:
+    """The type of reward setting ``name``, constraints included, as :class:`RewardSettings` declares it."""
+    info = RewardSettings.model_fields[name]
+    return Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+
+
+def reward_setting(name: str, env: str) -> Any:
+    """The config field of reward setting ``name``: its default and help from :class:`RewardSettings`, read
+    from environment variable ``env``."""
+    info = RewardSettings.model_fields[name]
+    return setting(info.default, info.description, env=env, group="reward")
 
 
 def _finite(name: str, v: float) -> float:
@@ -163,41 +166,20 @@ class RLFHConfig(BaseModel):
     seed: int = setting(42, "Random seed (data order, sampling, init).", env="SEED", group="data")
 
     # ---------------------------------------------------------------- rewards
-    granularity: Literal["token", "sentence", "response"] = setting(
-        "token", "Where rewards land: per statement (token), per sentence, or one per response.",
-        env="GRANULARITY", group="reward")
-    placement: Literal["end", "spread"] = setting(
-        "end", "Within a span: 'end' puts the reward on its last token (as in the paper), 'spread' splits it "
-        "evenly over the span's tokens.", env="REWARD_PLACEMENT", group="reward")
-    verification_map: dict[str, float] = setting(
-        DEFAULT_VERIFICATION_MAP, "JSON object: truthfulness reward per label "
-        "(Correct, Hedged correct, Vague, Hedged wrong, Wrong).", env="VERIFICATION_MAP", group="reward")
-    informative_map: dict[str, float] = setting(
-        DEFAULT_INFORMATIVE_MAP, "JSON object: informativeness reward per score \"1\"..\"5\".",
-        env="INFORMATIVE_MAP", group="reward")
-    info_weight: float = setting(0.5, "Weight of the informativeness reward.", env="INFO_WEIGHT", group="reward")
-    truth_weight: float = setting(1.0, "Weight of the truthfulness reward.", env="TRUTH_WEIGHT", group="reward")
-    truth_confidence: float = setting(
-        0.1, "How much the verifier's per-statement confidence (0..1) scales the truthfulness reward: "
-        "r_truth = TRUTH_WEIGHT * VERIFICATION_MAP[label] * ((1 - c) + c * confidence), c = this, in [0, 1]. "
-        "0: confidence ignored (the paper's reward); 1: reward proportional to confidence. The sign of a label's "
-        "reward never flips; two answers with the same labels are told apart by the confidence (the default "
-        "0.1 breaks most ties between one-answer responses of `rlfh bench verifier`).",
-        env="TRUTH_CONFIDENCE", group="reward", ge=0.0, le=1.0)
-    reward_epsilon: float = setting(
-        0.0, "Floor of a sentence's summed informativeness inside the log (the paper's epsilon; it uses -0.9): "
-        "r_info = INFO_WEIGHT * log(max(epsilon, sum of INFORMATIVE_MAP scores) + mu).",
-        env="REWARD_EPSILON", group="reward")
-    reward_mu: float = setting(
-        1.0, "Shift inside the informativeness log (the paper's mu = 1); epsilon + mu must be > 0.",
-        env="REWARD_MU", group="reward")
-    reward_clip: float = setting(
-        5.0, "Per-token reward clip |r| <= this, applied once, by the reward service, to the verifier's token rewards "
-        "(TOKEN_REWARD_WEIGHT, the outcome reward and the KL penalty come after it, unclipped).", env="REWARD_CLIP",
-        group="reward", gt=0)
-    abstain_reward: float = setting(
-        0.0, "Reward for an abstention (\"I don't know\"), placed on its last token.",
-        env="ABSTAIN_REWARD", group="reward")
+    # the reward service's settings: type (constraints included), default and help come from
+    # reward_service.settings.RewardSettings, the one definition; only the env var is said here. The annotation
+    # is a call, evaluated by pydantic when it builds the class (this module has postponed annotations).
+    granularity: reward_type("granularity") = reward_setting("granularity", env="GRANULARITY")
+    placement: reward_type("placement") = reward_setting("placement", env="REWARD_PLACEMENT")
+    verification_map: reward_type("verification_map") = reward_setting("verification_map", env="VERIFICATION_MAP")
+    informative_map: reward_type("informative_map") = reward_setting("informative_map", env="INFORMATIVE_MAP")
+    info_weight: reward_type("info_weight") = reward_setting("info_weight", env="INFO_WEIGHT")
+    truth_weight: reward_type("truth_weight") = reward_setting("truth_weight", env="TRUTH_WEIGHT")
+    truth_confidence: reward_type("truth_confidence") = reward_setting("truth_confidence", env="TRUTH_CONFIDENCE")
+    reward_epsilon: reward_type("reward_epsilon") = reward_setting("reward_epsilon", env="REWARD_EPSILON")
+    reward_mu: reward_type("reward_mu") = reward_setting("reward_mu", env="REWARD_MU")
+    reward_clip: reward_type("reward_clip") = reward_setting("reward_clip", env="REWARD_CLIP")
+    abstain_reward: reward_type("abstain_reward") = reward_setting("abstain_reward", env="ABSTAIN_REWARD")
     abstain_samples: int = setting(
         0, "Abstention candidates per prompt: this many of the N_SAMPLES_PER_PROMPT samples of each prompt are "
         "replaced by ABSTAIN_TEXT, so the group's advantages weigh abstaining against the model's own answers. "
@@ -206,10 +188,7 @@ class RLFHConfig(BaseModel):
     abstain_text: str = setting(
         "I don't know.", "The abstention candidate's text (must read as an abstention to the verifier).",
         env="ABSTAIN_TEXT", group="reward", min_length=1)
-    empty_reward: float = setting(
-        -1.0, "Reward for a response that does not abstain and makes no checkable statement (none, or only Vague "
-        "ones such as \"Sure, the answer is\"); added to the Vague penalties, so filler never beats abstaining.",
-        env="EMPTY_REWARD", group="reward")
+    empty_reward: reward_type("empty_reward") = reward_setting("empty_reward", env="EMPTY_REWARD")
     outcome_reward: Literal["none", "ternary"] = setting(
         "none", "Outcome-level reward on each response's last token, added to the token rewards: 'ternary' (TruthRL, "
         "arXiv 2509.25760) gives OUTCOME_CORRECT when the verifier finds every statement correct, OUTCOME_ABSTAIN to "
@@ -565,9 +544,8 @@ class RLFHConfig(BaseModel):
         return cls.load(environ, **overrides)
 
 
-REWARD_FIELDS = ("granularity", "placement", "verification_map", "informative_map", "info_weight",
-                 "truth_weight", "truth_confidence", "reward_epsilon", "reward_mu", "reward_clip", "abstain_reward",
-                 "empty_reward")
+#: The reward service's settings (sent as per-request overrides by the trainer): those RewardSettings defines.
+REWARD_FIELDS = tuple(RewardSettings.model_fields)
 
 
 def env_name(field: str) -> str:

@@ -7,10 +7,12 @@ into the *response* text, half-open ``[start, end)``.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, WithJsonSchema, field_validator
 
+# The reward settings and their per-request overrides are defined once, in reward_service.settings.
+from reward_service.settings import MAX_SETTING_ABS, RewardNumber, RewardOverrides  # noqa: F401 (re-exported)
 from verifier_service.schema import (MAX_MATERIALS, MAX_QUESTION_CHARS, MAX_RESPONSE_CHARS, VerifyRequest,
                                      VerifyResult, wrap_single_material)
 
@@ -20,49 +22,12 @@ MAX_TOKENS = 4 * MAX_RESPONSE_CHARS + 64
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
-#: Largest magnitude of a reward setting sent per request: products and sums of such settings over the
-#: longest response stay far inside float64, so a reward can never overflow to Infinity (which JSON cannot carry).
-MAX_SETTING_ABS = 1e6
-
-#: A reward setting: a JSON number (strict: "1" or true is refused, not converted), finite, |x| <= MAX_SETTING_ABS.
-RewardNumber = Annotated[float, Strict(), Field(allow_inf_nan=False, ge=-MAX_SETTING_ABS, le=MAX_SETTING_ABS)]
-LabelName = Literal["Correct", "Hedged correct", "Vague", "Hedged wrong", "Wrong"]
-InfoScore = Literal["1", "2", "3", "4", "5"]
 #: A character offset into the response (strict: false / 1.0 / "1" are refused).
 Offset = Annotated[int, Strict(), Field(ge=0)]
 
 
 _EXAMPLE_QUESTION = "Where is the head office of the Oberoi Group?"
 _EXAMPLE_KNOWLEDGE = "The Oberoi Group is a hotel company with its head office in Delhi."
-
-
-class RewardOverrides(BaseModel):
-    """Per-request overrides of the service's reward settings (``cluster.config.REWARD_FIELDS``).
-
-    Omitted fields keep the service's value; partial maps update the service's maps. Numbers are finite
-    JSON numbers with ``|x| <= 1e6`` (MAX_SETTING_ABS).
-    """
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    granularity: Optional[Literal["token", "sentence", "response"]] = Field(
-        None, description="Where rewards land: per statement (token), per sentence, or one per response.")
-    placement: Optional[Literal["end", "spread"]] = Field(
-        None, description="'end': last token of each span (paper); 'spread': split evenly over the span.")
-    verification_map: Optional[dict[LabelName, RewardNumber]] = Field(
-        None, description="Truthfulness reward per label (Correct, Hedged correct, Vague, Hedged wrong, Wrong).")
-    informative_map: Optional[dict[InfoScore, RewardNumber]] = Field(
-        None, description="Informativeness reward per score \"1\"..\"5\".")
-    info_weight: Optional[RewardNumber] = None
-    truth_weight: Optional[RewardNumber] = None
-    truth_confidence: Optional[Annotated[RewardNumber, Field(ge=0, le=1)]] = Field(
-        None, description="0..1: how much the verifier's statement confidence scales the truthfulness reward.")
-    reward_epsilon: Optional[RewardNumber] = Field(
-        None, description="Floor of a sentence's summed informativeness inside the log (paper's epsilon).")
-    reward_mu: Optional[RewardNumber] = Field(None, description="Shift inside the informativeness log (paper's mu).")
-    reward_clip: Optional[Annotated[RewardNumber, Field(gt=0)]] = Field(None, description="Per-token clip |r| <= this.")
-    abstain_reward: Optional[RewardNumber] = None
-    empty_reward: Optional[RewardNumber] = None
 
 
 #: ``materials``: a list of passages, or one string (one passage; blank: none). The JSON schema says both, as the

@@ -26,7 +26,7 @@ Wrong: -1.2}``, ``I = {5: 1.3, 4: 1.2, 3: 1.1, 2: 1.0, 1: -0.1}``. ``r_truth``
 lands on the last token of the statement, ``r_info`` on the last token of the
 sentence.
 
-What this module implements (names are :class:`RewardSettings` / ``RLFHConfig`` fields)::
+What this module implements (names are :class:`~reward_service.settings.RewardSettings` fields)::
 
     r_truth(s) = truth_weight * verification_map[l(s)]
                  * ((1 - truth_confidence) + truth_confidence * conf(s))  (per statement)
@@ -112,168 +112,19 @@ reinforced.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Mapping, Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
 import numpy as np
 
-from cluster.config import DEFAULT_INFORMATIVE_MAP, DEFAULT_VERIFICATION_MAP, ConfigError
+# The settings this module computes with, and its input error, are defined in reward_service.settings.
+from reward_service.settings import (GRANULARITIES, PLACEMENTS, RewardInputError,  # noqa: F401 (re-exported)
+                                     RewardSettings)
 from verifier_service.schema import BAD_LABELS, GOOD_LABELS, INFO_SCORES, LABELS, VerifyResult
 
-GRANULARITIES = ("token", "sentence", "response")
-PLACEMENTS = ("end", "spread")
 _LABEL_INDEX = {label: i for i, label in enumerate(LABELS)}
 _SIGN_OF_LABEL = np.array([1 if lb in GOOD_LABELS else (-1 if lb in BAD_LABELS else 0) for lb in LABELS],
                           dtype=np.int8)
-
-
-# --------------------------------------------------------------------------------------
-# errors that name the field and the fix (the service turns them into HTTP 422)
-# --------------------------------------------------------------------------------------
-
-class RewardInputError(ValueError):
-    """Bad reward input. ``field`` is a dotted path relative to the item (e.g. ``token_offsets.3``)."""
-
-    def __init__(self, field: str, message: str, fix: str = ""):
-        self.field = field
-        self.message = message
-        self.fix = fix
-        super().__init__(f"{field}: {message}" + (f" ({fix})" if fix else ""))
-
-
-# --------------------------------------------------------------------------------------
-# settings
-# --------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class RewardSettings:
-    """The reward-shaping knobs (``cluster.config.REWARD_FIELDS``); see the module docstring."""
-
-    granularity: str = "token"
-    placement: str = "end"
-    verification_map: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_VERIFICATION_MAP))
-    informative_map: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_INFORMATIVE_MAP))
-    info_weight: float = 0.5
-    truth_weight: float = 1.0
-    truth_confidence: float = 0.1
-    reward_epsilon: float = 0.0
-    reward_mu: float = 1.0
-    reward_clip: float = 5.0
-    abstain_reward: float = 0.0
-    empty_reward: float = -1.0
-
-    def __post_init__(self):
-        _check_settings(self)
-
-    @classmethod
-    def from_config(cls, cfg: Any) -> "RewardSettings":
-        """From an ``RLFHConfig`` (or anything with the REWARD_FIELDS attributes)."""
-        names = [f for f in cls.__dataclass_fields__]
-        try:
-            return cls(**{n: _copy(getattr(cfg, n)) for n in names})
-        except RewardInputError as e:
-            raise ConfigError(f"reward settings: {e}") from None
-
-    def with_overrides(self, overrides: Optional[Mapping[str, Any]]) -> "RewardSettings":
-        """A copy with per-request overrides applied. Partial maps update this one's maps.
-
-        Raises :class:`RewardInputError` (field ``overrides.<name>[.<key>]``) on an unknown
-        setting, unknown label/score, a non-number or a non-finite number.
-        """
-        if not overrides:
-            return self
-        known = set(self.__dataclass_fields__)
-        changes: dict[str, Any] = {}
-        for name, value in overrides.items():
-            if value is None:
-                continue
-            if name not in known:
-                raise RewardInputError(f"overrides.{name}", "unknown reward setting",
-                                       f"settings are: {', '.join(sorted(known))}")
-            if name == "verification_map":
-                changes[name] = _merge_map(self.verification_map, value, name, LABELS)
-            elif name == "informative_map":
-                changes[name] = _merge_map(self.informative_map, value, name, tuple(str(s) for s in INFO_SCORES))
-            elif name == "granularity":
-                if value not in GRANULARITIES:
-                    raise RewardInputError(f"overrides.{name}", f"{value!r} is not a granularity",
-                                           f"use one of {', '.join(GRANULARITIES)}")
-                changes[name] = value
-            elif name == "placement":
-                if value not in PLACEMENTS:
-                    raise RewardInputError(f"overrides.{name}", f"{value!r} is not a placement",
-                                           f"use one of {', '.join(PLACEMENTS)}")
-                changes[name] = value
-            else:
-                changes[name] = _finite_number(value, f"overrides.{name}")
-        try:
-            return replace(self, **changes)
-        except RewardInputError as e:
-            raise RewardInputError("overrides." + e.field, e.message, e.fix) from None
-
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["verification_map"] = dict(self.verification_map)
-        d["informative_map"] = dict(self.informative_map)
-        return d
-
-
-def _copy(v):
-    return dict(v) if isinstance(v, Mapping) else v
-
-
-def _finite_number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise RewardInputError(where, f"must be a number, got {value!r}", "send a finite JSON number")
-    v = float(value)
-    if not math.isfinite(v):
-        raise RewardInputError(where, f"must be a finite number, got {value!r}",
-                               "NaN and Infinity are not allowed; send a finite number")
-    return v
-
-
-def _merge_map(base: Mapping[str, float], value: Any, name: str, keys: tuple[str, ...]) -> dict[str, float]:
-    if not isinstance(value, Mapping):
-        raise RewardInputError(f"overrides.{name}", f"must be a JSON object, got {type(value).__name__}",
-                               f"send e.g. {{{keys[0]!r}: 1.0}} with keys from {list(keys)}")
-    out = dict(base)
-    for k, v in value.items():
-        key = str(k)
-        if key not in keys:
-            raise RewardInputError(f"overrides.{name}.{key}", f"unknown key {k!r}", f"keys are {list(keys)}")
-        out[key] = _finite_number(v, f"overrides.{name}.{key}")
-    return out
-
-
-def _check_settings(s: RewardSettings) -> None:
-    if s.granularity not in GRANULARITIES:
-        raise RewardInputError("granularity", f"{s.granularity!r} is not a granularity",
-                               f"use one of {', '.join(GRANULARITIES)}")
-    if s.placement not in PLACEMENTS:
-        raise RewardInputError("placement", f"{s.placement!r} is not a placement",
-                               f"use one of {', '.join(PLACEMENTS)}")
-    for label in LABELS:
-        if label not in s.verification_map:
-            raise RewardInputError(f"verification_map.{label}", "missing label", f"give all of {list(LABELS)}")
-    for score in INFO_SCORES:
-        if str(score) not in s.informative_map:
-            raise RewardInputError(f"informative_map.{score}", "missing score", "give scores 1..5")
-    for name in ("info_weight", "truth_weight", "truth_confidence", "reward_epsilon", "reward_mu", "reward_clip",
-                 "abstain_reward", "empty_reward"):
-        _finite_number(getattr(s, name), name)
-    if not 0.0 <= s.truth_confidence <= 1.0:
-        raise RewardInputError("truth_confidence", f"TRUTH_CONFIDENCE must be in [0, 1], got {s.truth_confidence:g}",
-                               "0 ignores the verifier's confidence, 1 scales the truth reward by it")
-    for k, v in list(s.verification_map.items()) + list(s.informative_map.items()):
-        _finite_number(v, k)
-    if s.reward_clip <= 0:
-        raise RewardInputError("reward_clip", f"must be > 0, got {s.reward_clip}", "e.g. 5.0")
-    if s.reward_epsilon + s.reward_mu <= 0:
-        raise RewardInputError(
-            "reward_mu", f"reward_epsilon + reward_mu = {s.reward_epsilon + s.reward_mu:g} must be > 0 "
-            "(the informativeness reward is log(max(epsilon, sum) + mu))",
-            "raise reward_mu or reward_epsilon, e.g. epsilon=-0.9, mu=1 as in the paper")
 
 
 # --------------------------------------------------------------------------------------

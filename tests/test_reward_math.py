@@ -47,15 +47,24 @@ def base() -> RewardSettings:
 
 
 def test_reward_settings_defaults_are_the_configs():
-    """RewardSettings, RewardOverrides and RLFHConfig each list the reward settings; the lists must be the same
-    (REWARD_FIELDS) and RewardSettings' own defaults (used without a config) must equal RLFHConfig's."""
+    """RewardSettings defines each reward setting once; RewardOverrides and RLFHConfig's reward fields are derived
+    from it: the same names (REWARD_FIELDS), defaults, descriptions and constraints."""
     from cluster.config import REWARD_FIELDS
     from reward_service.schemas import RewardOverrides
-    assert set(RewardSettings.__dataclass_fields__) == set(REWARD_FIELDS) == set(RewardOverrides.model_fields)
+    assert list(RewardSettings.model_fields) == list(REWARD_FIELDS) == list(RewardOverrides.model_fields)
     plain, cfg = RewardSettings(), RLFHConfig.load(environ={})
     for name in REWARD_FIELDS:
         value = getattr(plain, name)
         assert (dict(value) if name.endswith("_map") else value) == getattr(cfg, name), name
+        spec, conf, wire = (m.model_fields[name] for m in (RewardSettings, RLFHConfig, RewardOverrides))
+        assert spec.description == conf.description == wire.description and spec.description, name
+        assert spec.metadata == conf.metadata, name       # e.g. TRUTH_CONFIDENCE in [0, 1], REWARD_CLIP > 0
+        assert wire.default is None, name
+    schema = RewardOverrides.model_json_schema()["properties"]
+    # the wire schema documents each setting's constraint (the schemathesis test relies on it)
+    assert schema["truth_confidence"]["anyOf"][0] == {"type": "number", "minimum": 0, "maximum": 1}
+    assert schema["reward_clip"]["anyOf"][0] == {"type": "number", "exclusiveMinimum": 0, "minimum": -1e6,
+                                                 "maximum": 1e6}
 
 
 def test_from_config_carries_every_reward_setting():

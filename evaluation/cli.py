@@ -166,8 +166,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--abstain-sweep", action="store_true",
                    help="Also choose an abstention threshold: score each candidate's P(I don't know.) once "
                         "(`rlfh eval --abstain-threshold 1`) and judge it at the thresholds that decline 10, 15, "
-                        "..., 90 percent of the dev questions; every (candidate, threshold) is a candidate. For "
-                        "models whose greedy reply declines nearly always or never (R-Tuning, RL with an abstain "
+                        "..., 90 percent of the dev questions; every (candidate, threshold) is a candidate, and each "
+                        "--mode gets its own threshold (OUT/<mode>/). For models whose greedy reply declines nearly always or never (R-Tuning, RL with an abstain "
                         "reward). Prints the `rlfh eval` options that reproduce the choice on the test split.")
     s.add_argument("--abstain-gate", action="store_true",
                    help="With --abstain-sweep: the candidates only decide (their P(abstain) against the threshold) "

@@ -20,7 +20,7 @@ With ``--abstain-sweep`` the abstention threshold is chosen the same way: each c
 is scored once on the dev questions (``rlfh eval --abstain-threshold 1``: every question answered with the
 abstention blocked), and each threshold that declines 10%, 15%, ..., 90% of them is a candidate of its own
 (:func:`apply_threshold` derives its eval folder exactly). ``--abstain-gate`` lets the candidate only decide while
-the base model answers.
+the base model answers. With several ``--mode``s each mode gets its own threshold (``OUT/<mode>/``).
 
 Writes ``OUT/selection.json`` (every candidate's outcomes and failures, and the choice) and ``OUT/selected``
 (a symlink to the chosen model folder), and prints a table. Evaluations are re-used when their weights and
@@ -222,6 +222,19 @@ def select_checkpoint(run_dir: str, *, data: str = "halueval:dev", modes: tuple[
         raise SelectError(f"--base: {run_dir} does not record the model it started from; pass --base MODEL")
     out_dir = Path(out or Path(run_dir) / "select")
     out_dir.mkdir(parents=True, exist_ok=True)
+    if abstain_sweep and len(modes) > 1:
+        # one threshold per prompt mode: P(abstain) with the passage in the prompt lives on another scale than
+        # closed book, and `rlfh eval` runs one mode at a time anyway
+        per_mode = {m: select_checkpoint(run_dir, data=data, modes=(m,), limit=limit, base=base,
+                                         out=str(out_dir / m), threads=threads, batch_size=batch_size,
+                                         progress=progress, abstain_sweep=True, abstain_gate=abstain_gate)
+                    for m in modes}
+        result = {"modes": list(modes), "per_mode": per_mode, "run_dir": str(run_dir), "data": data,
+                  "limit": limit, "base": base,
+                  "selected_passes": all(r["selected_passes"] for r in per_mode.values()),
+                  "eval_command": {m: r["eval_command"] for m, r in per_mode.items()}}
+        (out_dir / "selection.json").write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
+        return result
 
     def evaluate(model: str, name: str, mode: str, **kw) -> str:
         d = out_dir / f"eval_{name}_{mode}"
@@ -309,6 +322,11 @@ def print_selection(result: dict[str, Any], console=None) -> None:
     from rich.console import Console
     from rich.table import Table
     con = console or Console(width=160)
+    if "per_mode" in result:   # --abstain-sweep over several modes: one threshold each
+        for m, r in result["per_mode"].items():
+            con.print(f"[bold]{m} prompts[/bold]")
+            print_selection(r, con)
+        return
     modes = result["modes"]
     t = Table(title=f"Checkpoints of {result['run_dir']} on {result['data']} ({'+'.join(modes)}), "
                     "outcomes summed over modes")

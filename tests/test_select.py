@@ -190,26 +190,34 @@ def test_abstain_sweep_derives_each_threshold_exactly_and_selects_a_selective_on
 
 @pytest.mark.slow
 def test_select_abstain_sweep_end_to_end_with_a_gate_model_folder(tmp_path):
-    """The embedded model as its own gate (a model folder as RUN_DIR): scored once for real, every threshold
-    judged, the chosen one's `rlfh eval` options printed and recorded."""
+    """The embedded model as its own gate (a model folder as RUN_DIR), closed and evidence prompts: scored once
+    per mode for real, every threshold judged, one threshold per mode chosen, its `rlfh eval` options printed."""
     from actors.model_loader import resolve_model_path
     src = Path(resolve_model_path("smollm2-135m-instruct"))
-    gate = tmp_path / "rt" / "model"
+    gate = tmp_path / "rt"
     gate.mkdir(parents=True)
     for f in src.iterdir():
         if f.is_file():
             os.symlink(f, gate / f.name)
-    r = rlfh("select", str(tmp_path / "rt"), "--base", "smollm2-135m-instruct", "--limit", "6", "--threads", "2",
-             "--abstain-sweep", "--abstain-gate", "--no-progress", timeout=900)
+    r = rlfh("select", str(gate), "--base", "smollm2-135m-instruct", "--limit", "6", "--threads", "2",
+             "--mode", "closed", "--mode", "evidence", "--abstain-sweep", "--abstain-gate", "--no-progress",
+             "--out", str(tmp_path / "sel"), timeout=1200)
     assert r.returncode in (0, 3), (r.stdout[-3000:], r.stderr[-3000:])
-    sel = json.loads((tmp_path / "rt" / "select" / "selection.json").read_text())
-    assert sel["selected_is_gate"] and 0 < sel["selected_abstain_threshold"] < 1
-    assert sel["eval_command"] == (f"--model smollm2-135m-instruct --abstain-model {gate} "
-                                   f"--abstain-threshold {sel['selected_abstain_threshold']:.6g}")
-    assert "rlfh eval --model smollm2-135m-instruct --abstain-model" in r.stdout
-    assert len(sel["candidates"]) >= 3 and all("@" in c["name"] for c in sel["candidates"])
-    scored = [json.loads(x) for x in
-              (tmp_path / "rt" / "select" / "eval_model-scored_closed" / "answers.jsonl").read_text().splitlines()]
-    assert len(scored) == 6 and all(0 < s["p_abstain"] < 1 for s in scored)
-    r = rlfh("select", str(tmp_path / "rt"), "--abstain-gate")
+    top = json.loads((tmp_path / "sel" / "selection.json").read_text())
+    assert top["modes"] == ["closed", "evidence"] and set(top["per_mode"]) == {"closed", "evidence"}
+    assert top["selected_passes"] == all(m["selected_passes"] for m in top["per_mode"].values())
+    for mode in ("closed", "evidence"):
+        sel = json.loads((tmp_path / "sel" / mode / "selection.json").read_text())
+        assert sel["modes"] == [mode] and sel["selected_is_gate"]
+        assert 0 < sel["selected_abstain_threshold"] < 1
+        assert top["eval_command"][mode] == sel["eval_command"] == (
+            f"--model smollm2-135m-instruct --abstain-model {gate} "
+            f"--abstain-threshold {sel['selected_abstain_threshold']:.6g}")
+        assert len(sel["candidates"]) >= 3 and all("@" in c["name"] for c in sel["candidates"])
+        scored = [json.loads(x) for x in (tmp_path / "sel" / mode / f"eval_model-scored_{mode}" / "answers.jsonl")
+                  .read_text().splitlines()]
+        assert len(scored) == 6 and all(0 < s["p_abstain"] < 1 for s in scored)
+    assert r.stdout.count("rlfh eval --model smollm2-135m-instruct --abstain-model") == 2
+    assert "closed prompts" in r.stdout and "evidence prompts" in r.stdout
+    r = rlfh("select", str(gate), "--abstain-gate")
     assert r.returncode == 2 and "--abstain-gate needs --abstain-sweep" in r.stderr

@@ -25,6 +25,38 @@ log = logging.getLogger(__name__)
 
 
 
+def cpu_has_fast_bf16() -> bool:
+    """True when this CPU computes bf16 natively (oneDNN: AVX512-BF16 or AMX)."""
+    try:
+        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except Exception:  # noqa: BLE001 - older torch / no oneDNN
+        return False
+
+
+def resolve_train_autocast(cfg: RLFHConfig, device: torch.device) -> Optional[torch.dtype]:
+    """TRAIN_AUTOCAST as a dtype for ``torch.autocast`` (None: no autocast).
+
+    ``auto`` is bf16 on a CPU with native bf16 when the weights are fp32 (DTYPE=fp32), else off: on GPUs the
+    weights themselves are bf16 (DTYPE=bf16) and autocast adds nothing.
+    """
+    if cfg.train_autocast == "off" or cfg.dtype != "fp32":
+        return None
+    if cfg.train_autocast == "bf16":
+        return torch.bfloat16
+    return torch.bfloat16 if device.type == "cpu" and cpu_has_fast_bf16() else None
+
+
+def autocast_context(dtype: Optional[torch.dtype], device: torch.device):
+    """``torch.autocast`` for ``dtype`` on ``device``; a no-op context for None.
+
+    Weights, gradients and optimizer state stay fp32 (the master copy); matmuls run in ``dtype``. Log-probs are
+    still returned in fp32 (the LM head's chunks are upcast before the log-softmax)."""
+    import contextlib
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
 def weights_checksum(named_params) -> dict[str, float]:
     """name -> float64 sum of the parameter: a cheap change detector (tests, debugging, weight-sync checks).
 
@@ -163,6 +195,8 @@ class BaseActor:
             "WORLD_SIZE": str(self.world_size), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
         })
         self.device = pick_device()
+        #: TRAIN_AUTOCAST resolved: every forward of this actor's model that feeds the loss runs in it.
+        self.autocast = resolve_train_autocast(self.cfg, self.device)
         if self.device.type == "cpu":
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
         # Intra-op threads: Ray gives fractional-CPU actors OMP_NUM_THREADS=1; each phase (forward, train step)
@@ -400,11 +434,16 @@ def batched_response_forward(fn, batch: Batch, micro: int, device: torch.device)
     return out
 
 
-def response_logprobs(model, batch: Batch, cfg: RLFHConfig, device: torch.device) -> torch.Tensor:
+def response_logprobs(model, batch: Batch, cfg: RLFHConfig, device: torch.device,
+                      autocast: Optional[torch.dtype] = None) -> torch.Tensor:
     """Response log-probs of a causal LM at the rollout ``TEMPERATURE``: CPU float32 [B, R], 0 off the action mask.
 
     Micro batches of ``MICRO_ROLLOUT_BATCH_SIZE`` (trimmed, on ``device``); call it under ``torch.no_grad()``.
     The one forward the policy (old log-probs), the reference (KL) and the HF rollout engine share.
+    ``autocast``: run the forward under ``torch.autocast`` in this dtype (the policy and the reference pass
+    :func:`resolve_train_autocast`, so old, reference and training log-probs share one precision).
     """
-    return batched_response_forward(lambda mb: causal_lm_response_logprobs(model, mb, cfg.temperature),
-                                    batch, cfg.micro_rollout_batch_size, device)
+    def forward(mb):
+        with autocast_context(autocast, device):
+            return causal_lm_response_logprobs(model, mb, cfg.temperature)
+    return batched_response_forward(forward, batch, cfg.micro_rollout_batch_size, device)

@@ -9,7 +9,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from actors.base import batched_response_forward
+from actors.base import autocast_context, batched_response_forward
 from actors.policy import TrainableLMActor, lora_target_modules
 from actors.types import Batch, check_batch, position_ids, prompt_length, response_length
 
@@ -93,7 +93,10 @@ class CriticActor(TrainableLMActor):
         """
         self._phase_threads(share)
         self.engine.eval()
-        return batched_response_forward(lambda mb: response_values(self.engine, mb), batch,
+        def forward(mb):
+            with autocast_context(self.autocast, self.device):
+                return response_values(self.engine, mb)
+        return batched_response_forward(forward, batch,
                                         self.cfg.micro_rollout_batch_size, self.device)
 
     def train_step(self, batch: Batch, value_clip: Optional[float] = None, share: int = 1) -> dict:
@@ -107,7 +110,7 @@ class CriticActor(TrainableLMActor):
         self._phase_threads(share)
 
         def loss_fn(mb):
-            v = response_values(self.engine, mb)
+            v = response_values(self.engine, mb).float()   # under TRAIN_AUTOCAST (set by _ppo_pass)
             loss, m = value_loss(v, mb["old_values"].float(), mb["returns"].float(), mb["action_mask"], clip)
             return loss, {"value_loss": float(loss.detach()), **{k: float(x) for k, x in m.items()}}
 

@@ -10,8 +10,8 @@ from typing import Optional
 
 import torch
 
-from actors.base import (BaseActor, abs_checksum, causal_lm_response_logprobs, ds_config, response_logprobs,
-                         weights_checksum)
+from actors.base import (BaseActor, abs_checksum, autocast_context, causal_lm_response_logprobs, ds_config,
+                         response_logprobs, weights_checksum)
 from actors.types import Batch, check_batch, trim_batch
 
 log = logging.getLogger(__name__)
@@ -85,27 +85,30 @@ class TrainableLMActor(BaseActor):
         steps = 0
         groups = [list(range(i, min(i + gas, n_micro))) for i in range(0, n_micro, gas)]
         for group in groups:
-            for k, m in enumerate(group):
-                real = m < n_local
-                idx = m if real else n_local - 1
-                if idx < 0:
-                    raise RuntimeError(f"{self.role} rank {self.rank}: empty shard in a multi-rank train step; "
-                                       "give every rank at least one sample")
-                mb = {key: v[idx * micro:(idx + 1) * micro] for key, v in batch.items()}
-                mb, _, _ = trim_batch(mb)
-                mb = {key: v.to(self.device) for key, v in mb.items()}
-                boundary = k == len(group) - 1
-                self.engine.set_gradient_accumulation_boundary(boundary)
-                loss, metrics = loss_fn(mb)
-                weight = (1.0 if real else 0.0) / len(group)
-                self.engine.backward(loss * weight, scale_wrt_gas=False)
-                if boundary and self.cfg.zero_stage < 2:
-                    grad_norms.append(self._grad_norm())  # grads are full (and all-reduced) here
-                self.engine.step()
-                if real:
-                    for name, v in metrics.items():
-                        sums[name] = sums.get(name, 0.0) + float(v)
-                        counts[name] = counts.get(name, 0) + 1
+            # One autocast region per optimizer step: autocast caches the bf16 casts of the fp32 weights inside a
+            # region, so they are cast once per step instead of once per micro batch (TRAIN_AUTOCAST).
+            with autocast_context(self.autocast, self.device):
+                for k, m in enumerate(group):
+                    real = m < n_local
+                    idx = m if real else n_local - 1
+                    if idx < 0:
+                        raise RuntimeError(f"{self.role} rank {self.rank}: empty shard in a multi-rank train step; "
+                                           "give every rank at least one sample")
+                    mb = {key: v[idx * micro:(idx + 1) * micro] for key, v in batch.items()}
+                    mb, _, _ = trim_batch(mb)
+                    mb = {key: v.to(self.device) for key, v in mb.items()}
+                    boundary = k == len(group) - 1
+                    self.engine.set_gradient_accumulation_boundary(boundary)
+                    loss, metrics = loss_fn(mb)
+                    weight = (1.0 if real else 0.0) / len(group)
+                    self.engine.backward(loss * weight, scale_wrt_gas=False)
+                    if boundary and self.cfg.zero_stage < 2:
+                        grad_norms.append(self._grad_norm())  # grads are full (and all-reduced) here
+                    self.engine.step()
+                    if real:
+                        for name, v in metrics.items():
+                            sums[name] = sums.get(name, 0.0) + float(v)
+                            counts[name] = counts.get(name, 0) + 1
             if self.cfg.zero_stage >= 2:
                 gn = self.engine.get_global_grad_norm()
                 grad_norms.append(float(gn) if gn is not None else float("nan"))
@@ -217,7 +220,7 @@ class PolicyActor(TrainableLMActor):
         """
         self._phase_threads(share)
         self.engine.eval()
-        return response_logprobs(self.engine, batch, self.cfg, self.device)
+        return response_logprobs(self.engine, batch, self.cfg, self.device, self.autocast)
 
     # ------------------------------------------------------------------ training
     def train_step(self, batch: Batch, eps_clip: Optional[float] = None, share: int = 1) -> dict:

@@ -36,7 +36,7 @@ class ReferenceActor(BaseActor):
         ``share``: actors the driver runs concurrently in this phase (they split CPU_THREADS).
         """
         self._phase_threads(share)
-        return response_logprobs(self.model, batch, self.cfg, self.device)
+        return response_logprobs(self.model, batch, self.cfg, self.device, self.autocast)
 
     def weights_fingerprint(self) -> dict[str, float]:
         return weights_checksum(self.model.named_parameters())

@@ -27,6 +27,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from actors.base import cpu_has_fast_bf16
 from actors.optional import VLLM_HINT, require_vllm, vllm_available
 from actors.types import Batch, RolloutSample, token_offsets
 from cluster.config import RLFHConfig
@@ -64,14 +65,6 @@ def rollout_gpus_available(cfg: RLFHConfig) -> bool:
 #: samples drawn by the fp32 model (16 closed-book dev prompts x 2 samples x <= 48 tokens, `rlfh bench drift`).
 #: Tests assert bf16 rollouts stay within twice these.
 BF16_LOGPROB_DRIFT = {"mean": 0.035, "p99": 0.18}
-
-
-def cpu_has_fast_bf16() -> bool:
-    """True when this CPU computes bf16 natively (oneDNN: AVX512-BF16 or AMX)."""
-    try:
-        return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except Exception:  # noqa: BLE001 - older torch / no oneDNN
-        return False
 
 
 def resolve_rollout_dtype(cfg: RLFHConfig, device: torch.device) -> str:

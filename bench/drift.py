@@ -70,11 +70,41 @@ def measure(model: str, n_prompts: int, n_samples: int, max_new_tokens: int, mod
     with torch.no_grad():
         lp32 = response_logprobs(e32.model, batch, cfg, torch.device("cpu"))
         lp16 = response_logprobs(m16, batch, cfg, torch.device("cpu"))
-    d = (lp16 - lp32)[mask].abs()
-    out.update({"tokens": int(mask.sum()), "mean": float(d.mean()), "median": float(d.median()),
-                "p99": float(d.quantile(0.99)), "max": float(d.max()),
-                "seq_mean": float(((lp16 - lp32) * mask).sum(1).abs().mean())})
+        lpac = response_logprobs(e32.model, batch, cfg, torch.device("cpu"), autocast=torch.bfloat16)
+    for prefix, lp in (("", lp16), ("autocast_", lpac)):
+        d = (lp - lp32)[mask].abs()
+        out.update({f"{prefix}mean": float(d.mean()), f"{prefix}median": float(d.median()),
+                    f"{prefix}p99": float(d.quantile(0.99)), f"{prefix}max": float(d.max()),
+                    f"{prefix}seq_mean": float(((lp - lp32) * mask).sum(1).abs().mean())})
+    out["tokens"] = int(mask.sum())
+    out.update(_gradient_agreement(e32.model, batch, cfg))
     return out
+
+
+def _gradient_agreement(model, batch, cfg) -> dict:
+    """TRAIN_AUTOCAST=bf16 against fp32 on one backward of ``sum(log p)`` over ``batch``: the cosine of the two
+    full gradients, their norm ratio, and the forward+backward time of each."""
+    import time
+
+    import torch
+
+    from actors.base import autocast_context, causal_lm_response_logprobs
+    grads, secs = {}, {}
+    model.requires_grad_(True)
+    for name, dtype in (("fp32", None), ("autocast", torch.bfloat16)):
+        model.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        with autocast_context(dtype, torch.device("cpu")):
+            lp = causal_lm_response_logprobs(model, batch, cfg.temperature)
+        (lp * batch["action_mask"]).sum().backward()
+        secs[name] = time.perf_counter() - t0
+        grads[name] = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    model.zero_grad(set_to_none=True)
+    model.requires_grad_(False)
+    g32, gac = grads["fp32"].double(), grads["autocast"].double()
+    return {"grad_cosine": float(torch.nn.functional.cosine_similarity(g32, gac, dim=0)),
+            "grad_norm_ratio": float(gac.norm() / g32.norm()),
+            "fwd_bwd_fp32_s": secs["fp32"], "fwd_bwd_autocast_s": secs["autocast"]}
 
 
 def _cmd(args: argparse.Namespace) -> int:
@@ -87,15 +117,18 @@ def _cmd(args: argparse.Namespace) -> int:
     t = Table(title=f"bf16 vs fp32 rollouts: {r['prompts']} {r['mode']} prompts, {args.samples} samples each, "
                     f"<= {args.max_new_tokens} tokens, {r['threads']} thread(s)")
     t.add_column("measure")
-    t.add_column("value", justify="right")
-    t.add_row("token |dlogp| mean (nats)", f"{r['mean']:.4f}")
-    t.add_row("token |dlogp| median", f"{r['median']:.4f}")
-    t.add_row("token |dlogp| p99", f"{r['p99']:.4f}")
-    t.add_row("token |dlogp| max", f"{r['max']:.4f}")
-    t.add_row("sequence |sum dlogp| mean", f"{r['seq_mean']:.3f}")
-    t.add_row("tokens compared", str(r["tokens"]))
-    t.add_row("greedy answers identical", f"{r['greedy_identical']} / {r['prompts']}")
-    t.add_row("generate fp32 tok/s", f"{r['fp32_tok_s']:.1f}")
-    t.add_row("generate bf16 tok/s", f"{r['bf16_tok_s']:.1f}")
+    t.add_column("bf16 weights (ROLLOUT_DTYPE)", justify="right")
+    t.add_column("fp32 weights, bf16 autocast (TRAIN_AUTOCAST)", justify="right")
+    for label, key, fmt in (("token |dlogp| mean (nats)", "mean", ".4f"), ("token |dlogp| median", "median", ".4f"),
+                            ("token |dlogp| p99", "p99", ".4f"), ("token |dlogp| max", "max", ".4f"),
+                            ("sequence |sum dlogp| mean", "seq_mean", ".3f")):
+        t.add_row(label, format(r[key], fmt), format(r[f"autocast_{key}"], fmt))
+    t.add_row("tokens compared", str(r["tokens"]), str(r["tokens"]))
+    t.add_row("gradient cosine with fp32 (d sum log p)", "", f"{r['grad_cosine']:.4f}")
+    t.add_row("gradient norm / fp32's", "", f"{r['grad_norm_ratio']:.4f}")
+    t.add_row("forward+backward s (fp32 -> autocast)", "",
+              f"{r['fwd_bwd_fp32_s']:.2f} -> {r['fwd_bwd_autocast_s']:.2f}")
+    t.add_row("greedy answers identical", f"{r['greedy_identical']} / {r['prompts']}", "")
+    t.add_row("generate tok/s (fp32 -> bf16)", f"{r['fp32_tok_s']:.1f} -> {r['bf16_tok_s']:.1f}", "")
     Console(width=120).print(t)
     return 0

@@ -8,7 +8,8 @@ weight sync. Prints the seconds per step of each (every step, the mean of steps 
 
 TRL is a benchmark-only dependency, never a runtime one: ``make bench-peer`` installs it (into
 ``.venv-peer``, a separate environment) and runs this bench there. rlfh's side runs with its defaults for the
-machine (CPU_THREADS auto, ROLLOUT_DTYPE auto); set those environment variables to compare other settings.
+machine (CPU_THREADS, ROLLOUT_DTYPE and TRAIN_AUTOCAST auto); set those environment variables to compare other
+settings.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Actors built in-process (no Ray) on a tiny random Llama with SmolLM2's tokenizer: checkpoint round trips
 (model + optimizer) for the policy and the critic, HF export, and LoRA (the adapter trains; the exported weights
 are the MERGED HF weights). Size does not change these mechanics; tests/test_actors_ray.py covers the real model.
+The mechanics tests compare the actors' log-probs with a plain fp32 HF model's, so they run with TRAIN_AUTOCAST=off.
 """
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def restore_process_state():
 def policy(tiny_model_path):
     from actors.policy import PolicyActor
     from cluster.config import RLFHConfig
-    cfg = RLFHConfig(model_path=tiny_model_path, lora_rank=4, lora_alpha=8, actor_lr=5e-2, micro_train_batch_size=2,
+    cfg = RLFHConfig(model_path=tiny_model_path, train_autocast="off",
+                     lora_rank=4, lora_alpha=8, actor_lr=5e-2, micro_train_batch_size=2,
                      train_batch_size=4, gradient_checkpointing=True)
     p = PolicyActor(cfg)
     p.init_model()
@@ -95,7 +97,8 @@ def full_actors(tiny_model_path):
     from actors.critic import CriticActor
     from actors.policy import PolicyActor
     from cluster.config import RLFHConfig
-    cfg = RLFHConfig(model_path=tiny_model_path, actor_lr=1e-2, critic_lr=1e-2, micro_train_batch_size=2,
+    cfg = RLFHConfig(model_path=tiny_model_path, train_autocast="off",
+                     actor_lr=1e-2, critic_lr=1e-2, micro_train_batch_size=2,
                      train_batch_size=4)
     p, c = PolicyActor(cfg), CriticActor(cfg)
     p.init_model()
@@ -232,7 +235,8 @@ def test_zero3_policy_trains_exports_gathered_weights_and_checkpoints(tiny_model
     from actors.base import causal_lm_response_logprobs
     from actors.policy import PolicyActor
     from cluster.config import RLFHConfig
-    cfg = RLFHConfig(model_path=tiny_model_path, zero_stage=3, actor_lr=1e-2, micro_train_batch_size=2,
+    cfg = RLFHConfig(model_path=tiny_model_path, train_autocast="off",
+                     zero_stage=3, actor_lr=1e-2, micro_train_batch_size=2,
                      train_batch_size=4)
     pol = PolicyActor(cfg)
     pol.init_model()
@@ -252,3 +256,38 @@ def test_zero3_policy_trains_exports_gathered_weights_and_checkpoints(tiny_model
     pol.train_step(dict(batch, old_logprobs=lp, advantages=torch.where(batch["action_mask"], 1.0, 0.0)))
     pol.load_checkpoint(str(tmp_path))
     assert torch.equal(pol.logprobs(batch), lp2)
+
+
+def test_train_autocast_bf16_trains_fp32_weights_with_the_fp32_gradient(embedded_model_path):
+    """TRAIN_AUTOCAST: auto resolves to bf16 exactly where the CPU has native bf16 and DTYPE=fp32. A bf16-autocast
+    train step of the real model keeps fp32 weights and gives the fp32 step's gradient norm within 2%, and its
+    log-probs stay within twice the measured bf16 drift of the fp32 ones."""
+    from actors.base import cpu_has_fast_bf16, resolve_train_autocast
+    from actors.model_loader import load_tokenizer
+    from actors.policy import PolicyActor
+    from actors.rollout import BF16_LOGPROB_DRIFT
+    from cluster.config import RLFHConfig
+    cpu = torch.device("cpu")
+    assert resolve_train_autocast(RLFHConfig(), cpu) == (torch.bfloat16 if cpu_has_fast_bf16() else None)
+    assert resolve_train_autocast(RLFHConfig(train_autocast="bf16", dtype="bf16"), cpu) is None
+    assert resolve_train_autocast(RLFHConfig(train_autocast="off"), cpu) is None
+    tok = load_tokenizer(embedded_model_path)
+    batch = make_tiny_batch(tok)
+    gen = torch.Generator().manual_seed(0)
+    adv = torch.randn(batch["action_mask"].shape, generator=gen) * batch["action_mask"]
+    out = {}
+    for mode in ("off", "bf16"):
+        cfg = RLFHConfig(model_path=embedded_model_path, actor_lr=1e-6, micro_train_batch_size=2, train_batch_size=4,
+                         train_autocast=mode, cpu_threads=2)
+        p = PolicyActor(cfg)   # the process group stays up for the next actor (the module fixture tears it down)
+        p.init_model()
+        assert p.autocast == (None if mode == "off" else torch.bfloat16)
+        lp = p.logprobs(batch)
+        stats = p.train_step(dict(batch, advantages=adv))
+        assert all(w.dtype == torch.float32 for w in p.module.parameters())
+        out[mode] = (lp, stats)
+        del p
+    (lp32, s32), (lp16, s16) = out["off"], out["bf16"]
+    drift = (lp16 - lp32)[batch["action_mask"]].abs()
+    assert 0 < float(drift.mean()) <= 2 * BF16_LOGPROB_DRIFT["mean"], float(drift.mean())
+    assert s16["grad_norm"] == pytest.approx(s32["grad_norm"], rel=0.02), (s16["grad_norm"], s32["grad_norm"])

@@ -30,8 +30,10 @@ def cfg():
     from cluster.config import RLFHConfig
     return RLFHConfig(micro_train_batch_size=2, train_batch_size=4, micro_rollout_batch_size=4, actor_lr=1e-4,
                       critic_lr=1e-4, generate_max_len=GEN_TOKENS, prompt_max_len=128, seed=7, rollout_backend="hf",
-                      num_cpus_per_actor=0.25, vllm_num_engines=1, rollout_dtype="fp32",
+                      num_cpus_per_actor=0.25, vllm_num_engines=1, rollout_dtype="fp32", train_autocast="off",
                       model_layout="separate")   # one group per role: the object-store weight sync is tested here
+    # fp32 everywhere: the actors' log-probs are compared with direct fp32 HF forwards and across ranks at 1e-4
+    # (tests/test_layouts.py and tests/test_actors_inprocess.py cover the bf16-autocast default).
 
 
 @pytest.fixture(scope="module")

@@ -33,15 +33,15 @@ def test_auto_layout_is_colocated_on_one_cpu_node_and_separate_elsewhere():
 
 # ------------------------------------------------------------------------------------------------ same update
 
-def _cfg(layout: str) -> RLFHConfig:
+def _cfg(layout: str, autocast: str = "off") -> RLFHConfig:
     # GAE + KL: every role exists (policy, critic, reference, rollout). One thread: same float sums in both.
     return RLFHConfig(model_layout=layout, micro_train_batch_size=2, train_batch_size=4, micro_rollout_batch_size=4,
                       actor_lr=1e-4, critic_lr=1e-4, generate_max_len=GEN_TOKENS, prompt_max_len=128, seed=7,
                       rollout_backend="hf", rollout_dtype="fp32", num_cpus_per_actor=0.25, kl_coef=0.05,
-                      advantage_estimator="gae", cpu_threads=1)
+                      advantage_estimator="gae", cpu_threads=1, train_autocast=autocast)
 
 
-def _one_step(layout: str, prompts: list[str], pad_id: int, batch=None) -> dict:
+def _one_step(layout: str, prompts: list[str], pad_id: int, batch=None, autocast: str = "off") -> dict:
     """Create the layout, sample, run every forward and one train step of policy and critic on ``batch``
     (default: the layout's own rollout), sync, and return what the test compares."""
     import ray
@@ -49,7 +49,7 @@ def _one_step(layout: str, prompts: list[str], pad_id: int, batch=None) -> dict:
     from actors.group import create_groups
     from actors.types import make_batch
     from actors.weight_sync import last_sync_stats, sync_weights
-    g = create_groups(_cfg(layout))
+    g = create_groups(_cfg(layout, autocast))
     try:
         assert g.layout == layout
         samples = ray.get(g.rollout[0].generate.remote(prompts, 2, GEN_TOKENS, 1.0, 1.0, 11))
@@ -79,7 +79,9 @@ def _one_step(layout: str, prompts: list[str], pad_id: int, batch=None) -> dict:
 
 
 @pytest.mark.slow
-def test_colocated_and_separate_layouts_give_the_same_rollout_forwards_and_update(embedded_model_path):
+@pytest.mark.parametrize("autocast", ["off", "bf16"])
+def test_colocated_and_separate_layouts_give_the_same_rollout_forwards_and_update(embedded_model_path, autocast):
+    """fp32 forwards (TRAIN_AUTOCAST=off) and the CPU default's bf16 autocast: the same update in both layouts."""
     import ray
 
     from actors.model_loader import load_tokenizer
@@ -89,8 +91,8 @@ def test_colocated_and_separate_layouts_give_the_same_rollout_forwards_and_updat
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              object_store_memory=1024 ** 3)
     try:
-        sep = _one_step("separate", prompts, tok.pad_token_id)
-        col = _one_step("colocated", prompts, tok.pad_token_id, batch=sep["batch"])
+        sep = _one_step("separate", prompts, tok.pad_token_id, autocast=autocast)
+        col = _one_step("colocated", prompts, tok.pad_token_id, batch=sep["batch"], autocast=autocast)
     finally:
         ray.shutdown()
 
@@ -116,6 +118,10 @@ def test_colocated_and_separate_layouts_give_the_same_rollout_forwards_and_updat
     assert sep["sync"]["method"] == "object_store" and sep["sync"]["bytes"] > 0
     assert col["sync"]["method"] == "shared" and col["sync"]["bytes"] == 0
     assert col["version"] == sep["version"] >= 1
-    for r in (sep, col):
-        assert torch.allclose(r["after_engine"], r["after_policy"], atol=1e-5, rtol=0)
+    assert torch.allclose(col["after_engine"], sep["after_engine"], atol=1e-5, rtol=0)
+    # The fp32 engines' scores equal the fp32 policy's; the autocast policy's differ by bf16 rounding (the weight
+    # sync itself does not depend on TRAIN_AUTOCAST; `rlfh bench drift` measures that precision gap).
+    if autocast == "off":
+        for r in (sep, col):
+            assert torch.allclose(r["after_engine"], r["after_policy"], atol=1e-5, rtol=0)
         assert not torch.allclose(r["after_policy"], r["old"], atol=1e-4)   # the step changed the policy

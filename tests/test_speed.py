@@ -72,7 +72,8 @@ def test_bf16_rollout_logprobs_stay_within_the_measured_drift(embedded_model_pat
     from the fp32 policy casts into the bf16 engine."""
     from actors.base import response_logprobs
     from actors.model_loader import load_tokenizer
-    from actors.rollout import BF16_LOGPROB_DRIFT, HFRolloutEngine, cpu_has_fast_bf16, resolve_rollout_dtype
+    from actors.base import cpu_has_fast_bf16
+    from actors.rollout import BF16_LOGPROB_DRIFT, HFRolloutEngine, resolve_rollout_dtype
     from actors.types import make_batch
     from cluster.data import load_halueval
     from cluster.prompts import render_prompt

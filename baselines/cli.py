@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cluster.prompts import ABSTAIN_TEXT   # a constant of a dependency-free module
+
 DESCRIPTION = """\
 Train a baseline the RL must beat (issue 9), on the model's own graded answers, and save a HF folder
 that `rlfh eval --model OUT` loads:
@@ -39,7 +41,7 @@ def _common(p: argparse.ArgumentParser, limit: int, epochs: int, lr: float, batc
                    help="With --mode mixed: the share of questions given the evidence prompt. Default 0.5.")
     p.add_argument("--system", default="default",
                    help="System prompt: 'default' (the trainer's), 'may-abstain' or a literal text. Default: default.")
-    p.add_argument("--abstain-text", default="I don't know.",
+    p.add_argument("--abstain-text", default=ABSTAIN_TEXT,
                    help="The abstention response (the trainer's ABSTAIN_TEXT default). Default: \"I don't know.\"")
     p.add_argument("--out", required=True, help="Output folder: the HF model, baseline.json and the training data.")
     p.add_argument("--overwrite", action="store_true", help="Write into --out even when it is not empty.")

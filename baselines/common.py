@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-log = logging.getLogger("baselines")
+from cluster.prompts import ABSTAIN_TEXT as DEFAULT_ABSTAIN_TEXT  # the trainer's ABSTAIN_TEXT default
 
-DEFAULT_ABSTAIN_TEXT = "I don't know."  # the trainer's ABSTAIN_TEXT default (cluster.config)
+log = logging.getLogger("baselines")
 
 
 class BaselineError(ValueError):

@@ -25,6 +25,7 @@ from typing import Annotated, Any, Iterable, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from cluster.prompts import ABSTAIN_TEXT
 from verifier_service.schema import INFO_SCORES, LABELS
 
 # The reward settings (type, default, constraint, description) are defined once, in reward_service.settings;
@@ -186,7 +187,7 @@ class RLFHConfig(BaseModel):
         "A small model almost never abstains by itself, so on-policy RL has no abstention to reinforce; 1 is "
         "enough. 0: off (pure on-policy).", env="ABSTAIN_SAMPLES", group="reward", ge=0)
     abstain_text: str = setting(
-        "I don't know.", "The abstention candidate's text (must read as an abstention to the verifier).",
+        ABSTAIN_TEXT, "The abstention candidate's text (must read as an abstention to the verifier).",
         env="ABSTAIN_TEXT", group="reward", min_length=1)
     empty_reward: reward_type("empty_reward") = reward_setting("empty_reward", env="EMPTY_REWARD")
     outcome_reward: Literal["none", "ternary"] = setting(

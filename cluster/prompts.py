@@ -15,6 +15,8 @@ SYSTEM_MAY_ABSTAIN = (
     "You are a helpful assistant. Answer the question in one or two short sentences. "
     "If you are not sure of the answer, say \"I don't know\" instead of guessing.")
 
+#: The abstention reply: the trainer's ABSTAIN_TEXT default, the baselines' and `rlfh eval --abstain-text`'s.
+ABSTAIN_TEXT = "I don't know."
 
 # Named system prompts (SYSTEM_PROMPT / `rlfh eval --system`); any other text is used as given.
 SYSTEM_PROMPTS = {"default": SYSTEM_DEFAULT, "may-abstain": SYSTEM_MAY_ABSTAIN}

@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cluster.prompts import ABSTAIN_TEXT   # a constant of a dependency-free module
+
 EVAL_DESCRIPTION = """\
 Generate greedy answers with a model on a QA split and grade them for hallucination.
 
@@ -99,7 +101,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "choose TAU on dev data (`rlfh select --abstain-sweep`), never on test. Records "
                         "p_abstain per answer. 1 scores P(abstain) but answers every question (what a threshold "
                         "sweep starts from). Default 0 (off: the greedy reply decides).")
-    p.add_argument("--abstain-text", default="I don't know.",
+    p.add_argument("--abstain-text", default=ABSTAIN_TEXT,
                    help="The abstention reply --abstain-threshold scores (the trainer's ABSTAIN_TEXT and the "
                         "baselines' --abstain-text default).")
     p.add_argument("--abstain-model", default="", metavar="PATH",

@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from cluster.prompts import ABSTAIN_TEXT
 from evaluation.graders import CORRECT, GRADES, INCORRECT, NOT_ATTEMPTED, grade_answer
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ class EvalConfig:
     knowledge_samples: int = 0
     knowledge_temperature: float = 0.7
     abstain_threshold: float = 0.0
-    abstain_text: str = "I don't know."
+    abstain_text: str = ABSTAIN_TEXT
     abstain_model: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -334,7 +334,7 @@ class RLFHConfig(BaseModel):
     train_autocast: Literal["auto", "off", "bf16"] = setting(
         "auto", "Mixed precision of the policy's, reference's and critic's forwards (training and log-probs): "
         "weights, gradients and optimizer state stay fp32, matmuls run in bf16 under torch.autocast. auto: bf16 "
-        "on a CPU with native bf16 (AVX512-BF16 / AMX) when DTYPE=fp32 (about 2.5x faster forward+backward on 2 "
+        "on a CPU with native bf16 (AVX512-BF16 / AMX) when DTYPE=fp32 (about 2.2x faster forward+backward on 2 "
         "cores; `rlfh bench drift` prints the log-prob drift and the gradient's agreement with fp32), else off "
         "(on GPUs set DTYPE=bf16 instead).", env="TRAIN_AUTOCAST", group="optim")
     lora_rank: int = setting(0, "LoRA rank (0: full fine-tuning).", env="LORA_RANK", group="optim", ge=0)

@@ -27,7 +27,8 @@ def tiny_cfg(save_path, **kw):
                 n_samples_per_prompt=2, generate_max_len=8, prompt_max_len=128, train_batch_size=4,
                 micro_train_batch_size=4, micro_rollout_batch_size=4, actor_lr=1e-5, critic_lr=1e-5, seed=5,
                 max_steps=2, save_step=1, max_ckpt_num=3, rollout_backend="hf", num_cpus_per_actor=0.25,
-                rollout_dtype="fp32",   # the weight-sync check below compares engine and policy log-probs exactly
+                rollout_dtype="fp32", train_autocast="off",   # the weight-sync check below compares engine and
+                # policy log-probs exactly (fp32 both sides; tests/test_layouts.py covers the bf16-autocast default)
                 serve_port=free_port(), reward_max_retries=1, reward_timeout_s=60,
                 # the demo's recipe: half the questions with evidence, one "I don't know" candidate per prompt
                 prompt_mode="mixed", abstain_samples=1, log_samples=4)

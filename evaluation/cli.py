@@ -108,6 +108,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="With --abstain-threshold: take the probability from this model (a refusal-trained copy of "
                         "the same base, e.g. `rlfh baseline rtuning`'s output) while --model answers; the gate "
                         "decides, the deployed model's answers stay as they were. Default: --model itself.")
+    p.add_argument("--grounding-gate", action="store_true",
+                   help="Evidence mode: decline (reply --abstain-text) where an open question's answer adds no "
+                        "word that is in the question's passage (it restates the question, or everything it adds "
+                        "is from elsewhere). Yes/no and either-or questions are never declined. A rule, not a "
+                        "learned model: it needs no gold answer and no training, and every evidence-mode record "
+                        "gets its grounded_share either way. Off by default.")
+    p.add_argument("--answers-from", default="", metavar="RUN_DIR",
+                   help="Re-use the greedy answers of an earlier plain `rlfh eval` run (its --out) of the same "
+                        "model, data, mode, --system, --limit and --max-new-tokens instead of generating, e.g. to "
+                        "evaluate --grounding-gate on the base model's answers in seconds. Default: generate.")
     p.add_argument("--name", default="",
                    help="Display name of this run in tables and reports (default: derived from --model and "
                         "--system).")
@@ -191,7 +201,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                      confidence=args.confidence, knowledge_samples=args.knowledge_samples,
                      knowledge_temperature=args.knowledge_temperature,
                      abstain_threshold=args.abstain_threshold, abstain_text=args.abstain_text,
-                     abstain_model=args.abstain_model)
+                     abstain_model=args.abstain_model, grounding_gate=args.grounding_gate,
+                     answers_from=args.answers_from)
     try:
         cfg.check()
         summary = run_eval(cfg)

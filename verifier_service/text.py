@@ -67,6 +67,23 @@ def content_words(text: str) -> list[str]:
     return [stem(w) for w in words(text) if w not in STOPWORDS and len(w) > 1 or w.isdigit()]
 
 
+def grounded_share(answer: str, question: str, evidence: str) -> "float | None":
+    """Share of the content words an answer adds to its question that occur in the evidence.
+
+    Stemmed content words (:func:`content_words`) of ``answer`` that are not in ``question`` are what the
+    answer claims beyond the question; the share of them found anywhere in ``evidence`` says whether the
+    passage could have told the model so. ``None`` when the answer adds no content word (a yes / no or
+    either-or reply, or one that only restates the question). Bag-of-words and order-free: 0.0 flags an
+    answer with nothing from the passage; 1.0 does not prove the answer right.
+    """
+    asked = set(content_words(question))
+    added = [w for w in content_words(answer) if w not in asked]
+    if not added:
+        return None
+    found = set(content_words(evidence))
+    return sum(w in found for w in added) / len(added)
+
+
 @lru_cache(maxsize=65536)
 def normalize(text: str) -> str:
     """Lower-case, drop articles and punctuation, squeeze spaces (SQuAD-style answer normalisation)."""

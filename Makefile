@@ -35,7 +35,7 @@ test-fast: setup  ## unit tests only (no Ray, no training)
 train: setup  ## train the embedded default (SmolLM2-135M on HaluEval-QA) on this machine
 	bash scripts/train.sh
 
-demo: setup  ## train, evaluate base vs trained on the held-out split, write the report
+demo: setup  ## train the abstention gate (DEMO_RECIPE=grpo: RL), evaluate base / prompt-only / gated on the held-out split, write the report
 	bash scripts/demo.sh
 
 serve: setup  ## start the verifier + reward services on an embedded Ray

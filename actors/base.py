@@ -10,6 +10,7 @@ scored from the model output at position ``P + j - 1``.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -51,7 +52,6 @@ def autocast_context(dtype: Optional[torch.dtype], device: torch.device):
 
     Weights, gradients and optimizer state stay fp32 (the master copy); matmuls run in ``dtype``. Log-probs are
     still returned in fp32 (the LM head's chunks are upcast before the log-softmax)."""
-    import contextlib
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)

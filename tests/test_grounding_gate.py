@@ -99,3 +99,13 @@ def test_grounding_gate_and_answers_from_bad_input_is_a_clear_error(tmp_path):
     r = rlfh("eval", "--model", "smollm2-135m-instruct", "--out", str(tmp_path / "o"), "--answers-from", str(src),
              "--abstain-threshold", "0.5")
     assert r.returncode == 2 and "cannot be combined with --abstain-threshold" in r.stderr
+
+
+def test_demo_rejects_an_unknown_recipe_before_doing_anything(tmp_path):
+    import os
+    import subprocess
+    from test_eval_cli import REPO
+    env = dict(os.environ, DEMO_RECIPE="ppo", DEMO_DIR=str(tmp_path / "demo"))
+    r = subprocess.run(["bash", "scripts/demo.sh"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "DEMO_RECIPE must be 'gate' (default) or 'grpo', got 'ppo'" in r.stderr
+    assert not (tmp_path / "demo").exists()

@@ -133,8 +133,12 @@ def auto_cores(now: Optional[float] = None) -> int:
     """
     now = time.monotonic() if now is None else now
     if now - _probe.get("at", -1e9) > _PROBE_TTL_S:
-        cores = machine_cores()
-        _probe["cores"] = float(cores if cores <= 1 or other_load() <= BUSY_THRESHOLD else 1)
+        cores, busy = machine_cores(), other_load()
+        n = float(cores if cores <= 1 or busy <= BUSY_THRESHOLD else 1)
+        if n != _probe.get("cores", float(cores)):   # say so when the rule changes its answer, not every probe
+            log.info("CPU_THREADS=0 (auto): other processes keep %.1f of %d cores busy: %d intra-op thread(s) for "
+                     "the next %.0f s (set CPU_THREADS to fix the count)", busy, cores, int(n), _PROBE_TTL_S)
+        _probe["cores"] = n
         _probe["at"] = now
     return int(_probe["cores"])
 

@@ -231,13 +231,13 @@ class PolicyActor(TrainableLMActor):
         normaliser is GENERATE_MAX_LEN): :meth:`cluster.config.RLFHConfig.policy_loss_kwargs`.
 
         Returns means over micro batches: policy_loss, clipfrac, approx_kl, entropy, plus grad_norm (mean
-        over optimizer steps), lr, optimizer_steps.
+        over optimizer steps), lr, optimizer_steps, train_s and train_threads (the intra-op threads it used).
         """
         from cluster.core_algos import masked_mean, policy_loss
         check_batch(batch, need=("advantages",))
         clip = self.cfg.eps_clip if eps_clip is None else eps_clip
         loss_kwargs = self.cfg.policy_loss_kwargs()
-        self._phase_threads(share)
+        threads = self._phase_threads(share)
 
         def loss_fn(mb):
             lp, ent = causal_lm_response_logprobs(self.engine, mb, self.cfg.temperature, with_entropy=True)
@@ -251,6 +251,7 @@ class PolicyActor(TrainableLMActor):
         t0 = time.time()
         out = self._ppo_pass(batch, loss_fn)
         out["train_s"] = time.time() - t0
+        out["train_threads"] = threads   # CPU_THREADS=0 drops to 1 when other processes keep the cores busy
         return out
 
     # ------------------------------------------------------------------ weight export

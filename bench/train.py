@@ -140,6 +140,7 @@ def print_table(rows: list[dict], cfg: RLFHConfig, setup_s: float) -> None:
         t.add_column(name, justify="right")
     t.add_column("tokens", justify="right")
     t.add_column("rollout tok/s", justify="right")
+    t.add_column("train threads", justify="right")
 
     def add(label: str, rs: list[dict], style: str = ""):
         if not rs:
@@ -148,7 +149,9 @@ def print_table(rows: list[dict], cfg: RLFHConfig, setup_s: float) -> None:
         toks = sum(r.get("rollout_tokens", 0) for r in rs) / len(rs)
         gen = sum(r.get("time/generate", 0.0) for r in rs)
         tps = sum(r.get("rollout_tokens", 0) for r in rs) / gen if gen else 0.0
-        t.add_row(label, *[f"{v:.2f}" for v in vals], f"{toks:.0f}", f"{tps:.1f}", style=style)
+        thr = [r["policy/train_threads"] for r in rs if "policy/train_threads" in r]
+        t.add_row(label, *[f"{v:.2f}" for v in vals], f"{toks:.0f}", f"{tps:.1f}",
+                  f"{sum(thr) / len(thr):.1f}" if thr else "-", style=style)
 
     for r in rows:
         add(str(r["step"]) + (" (skipped)" if r.get("skipped") else ""), [r])

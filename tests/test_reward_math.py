@@ -468,3 +468,16 @@ def test_real_tokenizer_offsets(base, embedded_model_path):
     i = int(np.flatnonzero((offs[:, 0] <= 17) & (offs[:, 1] > 17))[-1])
     assert r.token_rewards[i] == pytest.approx(1.0)
     assert r.num_unaligned == 0 and r.token_label_signs[i] == 1
+
+
+def test_token_rewards_record_and_the_wire_record_have_the_same_fields():
+    """TokenRewards (numpy, in-process) and ItemReward (the /v1/rewards item) are one record in two forms: every
+    field of one is a field of the other, so neither can gain a field the other silently drops."""
+    from reward_service.schemas import ItemReward
+    r = compute_token_rewards(two_sentences(), OFFS, len(TEXT), RewardSettings())
+    d = r.to_dict()
+    item = ItemReward.model_validate(d)
+    transport_only = {"cached", "verification"}   # set by the service, not by the reward math
+    assert set(d) == set(ItemReward.model_fields) - transport_only
+    assert item.token_rewards == pytest.approx(r.token_rewards.tolist())
+    assert item.num_tokens == len(r.token_rewards) and item.score == pytest.approx(r.score)

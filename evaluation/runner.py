@@ -365,7 +365,7 @@ def _generate_with_abstain_threshold(model, tok, prompts: list[str], cfg: EvalCo
     rounding's. With ``cfg.abstain_model`` that model's probability decides and ``model`` answers. Returns
     (generations, stats, P(abstain) per prompt)."""
     from evaluation.confidence import abstain_probability
-    from evaluation.generate import Generation, GenerationStats, generate_greedy
+    from evaluation.generate import GenerationStats, generate_greedy
 
     t0 = time.perf_counter()
     gate = model
@@ -386,9 +386,7 @@ def _generate_with_abstain_threshold(model, tok, prompts: list[str], cfg: EvalCo
                                   max_new_tokens=cfg.max_new_tokens, progress=cfg.progress,
                                   desc=f"{name} [{cfg.mode}, abstain > {cfg.abstain_threshold:g}]",
                                   suppress_first_ids=first_id)
-    n_abst = len(tok(cfg.abstain_text, add_special_tokens=False)["input_ids"])
-    gens = [Generation(text=cfg.abstain_text, prompt_tokens=len(tok(p, add_special_tokens=False)["input_ids"]),
-                       new_tokens=n_abst, truncated=False) for p in prompts]
+    gens = [declined(tok, cfg.abstain_text, len(tok(p, add_special_tokens=False)["input_ids"])) for p in prompts]
     for i, g in zip(answer_idx, sub):
         gens[i] = g
     log.info("eval %s: P(%r) > %g on %d of %d prompts (declined); %.1f s to score them", name, cfg.abstain_text,
@@ -396,6 +394,13 @@ def _generate_with_abstain_threshold(model, tok, prompts: list[str], cfg: EvalCo
     stats = GenerationStats(seconds=gstats.seconds + t_p, new_tokens=gstats.new_tokens,
                             prompt_tokens=gstats.prompt_tokens)
     return gens, stats, p_abstain
+
+
+def declined(tok, abstain_text: str, prompt_tokens: int):
+    """The generation recorded where a gate declines: the abstention text, counted in ``tok``'s tokens."""
+    from evaluation.generate import Generation
+    return Generation(text=abstain_text, prompt_tokens=prompt_tokens,
+                      new_tokens=len(tok(abstain_text, add_special_tokens=False)["input_ids"]), truncated=False)
 
 
 def apply_grounding_gate(gens: list, items: list, grounded: list[Optional[float]], abstain_text: str, tok
@@ -409,16 +414,20 @@ def apply_grounding_gate(gens: list, items: list, grounded: list[Optional[float]
     On the base model's 200 dev evidence answers this declines 17, of which 15 were wrong (docs/DEMO.md).
     Returns (generations, the replaced answer per item or None).
     """
-    from evaluation.generate import Generation
     from evaluation.selectivity import question_type
 
-    n_abst = len(tok(abstain_text, add_special_tokens=False)["input_ids"])
     out, ungated = list(gens), [None] * len(gens)
     for i, (g, it, share) in enumerate(zip(gens, items, grounded)):
         if question_type(it.question) == "open" and not share and not detect_abstention(g.text):
             ungated[i] = g.text
-            out[i] = Generation(text=abstain_text, prompt_tokens=g.prompt_tokens, new_tokens=n_abst, truncated=False)
+            out[i] = declined(tok, abstain_text, g.prompt_tokens)
     return out, ungated
+
+
+def _answer_settings(cfg: EvalConfig, model_dir: str) -> dict[str, Any]:
+    """The summary fields that decide which greedy answers a run has (what --answers-from and --reuse match)."""
+    return {"model_fingerprint": _model_fingerprint(model_dir), "data": cfg.data, "mode": cfg.mode,
+            "system": cfg.system, "limit": cfg.limit, "max_new_tokens": cfg.max_new_tokens, "dtype": cfg.dtype}
 
 
 def answers_of_run(cfg: EvalConfig, model_dir: str, items: list):
@@ -433,9 +442,7 @@ def answers_of_run(cfg: EvalConfig, model_dir: str, items: list):
         raise ValueError(f"--answers-from {src}: no summary.json / answers.jsonl there (give the --out of an "
                          "earlier `rlfh eval` run)")
     old = json.loads(sp.read_text(encoding="utf-8"))
-    want = {"model_fingerprint": _model_fingerprint(model_dir), "data": cfg.data, "mode": cfg.mode,
-            "system": cfg.system, "limit": cfg.limit, "max_new_tokens": cfg.max_new_tokens, "dtype": cfg.dtype}
-    for k, v in want.items():
+    for k, v in _answer_settings(cfg, model_dir).items():
         if old.get(k) != v:
             raise ValueError(f"--answers-from {src}: its {k} is {old.get(k)!r}, this run's is {v!r}; re-use only a "
                              "run of the same model and settings")
@@ -468,9 +475,7 @@ def reusable_summary(cfg: EvalConfig, model_dir: str, name: str) -> Optional[dic
         old = json.loads(sp.read_text(encoding="utf-8"))
     except json.JSONDecodeError:
         return None
-    want = {"model_fingerprint": _model_fingerprint(model_dir), "data": cfg.data, "mode": cfg.mode,
-            "system": cfg.system, "limit": cfg.limit, "max_new_tokens": cfg.max_new_tokens,
-            "batch_size": cfg.batch_size, "dtype": cfg.dtype, "confidence": cfg.wants_confidence(),
+    want = {**_answer_settings(cfg, model_dir), "batch_size": cfg.batch_size, "confidence": cfg.wants_confidence(),
             "knowledge_samples": cfg.knowledge_samples, "abstain_threshold": cfg.abstain_threshold,
             "abstain_text": cfg.abstain_text if cfg.abstain_threshold else None,
             "abstain_model_fingerprint": _model_fingerprint(resolve_model_path(cfg.abstain_model))

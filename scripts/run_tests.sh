@@ -24,6 +24,19 @@ if [[ -z "${REDIS_URL:-}" ]]; then
   echo "[tests] redis-server on $REDIS_URL"
 fi
 
+# The training tests write real checkpoints (policy + critic + AdamW state, about 4 GB each; about 13 GB at the
+# suite's peak). Say so up front rather than fail mid-suite with ENOSPC.
+TMP_ROOT="${TMPDIR:-/tmp}"
+FREE_GB=$(df -Pk "$TMP_ROOT" | awk 'NR==2 {printf "%d", $4 / 1048576}')
+NEED_GB="${RLFH_TEST_MIN_FREE_GB:-16}"
+echo "[tests] $FREE_GB GB free under $TMP_ROOT"
+if (( FREE_GB < NEED_GB )); then
+  echo "[tests] error: the suite needs about $NEED_GB GB free under $TMP_ROOT (TMPDIR) for checkpoints; found $FREE_GB GB." >&2
+  echo "[tests] fix: free space (old pytest temp dirs live in $TMP_ROOT/pytest-of-$(id -un)), point TMPDIR at a larger disk," >&2
+  echo "[tests]      or set RLFH_TEST_MIN_FREE_GB=0 to run anyway." >&2
+  exit 1
+fi
+
 # project tools installed in the venv (hadolint, helm) must be found by the tests
 export PATH="$PWD/.venv/bin:$PATH"
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 DS_ACCELERATOR=cpu TOKENIZERS_PARALLELISM=false

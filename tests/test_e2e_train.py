@@ -51,7 +51,10 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("run")
+    path = tmp_path_factory.mktemp("run")
+    yield path
+    # two checkpoints with optimizer state, a snapshot and the final model: about 9 GB, not needed after this module
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def fingerprint(groups) -> dict[str, float]:

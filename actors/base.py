@@ -20,7 +20,7 @@ from typing import Any, Optional
 import torch
 
 from actors.types import Batch, check_batch, pad_response, position_ids, prompt_length, response_length, trim_batch
-from cluster.config import RLFHConfig
+from core.config import RLFHConfig
 
 log = logging.getLogger(__name__)
 
@@ -170,9 +170,9 @@ def set_threads(n: int) -> int:
 def pick_device() -> torch.device:
     """cuda:0 when this process sees a GPU (Ray sets CUDA_VISIBLE_DEVICES per actor) and RLFH_FORCE_CPU != 1.
 
-    The device form of :func:`actors.model_loader.default_device` (one rule for every loader and actor).
+    The device form of :func:`core.model_loader.default_device` (one rule for every loader and actor).
     """
-    from actors.model_loader import default_device
+    from core.model_loader import default_device
     return torch.device("cuda", 0) if default_device() == "cuda" else torch.device("cpu")
 
 
@@ -281,7 +281,7 @@ class BaseActor:
 
     # ------------------------------------------------------------------ helpers
     def _load_tokenizer(self, path: str):
-        from actors.model_loader import load_tokenizer
+        from core.model_loader import load_tokenizer
         self.tokenizer = load_tokenizer(path)
         return self.tokenizer
 
@@ -343,7 +343,7 @@ def chunked_head_logprobs(head, hidden: torch.Tensor, labels: torch.Tensor, temp
     """``log softmax(head(hidden) / T)[labels]`` ([B, R] float32) without the [B, R, V] logits: the LM head and the
     log-softmax run over ``chunk_rows`` positions at a time. Under autograd each chunk is checkpointed (its logits
     are recomputed in the backward pass instead of kept). ``with_entropy``: also the (detached) entropy."""
-    from cluster.core_algos import entropy_from_logits, logprobs_from_logits
+    from core.core_algos import entropy_from_logits, logprobs_from_logits
     B, R, H = hidden.shape
     flat_h, flat_y = hidden.reshape(B * R, H), labels.reshape(B * R)
 
@@ -385,7 +385,7 @@ def causal_lm_response_logprobs(model, batch: Batch, temperature: float = 1.0, w
     Returns:
         ``logprobs`` [B, R] float32 (0 where ``action_mask`` is False), and ``entropy`` [B, R] when asked.
     """
-    from cluster.core_algos import entropy_from_logits, logprobs_from_logits
+    from core.core_algos import entropy_from_logits, logprobs_from_logits
     seq, attn = batch["sequences"], batch["attention_mask"]
     P, R = prompt_length(batch), response_length(batch)
     mask = batch["action_mask"]

@@ -56,7 +56,7 @@ class CriticActor(TrainableLMActor):
         from safetensors.torch import load_file
         from transformers import AutoModel
 
-        from actors.model_loader import resolve_model_path, torch_dtype
+        from core.model_loader import resolve_model_path, torch_dtype
         t0 = time.time()
         self.model_path = resolve_model_path(self.cfg.effective_critic_pretrain)
         self._load_tokenizer(self.model_path)
@@ -104,7 +104,7 @@ class CriticActor(TrainableLMActor):
 
         Returns means over micro batches: value_loss, vf_clipfrac, value_mean, plus grad_norm, lr.
         """
-        from cluster.core_algos import value_loss
+        from core.core_algos import value_loss
         check_batch(batch, need=("old_values", "returns"))
         clip = self.cfg.value_clip if value_clip is None else value_clip
         self._phase_threads(share)

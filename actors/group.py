@@ -23,7 +23,7 @@ import torch
 
 from actors import calls
 from actors.types import Batch, split_batch
-from cluster.config import RLFHConfig
+from core.config import RLFHConfig
 
 log = logging.getLogger(__name__)
 
@@ -342,7 +342,7 @@ def resolve_layout(cfg: RLFHConfig, backend: Optional[str] = None) -> str:
 
     An explicit ``colocated`` that cannot work raises a ConfigError naming the setting to change.
     """
-    from cluster.config import ConfigError
+    from core.config import ConfigError
     sizes = _role_sizes(cfg)
     one_node_cpu = all(nodes == 1 and gpn == 0 for role, (_, nodes, gpn) in sizes.items() if role != "rollout")
     if backend is None:

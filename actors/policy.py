@@ -5,7 +5,7 @@ import json
 import logging
 import os
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from typing import Optional
 
 import torch
@@ -190,7 +190,7 @@ class PolicyActor(TrainableLMActor):
 
     def init_model(self) -> dict:
         """Load the causal LM (LoRA when LORA_RANK > 0), wrap it in DeepSpeed. Returns basic info."""
-        from actors.model_loader import load_causal_lm, resolve_model_path
+        from core.model_loader import load_causal_lm, resolve_model_path
         t0 = time.time()
         self.model_path = resolve_model_path(self.cfg.model_path)
         self._load_tokenizer(self.model_path)
@@ -228,12 +228,12 @@ class PolicyActor(TrainableLMActor):
         is the rollout's only update, where the pass's own detached log-probs are the old ones: ratio 1).
 
         The loss is ``core_algos.policy_loss`` with EPS_CLIP, EPS_CLIP_HIGH and LOSS_AGG (Dr.GRPO's constant
-        normaliser is GENERATE_MAX_LEN): :meth:`cluster.config.RLFHConfig.policy_loss_kwargs`.
+        normaliser is GENERATE_MAX_LEN): :meth:`core.config.RLFHConfig.policy_loss_kwargs`.
 
         Returns means over micro batches: policy_loss, clipfrac, approx_kl, entropy, plus grad_norm (mean
         over optimizer steps), lr, optimizer_steps, train_s and train_threads (the intra-op threads it used).
         """
-        from cluster.core_algos import masked_mean, policy_loss
+        from core.core_algos import masked_mean, policy_loss
         check_batch(batch, need=("advantages",))
         clip = self.cfg.eps_clip if eps_clip is None else eps_clip
         loss_kwargs = self.cfg.policy_loss_kwargs()

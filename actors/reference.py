@@ -18,7 +18,7 @@ class ReferenceActor(BaseActor):
     role = "reference"
 
     def init_model(self) -> dict:
-        from actors.model_loader import load_causal_lm, resolve_model_path
+        from core.model_loader import load_causal_lm, resolve_model_path
         t0 = time.time()
         self.model_path = resolve_model_path(self.cfg.model_path)
         self._load_tokenizer(self.model_path)

@@ -3,7 +3,7 @@
 ``ROLLOUT_BACKEND``: ``hf`` | ``vllm`` | ``auto`` (vLLM when importable and the
 rollout runs on GPUs, else hf). Both engines
 
-* take chat-templated prompt *strings* (see :func:`cluster.prompts.render_prompt`),
+* take chat-templated prompt *strings* (see :func:`core.prompts.render_prompt`),
   tokenize them the same way (no extra special tokens, left-truncated to
   ``PROMPT_MAX_LEN``) and return :class:`actors.types.RolloutSample` objects in
   prompt-major order (all ``n`` samples of prompt 0 first);
@@ -30,7 +30,7 @@ import torch
 from actors.base import cpu_has_fast_bf16
 from actors.optional import VLLM_HINT, require_vllm, vllm_available
 from actors.types import Batch, RolloutSample, token_offsets
-from cluster.config import RLFHConfig
+from core.config import RLFHConfig
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ class _EngineBase:
         self.cfg = cfg if isinstance(cfg, RLFHConfig) else RLFHConfig(**cfg)
         self.engine_index = engine_index
         self._version = 0
-        from actors.model_loader import load_tokenizer, resolve_model_path
+        from core.model_loader import load_tokenizer, resolve_model_path
         self.model_path = resolve_model_path(self.cfg.model_path)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.model_path)
         self.tokenizer.truncation_side = "left"
@@ -202,7 +202,7 @@ class HFRolloutEngine(_EngineBase):
     """transformers ``generate``: batched in MICRO_ROLLOUT_BATCH_SIZE, left padding, sdpa attention, seeded.
 
     ``model`` / ``tokenizer`` / ``device``: already-loaded objects to share (e.g. the verifier's
-    :class:`verifier_service.hf_chat.HFChat` over a model someone else holds); by default the engine loads
+    :class:`actors.hf_chat.HFChat` over a model someone else holds); by default the engine loads
     MODEL_PATH on :func:`actors.base.pick_device`. A shared model is put in eval mode but its
     ``requires_grad`` flags are left alone (generation runs under ``no_grad`` anyway).
     """
@@ -218,7 +218,7 @@ class HFRolloutEngine(_EngineBase):
         super().__init__(cfg, engine_index, tokenizer=tokenizer)
         self.shares_policy_weights = bool(shares_policy_weights)
         from actors.base import pick_device
-        from actors.model_loader import load_causal_lm
+        from core.model_loader import load_causal_lm
         self.device = torch.device(device) if device is not None else pick_device()
         t0 = time.time()
         if model is None:
@@ -230,7 +230,7 @@ class HFRolloutEngine(_EngineBase):
         self.model.eval()
         self.pad_id = int(self.tokenizer.pad_token_id)
         self.dtype = str(next(self.model.parameters()).dtype).replace("torch.", "")
-        from actors.model_loader import torch_dtype
+        from core.model_loader import torch_dtype
         want = torch_dtype(autocast) if autocast else None
         self.autocast = want if want is not None and want != next(self.model.parameters()).dtype else None
         if self.autocast is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cluster.prompts import ABSTAIN_TEXT   # a constant of a dependency-free module
+from core.prompts import ABSTAIN_TEXT   # a constant of a dependency-free module
 
 DESCRIPTION = """\
 Train a baseline the RL must beat (issue 9), on the model's own graded answers, and save a HF folder
@@ -16,7 +16,7 @@ that `rlfh eval --model OUT` loads:
   dpo      DPO on self-sampled factuality pairs (F-DPO / Mask-DPO family): k sampled answers per question,
            graded; pairs ordered correct > abstain ("I don't know.") > wrong; DPO against the frozen base.
 
-Both use the trainer's prompt (cluster.prompts) and plain torch AdamW (CPU is fine). Train on
+Both use the trainer's prompt (core.prompts) and plain torch AdamW (CPU is fine). Train on
 halueval:train, evaluate on halueval:dev, never tune on test.
 """
 

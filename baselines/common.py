@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from cluster.prompts import ABSTAIN_TEXT as DEFAULT_ABSTAIN_TEXT  # the trainer's ABSTAIN_TEXT default
+from core.prompts import ABSTAIN_TEXT as DEFAULT_ABSTAIN_TEXT  # noqa: F401 (the trainer's ABSTAIN_TEXT default, for dpo / rtuning)
 
 log = logging.getLogger("baselines")
 
@@ -35,9 +35,9 @@ def load_questions(spec: str, limit: int, type_share: float = 0.0) -> list:
     """Training items from ``--data`` (``halueval:SPLIT`` or a JSONL path); every item needs a gold answer.
 
     ``type_share > 0``: ``limit`` distinct questions of which yes/no and two-option ones make up at least that
-    share each (:func:`cluster.data.stratify_question_types`), instead of the first ``limit``.
+    share each (:func:`core.data.stratify_question_types`), instead of the first ``limit``.
     """
-    from cluster.data import DataError, load_items, stratify_question_types
+    from core.data import DataError, load_items, stratify_question_types
     check_positive("--limit", limit, allow_zero=True)
     if not 0.0 <= type_share < 0.5:
         raise BaselineError(f"--type-share must be in [0, 0.5) (the least share of yes/no and of two-option "
@@ -62,7 +62,7 @@ def load_questions(spec: str, limit: int, type_share: float = 0.0) -> list:
 
 def render_prompts(tokenizer, items: Sequence, mode: str, system: str, evidence_share: float = 0.5) -> list[str]:
     """The trainer's prompt for every item (``mixed``: closed or evidence by the question's stable hash)."""
-    from cluster.prompts import prompt_mode_for, render_prompt, resolve_system
+    from core.prompts import prompt_mode_for, render_prompt, resolve_system
     sys_text = resolve_system(system)
     return [render_prompt(tokenizer, it.question, it.knowledge_text,
                           prompt_mode_for(it.question, mode, evidence_share), system=sys_text) for it in items]
@@ -84,7 +84,7 @@ def set_threads(threads: int) -> int:
 
 def load_model(model_spec: str):
     """``(path, model, tokenizer)`` of ``--model`` (the embedded alias or a HF folder), fp32, on this device."""
-    from actors.model_loader import default_device, load_causal_lm, load_tokenizer, resolve_model_path
+    from core.model_loader import default_device, load_causal_lm, load_tokenizer, resolve_model_path
     try:
         path = resolve_model_path(model_spec)
     except FileNotFoundError as e:
@@ -172,7 +172,7 @@ def response_logprobs(model, samples: Sequence, pad_id: int):
 
 def sequence_logprobs(model, samples: Sequence, pad_id: int):
     """Sum of each sample's response-token log-probs: ``[B]`` float32."""
-    from cluster.core_algos import masked_sum
+    from core.core_algos import masked_sum
     lp, mask = response_logprobs(model, samples, pad_id)
     return masked_sum(lp, mask, dim=-1)
 

@@ -5,7 +5,7 @@
    out); the abstention text ("I don't know.") is the middle tier.
 3. Preference pairs follow the order correct > abstain > wrong: ``correct > wrong``, ``correct > abstain`` and
    ``abstain > wrong``, at most ``--pairs-per-question`` per question, drawn round-robin over the three kinds.
-4. DPO (:func:`cluster.core_algos.dpo_loss`) against the frozen base model as reference (its log-probs are
+4. DPO (:func:`core.core_algos.dpo_loss`) against the frozen base model as reference (its log-probs are
    computed once before training, so only one model is in memory), AdamW; saved as a HF folder.
 """
 from __future__ import annotations
@@ -95,7 +95,7 @@ def dpo_step_loss(pad_id: int, beta: float, label_smoothing: float):
     """``step_loss`` for :func:`baselines.common.train_loop`: DPO on a micro batch of pairs (chosen and
     rejected in one forward), times ``weight``."""
     import torch
-    from cluster.core_algos import dpo_loss
+    from core.core_algos import dpo_loss
 
     def fn(model, examples, weight):
         b = len(examples)

@@ -64,7 +64,7 @@ def rtuning_targets(items: Sequence, prompts: Sequence[str], answers: Sequence[s
 def sft_step_loss(pad_id: int):
     """``step_loss`` for :func:`baselines.common.train_loop`: mean NLL over the micro batch's response tokens,
     times ``weight`` (the micro batch's share of the step)."""
-    from cluster.core_algos import masked_mean
+    from core.core_algos import masked_mean
 
     def fn(model, samples, weight):
         lp, mask = response_logprobs(model, samples, pad_id)

@@ -41,9 +41,9 @@ def _cmd(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from actors.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
-    from cluster.data import load_items
-    from cluster.prompts import SYSTEM_PROMPTS, render_prompt
+    from core.data import load_items
+    from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
+    from core.prompts import SYSTEM_PROMPTS, render_prompt
     from verifier_service.text import is_abstention_text
 
     model_dir = resolve_model_path(args.model)

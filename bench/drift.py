@@ -37,12 +37,12 @@ def measure(model: str, n_prompts: int, n_samples: int, max_new_tokens: int, mod
     import torch
 
     from actors.base import phase_threads, response_logprobs, set_threads
-    from actors.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
     from actors.rollout import HFRolloutEngine
     from actors.types import make_batch
-    from cluster.config import RLFHConfig
-    from cluster.data import load_halueval
-    from cluster.prompts import render_prompt
+    from core.config import RLFHConfig
+    from core.data import load_halueval
+    from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
+    from core.prompts import render_prompt
     cfg = RLFHConfig(model_path=model, rollout_backend="hf", micro_rollout_batch_size=16, rollout_dtype="fp32",
                      cpu_threads=threads)
     set_threads(phase_threads(cfg))

@@ -279,7 +279,7 @@ def span_scores(st: TrueStatement, preds: list) -> tuple[float, float]:
 
 def gold_result(resp: LongResponse):
     """The true statements as a VerifyResult (one sentence per statement), for the reward service's signs."""
-    from verifier_service.schema import Sentence, Statement, VerifyResult
+    from core.verify_schema import Sentence, Statement, VerifyResult
     sents = []
     for st in resp.statements:
         s = Statement(text=st.text, start=st.start, end=st.end, label=st.label, informativeness=3)
@@ -377,7 +377,7 @@ def _cls(label: str) -> int:
 
 
 def requests(responses: Sequence[LongResponse], use_gold: bool):
-    from verifier_service.schema import VerifyRequest
+    from core.verify_schema import VerifyRequest
     return [VerifyRequest(question=r.question, response=r.response, materials=r.materials,
                           gold_answer=r.gold if use_gold else None) for r in responses]
 

@@ -36,9 +36,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _prompts(model: str, n: int) -> list[str]:
-    from actors.model_loader import load_tokenizer
-    from cluster.data import load_items
-    from cluster.prompts import render_prompt
+    from core.data import load_items
+    from core.model_loader import load_tokenizer
+    from core.prompts import render_prompt
     tok = load_tokenizer(model)
     return [render_prompt(tok, it.question, mode="closed") for it in load_items("halueval:train", limit=n)]
 
@@ -54,7 +54,7 @@ def run_trl(args, prompts: list[str]) -> list[float]:
         from trl import GRPOConfig, GRPOTrainer
     except ImportError as e:
         raise SystemExit(f"{TRL_HINT} ({e})") from None
-    from actors.model_loader import resolve_model_path
+    from core.model_loader import resolve_model_path
     pat = re.compile(r"(?<!\w)" + re.escape(args.word) + r"(?!\w)", re.IGNORECASE)
 
     def reward(completions, **kw):
@@ -88,9 +88,9 @@ def run_rlfh(args, n_prompts: int) -> list[float]:
     """Seconds per step of rlfh's Trainer (embedded Ray, every actor, weight sync) on the same sizes."""
     import tempfile
 
-    from cluster.config import RLFHConfig
     from cluster.driver import Trainer
     from cluster.experience import KeywordReward
+    from core.config import RLFHConfig
     times: list[float] = []
     with tempfile.TemporaryDirectory(prefix="rlfh-bench-peer-") as tmp:
         cfg = RLFHConfig.load(

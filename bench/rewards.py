@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
     from cluster.cli import plain_doc
-    from cluster.config import positive_int
+    from core.config import positive_int
     p = bsub.add_parser(
         "rewards", help="Reward service: responses/s, p50/p99 latency, alignment cost, cache speed-up.",
         description=plain_doc(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -52,7 +52,7 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
 
 def _responses(split: str, tokenizer, n: int) -> list[dict[str, Any]]:
     """``n`` reward items from HaluEval: right and hallucinated answers, with token offsets (+ EOS)."""
-    from cluster.data import load_halueval
+    from core.data import load_halueval
     qa = load_halueval(split)
     out = []
     for item in qa:
@@ -123,9 +123,9 @@ def _alignment(repeats: int, lengths=(64, 256, 1024)) -> list[dict[str, Any]]:
     """Time compute_token_rewards on synthetic responses of ``lengths`` tokens (a statement per 8 tokens)."""
     import numpy as np
 
-    from cluster.config import RLFHConfig
+    from core.config import RLFHConfig
+    from core.verify_schema import LABELS, Sentence, Statement, VerifyResult
     from reward_service.token_rewards import RewardSettings, compute_token_rewards, validate_offsets
-    from verifier_service.schema import LABELS, Sentence, Statement, VerifyResult
 
     settings = RewardSettings.from_config(RLFHConfig.load(environ={}))
     rows = []
@@ -188,9 +188,9 @@ def _cmd(args: argparse.Namespace) -> int:
     from rich.progress import Progress
     from rich.table import Table
 
-    from actors.model_loader import load_tokenizer
-    from cluster.config import RLFHConfig
-    from cluster.ray_bootstrap import free_port, start_ray
+    from core.config import RLFHConfig
+    from core.model_loader import load_tokenizer
+    from core.ray_bootstrap import free_port, start_ray
     from reward_service.app import deploy
 
     console = Console()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from cluster.config import RLFHConfig
+from core.config import RLFHConfig
 
 # The embedded default's sizes, as scripts/train.sh sets them for the embedded model on CPU.
 EMBEDDED_SIZES = {"generate_max_len": 48}
@@ -44,7 +44,7 @@ def _cmd(args: argparse.Namespace) -> int:
         return 2
     import os
 
-    from cluster.config import EMBEDDED_MODEL, env_name
+    from core.config import EMBEDDED_MODEL, env_name
     for name, value in EMBEDDED_SIZES.items():   # flag > environment > the embedded default's size
         if getattr(args, name, None) is None and not os.environ.get(env_name(name)) \
                 and (args.model_path or os.environ.get("MODEL_PATH") or EMBEDDED_MODEL) == EMBEDDED_MODEL:

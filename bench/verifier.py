@@ -1,6 +1,6 @@
 """`rlfh bench verifier`: how well does the verifier tell right answers from hallucinated ones?
 
-Data: the HaluEval-QA split (``cluster.data.load_halueval(split)``; test = 1,504 items).
+Data: the HaluEval-QA split (``core.data.load_halueval(split)``; test = 1,504 items).
 
 Columns
   (a) original pairs - every item gives two responses, ``right_answer`` and ``hallucinated_answer``,
@@ -135,7 +135,7 @@ def rule_proximity(question: str, response: str, knowledge: list[str]) -> float:
 
 def verifier_score(res) -> float:
     """Mean signed confidence of the statements (see the module docstring)."""
-    from verifier_service.schema import BAD_LABELS, GOOD_LABELS
+    from core.verify_schema import BAD_LABELS, GOOD_LABELS
     sts = res.statements()
     if not sts:
         return 0.0
@@ -149,7 +149,7 @@ def verifier_score(res) -> float:
 
 
 def verifier_flags(res) -> bool:
-    from verifier_service.schema import BAD_LABELS
+    from core.verify_schema import BAD_LABELS
     return any(s.label in BAD_LABELS for s in res.statements())
 
 
@@ -241,7 +241,7 @@ def reward_of(res, text: str, settings) -> float:
 
 def _verifier_row(name: str, verifier, items, pairs, use_gold: bool, progress, batch: int = 16,
                   settings=None) -> Row:
-    from verifier_service.schema import VerifyRequest
+    from core.verify_schema import VerifyRequest
     row = Row(name)
     reqs, kinds = [], []
     for it in items:
@@ -291,8 +291,8 @@ def run_bench(split: str = "test", limit: Optional[int] = None, with_llm: bool =
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from bench import longform as LF
-    from cluster.config import RLFHConfig
-    from cluster.data import load_halueval
+    from core.config import RLFHConfig
+    from core.data import load_halueval
     from reward_service.token_rewards import RewardSettings
     from verifier_service.core import Verifier
 
@@ -441,7 +441,7 @@ def print_longform_table(lrows: list[dict], split: str, n: Optional[dict] = None
 
 
 def _run(args: argparse.Namespace) -> int:
-    from cluster.config import RLFHConfig
+    from core.config import RLFHConfig
     cfg = RLFHConfig.from_args(args)
     extra: dict = {}
     metrics = run_bench(split=args.split, limit=args.limit, with_llm=not args.no_llm, cfg=cfg,
@@ -468,7 +468,7 @@ def _sets(v: str) -> str:
 
 def add_parser(bench_sub: argparse._SubParsersAction) -> None:
     from cluster.cli import plain_doc
-    from cluster.config import RLFHConfig, positive_int
+    from core.config import RLFHConfig, positive_int
     p = bench_sub.add_parser(
         "verifier", help="Verifier accuracy on HaluEval-QA (original pairs, entity-swap pairs, long-form answers).",
         description=plain_doc(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -1,9 +1,9 @@
 """`python -m cluster.assets_cli`: fetch the embedded model and data once (used by `make setup`)."""
 import logging
 
-from actors.model_loader import resolve_model_path
-from cluster.config import EMBEDDED_MODEL
-from cluster.data import load_halueval
+from core.config import EMBEDDED_MODEL
+from core.data import load_halueval
+from core.model_loader import resolve_model_path
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")

@@ -23,7 +23,7 @@ SUBCOMMANDS = [
     "evaluation.cli",            # eval, compare
     "bench.cli",                 # bench verifier|rewards|train
     "baselines.cli",             # baseline rtuning|dpo
-    "cluster.config",            # config
+    "core.config",            # config
     "cluster.submit",            # submit
     "cluster.chaos",             # chaos list|kill
 ]
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from cluster.config import ConfigError
+    from core.config import ConfigError
     try:
         return int(args.func(args) or 0)
     except ConfigError as e:

@@ -2,7 +2,7 @@
 
 Read it top to bottom; one PPO step is, as data::
 
-    prompts (question, evidence, gold answer)        cluster.data + cluster.prompts.render_prompt
+    prompts (question, evidence, gold answer)        core.data + core.prompts.render_prompt
       -> rollout engines: n samples per prompt        token ids, text, per-token character offsets
       -> reward function (default: the reward service over HTTP, verifier behind it)
                                                       token rewards aligned by the engines' offsets
@@ -13,7 +13,7 @@ Read it top to bottom; one PPO step is, as data::
       -> weight sync policy -> rollout engines
       -> metrics (Ray / Prometheus, TensorBoard, metrics.jsonl), checkpoint every SAVE_STEP
 
-The math lives in :mod:`cluster.core_algos`, experience assembly in
+The math lives in :mod:`core.core_algos`, experience assembly in
 :mod:`cluster.experience`, checkpoints in :mod:`cluster.checkpoint`. The
 reward function is pluggable (``Trainer(cfg, reward_fn=...)``): the reward
 service is the default; :class:`cluster.experience.KeywordReward` is an
@@ -53,13 +53,13 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from cluster import metrics
 from cluster.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, read_state, save_checkpoint
-from cluster.config import ConfigError, RLFHConfig
-from cluster.data import QAItem, load_items
 from cluster.experience import (KeywordReward, SelfJudge, ServiceReward, SkipCounter, fetch_rewards, gold_outcomes,
                                 label_mix, inject_abstentions, last_token_rewards, reward_items, rewards_to_tensors)
 from cluster.train_report import PHASES, format_mix, plot_curves, print_summary, read_metrics
+from core import metrics
+from core.config import ConfigError, RLFHConfig
+from core.data import QAItem, load_items
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def load_prompts(cfg: RLFHConfig) -> list[QAItem]:
                 + " is held out for evaluation and is never trained on; use halueval:train (or halueval:dev)")
     items = load_items(spec, limit=cfg.max_samples)
     if cfg.type_balance:
-        from cluster.data import balance_question_types
+        from core.data import balance_question_types
         n0 = len(items)
         items = balance_question_types(items, cfg.type_balance)
         log.info("TYPE_BALANCE=%g: %d prompts -> %d (yes/no and two-option questions repeated)", cfg.type_balance,
@@ -178,7 +178,7 @@ def _gather_timed(launched: dict[str, list], timer: PhaseTimer) -> dict[str, tor
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
-    from cluster.core_algos import masked_mean
+    from core.core_algos import masked_mean
     return float(masked_mean(x, mask))
 
 
@@ -227,6 +227,15 @@ class _StopRequest:
 # the trainer
 # --------------------------------------------------------------------------------------
 
+def check_abstain_text(cfg: RLFHConfig) -> None:
+    """ConfigError unless the abstention candidate (ABSTAIN_TEXT, used when ABSTAIN_SAMPLES > 0) reads as an
+    abstention to the verifier. Checked here, not in the config: the config sits below the verifier."""
+    from verifier_service.text import is_abstention_text
+    if cfg.abstain_samples and not is_abstention_text(cfg.abstain_text):
+        raise ConfigError(f"ABSTAIN_TEXT={cfg.abstain_text!r} (--abstain-text) does not read as an abstention to the "
+                          "verifier (it would be graded as an answer); use e.g. \"I don't know.\"")
+
+
 class Trainer:
     """PPO over Ray actor groups, driven from this process.
 
@@ -242,6 +251,7 @@ class Trainer:
     def __init__(self, cfg: RLFHConfig, reward_fn: Optional[Callable] = None, groups=None, *,
                  ray_num_cpus: Optional[float] = None, include_dashboard: Optional[bool] = None,
                  show_progress: bool = True):
+        check_abstain_text(cfg)
         self.cfg = cfg
         self._t_created = time.time()
         self.reward_fn = reward_fn
@@ -270,8 +280,8 @@ class Trainer:
     def setup(self) -> "Trainer":
         cfg = self.cfg
         from actors import calls
-        from actors.model_loader import load_tokenizer
-        from cluster.ray_bootstrap import start_ray
+        from core.model_loader import load_tokenizer
+        from core.ray_bootstrap import start_ray
         calls.set_timeout_s(cfg.actor_timeout_s)   # every wait on an actor is bounded
 
         self.prompts = load_prompts(cfg)
@@ -344,7 +354,7 @@ class Trainer:
         serve.run(build_app(self.cfg, self._self_judge), name=APP_NAME, route_prefix="/", blocking=False)
 
     def _deploy_reward_service(self, verifier_factory=None) -> str:
-        from cluster.ray_bootstrap import free_port, port_is_free
+        from core.ray_bootstrap import free_port, port_is_free
         from reward_service.app import deploy
         port = self.cfg.serve_port
         if not port_is_free(port, self.cfg.serve_host if self.cfg.serve_host not in ("0.0.0.0", "::") else "127.0.0.1"):
@@ -578,8 +588,8 @@ class Trainer:
         """Rollout -> rewards -> forwards -> shaped rewards -> advantages. None when the batch is skipped."""
         from actors.rollout import generate_on_engines
         from actors.types import make_batch
-        from cluster import core_algos as algo
-        from cluster.prompts import prompt_mode_for, render_prompt, resolve_system
+        from core import core_algos as algo
+        from core.prompts import prompt_mode_for, render_prompt, resolve_system
         cfg, g = self.cfg, self.groups
         n = cfg.n_samples_per_prompt
         system = resolve_system(cfg.system_prompt)

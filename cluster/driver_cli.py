@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from cluster.config import RLFHConfig
+from core.config import RLFHConfig
 
 DESCRIPTION = """\
 Train a policy with on-policy RL from fine-grained knowledge feedback (RLFH).
@@ -43,7 +43,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     import sys
 
     from cluster.driver import ActorGroupsFailed, train
-    from cluster.reaper import start_for_this_process
+    from core.reaper import start_for_this_process
     start_for_this_process()   # if this process is SIGKILLed, what its embedded Ray leaves behind is ended
     try:
         result = train(cfg)

@@ -32,8 +32,8 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 
 import torch
 
+from core.verify_schema import LABELS
 from reward_service.schemas import ItemReward
-from verifier_service.schema import LABELS
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +259,7 @@ def fetch_rewards(reward_fn: Callable[[list[dict]], Sequence[Any]], items: list[
     ``rlfh_skipped_batches_total{reason="reward_unavailable"}``); it is never trained on as zero reward.
     Any other exception (a bug, a 422 for bad input) propagates.
     """
-    from cluster import metrics
+    from core import metrics
     try:
         results = list(reward_fn(items))
     except unavailable_errors() as e:

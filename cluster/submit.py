@@ -28,8 +28,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Optional
 
-from cluster.config import SECRET_ENVS, ConfigError, RLFHConfig, env_name, masked_value
-from cluster.retry import backoff_delay
+from core.config import SECRET_ENVS, ConfigError, RLFHConfig, env_name, masked_value
+from core.retry import backoff_delay
 
 log = logging.getLogger(__name__)
 

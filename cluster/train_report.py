@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from verifier_service.schema import LABELS
+from core.verify_schema import LABELS
 
 PHASES = ("generate", "reward", "reference", "critic", "policy_forward", "train", "sync")
 LABEL_ABBREV = {"Correct": "C", "Hedged correct": "HC", "Vague": "V", "Hedged wrong": "HW", "Wrong": "W"}

@@ -8,7 +8,7 @@ What it writes, all derived from code that is the single source of truth:
 
 * ``helm/rlfh/files/settings.json`` -- every RLFHConfig setting (env var, group, type, default as the
   env-var string, choices). Templates read it to reject unknown ``train.env`` keys and to fill the
-  Serve app's ``args`` with the defaults, exactly like ``cluster.serve_config.serve_config``.
+  Serve app's ``args`` with the defaults, exactly like ``reward_service.serve_config.serve_config``.
 * ``$defs.settings`` inside ``helm/rlfh/values.schema.json`` -- one JSON schema per env var (type,
   enum, bounds, label/score keys of the maps), so ``helm install`` rejects ``GRANULARITY: tokens`` or a
   ``verificationMap`` with an unknown label before anything reaches the cluster. The rest of the
@@ -66,7 +66,7 @@ def _type_name(annotation) -> str:
 
 def settings_table() -> list[dict]:
     """One row per RLFHConfig setting: env, group, type, default (env-var string), choices, bounds."""
-    from cluster.config import RLFHConfig, env_name
+    from core.config import RLFHConfig, env_name
 
     defaults_env = RLFHConfig.load({}).to_env()
     rows = []
@@ -85,8 +85,8 @@ def settings_table() -> list[dict]:
 
 
 def generated_tables() -> dict:
-    """``files/settings.json``: the settings plus the Serve app's fixed names from cluster.serve_config."""
-    from cluster import serve_config as sc
+    """``files/settings.json``: the settings plus the Serve app's fixed names from reward_service.serve_config."""
+    from reward_service import serve_config as sc
 
     serve_args = set(sc.service_arg_envs())
     rows = [{**row, "serve_arg": row["env"] in serve_args} for row in settings_table()]
@@ -101,7 +101,7 @@ def generated_tables() -> dict:
 
 def setting_schema(row: dict) -> dict:
     """JSON schema (draft 2020-12) of one env var's value in values.yaml."""
-    from verifier_service.schema import INFO_SCORES, LABELS
+    from core.verify_schema import INFO_SCORES, LABELS
 
     desc = f"{row['env']} (RLFHConfig.{row['field']}); default {row['default']!r}"
     if row["env"] == "VERIFICATION_MAP":

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cluster.prompts import ABSTAIN_TEXT   # a constant of a dependency-free module
+from core.prompts import ABSTAIN_TEXT   # a constant of a dependency-free module
 
 EVAL_DESCRIPTION = """\
 Generate greedy answers with a model on a QA split and grade them for hallucination.

@@ -35,7 +35,7 @@ class GenerationStats:
 def eval_engine(model, tokenizer, batch_size: int, prompt_max_len: int):
     """An :class:`~actors.rollout.HFRolloutEngine` over ``model`` / ``tokenizer`` (shared, not copied)."""
     from actors.rollout import HFRolloutEngine
-    from cluster.config import RLFHConfig
+    from core.config import RLFHConfig
     path = getattr(getattr(model, "config", None), "_name_or_path", "") or getattr(model, "name_or_path", "")
     kw = {"model_path": path} if path else {}
     cfg = RLFHConfig(rollout_backend="hf", micro_rollout_batch_size=batch_size, prompt_max_len=prompt_max_len, **kw)

@@ -45,6 +45,8 @@ import unicodedata
 from dataclasses import asdict, dataclass
 from typing import Optional
 
+from core.questions import choice_options
+
 CORRECT, INCORRECT, NOT_ATTEMPTED = "correct", "incorrect", "not_attempted"
 GRADES: tuple[str, ...] = (CORRECT, INCORRECT, NOT_ATTEMPTED)
 
@@ -241,45 +243,6 @@ def polarity(answer: str) -> tuple[str, bool]:
         if t in _EXPLICIT:
             return _EXPLICIT[t], True
     return ("no" if _NO_CUES.search(answer or "") else "yes"), False
-
-
-_CHOICE_CAPS = re.compile(r"((?:[A-Z0-9][\w'.&-]*|of|the|and|de|la|von|van|du|da)(?:\s+(?:[A-Z0-9][\w'.&-]*|of|"
-                          r"the|and|de|la|von|van|du|da))*)\s*$")
-
-
-_CHOICE_HEAD = re.compile(r"^((?:the\s+|The\s+)?[A-Z0-9][\w'.&-]*(?:\s+(?:[A-Z0-9][\w'.&-]*|of|the|and|de|la|von|van|"
-                          r"den|der|du|da|y)(?=\s|$))*)")
-
-
-def choice_options(question: str) -> Optional[tuple[str, str]]:
-    """The two options of a choice question ("Which ..., A or B?"), or None."""
-    q = (question or "").strip()
-    q = q[:q.rfind("?")] if "?" in q else q
-    idx = q.rfind(" or ")
-    if idx < 0:
-        return None
-    b = q[idx + 4:].strip(" ,\"'")
-    before = q[:idx].rstrip(" ,")
-    segments = [s.strip(" \"'") for s in before.split(",")]
-    a = ""
-    if len(segments) > 1:
-        # the last comma segment that starts like a name (capital letter or digit)
-        for seg in reversed(segments[1:]):
-            if seg and (seg[0].isupper() or seg[0].isdigit()):
-                a = seg
-                break
-    if not a:
-        m = _CHOICE_CAPS.search(before)
-        a = m.group(1).strip() if m else ""
-        # drop a leading question word that happens to be capitalised
-        a = re.sub(r"^(?:Which|Who|What|Where|When|Is|Are|Was|Were|Did|Do|Does|The)\s+", "", a).strip()
-    # "Does A or B have more ...?": keep the name-like head of B
-    m = _CHOICE_HEAD.match(b)
-    if m and m.group(1).strip() and len(m.group(1).strip()) < len(b):
-        b = m.group(1).strip()
-    if not a or not b or len(b.split()) > 12:
-        return None
-    return a, b
 
 
 _GENERIC = {"new", "old", "first", "second", "city", "county", "state", "states", "river", "university", "college",

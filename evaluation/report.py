@@ -256,9 +256,10 @@ def selectivity(gruns: list[dict]) -> dict[str, Any]:
     correctness on its attempted answers. Also the question-type rule: the reference's answers with every
     open question declined (a selectivity that needs no training).
     """
+    from core.questions import QUESTION_TYPES, question_type
     from evaluation.knowledge import per_bucket_outcomes
-    from evaluation.selectivity import (QUESTION_TYPES, abstention_overlap, auroc, question_type, random_abstention,
-                                        risk_coverage, type_rule_grades)
+    from evaluation.selectivity import (abstention_overlap, auroc, random_abstention, risk_coverage,
+                                        type_rule_grades)
     from evaluation.stats import outcome_metrics
     ref = gruns[0]
     out: dict[str, Any] = {"reference": ref["name"], "runs": {}}

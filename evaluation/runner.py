@@ -28,12 +28,12 @@ from typing import Any, Optional
 
 import numpy as np
 
-from cluster.prompts import ABSTAIN_TEXT
+from core.prompts import ABSTAIN_TEXT
 from evaluation.graders import CORRECT, GRADES, INCORRECT, NOT_ATTEMPTED, detect_abstention, grade_answer
 
 log = logging.getLogger(__name__)
 
-SYSTEMS = ("default", "may-abstain")  # cluster.prompts.SYSTEM_PROMPTS names
+SYSTEMS = ("default", "may-abstain")  # core.prompts.SYSTEM_PROMPTS names
 MODES = ("closed", "evidence")
 VERIFIER_LABELS = ("Correct", "Hedged correct", "Vague", "Hedged wrong", "Wrong")
 
@@ -138,7 +138,7 @@ def subsample(items: list, limit: int) -> list:
     """
     if not limit or limit >= len(items):
         return list(items)
-    from cluster.data import question_hash
+    from core.data import question_hash
     ranked = sorted(range(len(items)), key=lambda i: question_hash(items[i].question))
     keep = set(ranked[:limit])
     return [it for i, it in enumerate(items) if i in keep]
@@ -146,7 +146,7 @@ def subsample(items: list, limit: int) -> list:
 
 def pair_key(question: str) -> str:
     """The key ``rlfh compare`` pairs items on (normalised question hash)."""
-    from cluster.data import question_hash
+    from core.data import question_hash
     return question_hash(question)[:20]
 
 
@@ -232,9 +232,9 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
     cfg.check()
     import torch
 
-    from actors.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
-    from cluster.data import load_items
-    from cluster.prompts import SYSTEM_DEFAULT, SYSTEM_MAY_ABSTAIN, render_prompt
+    from core.data import load_items
+    from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
+    from core.prompts import SYSTEM_DEFAULT, SYSTEM_MAY_ABSTAIN, render_prompt
     from evaluation.generate import generate_greedy
 
     t_start = time.perf_counter()
@@ -316,7 +316,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
         t_ver = time.perf_counter() - t0
 
     records = []
-    from evaluation.selectivity import question_type
+    from core.questions import question_type
     for it, g, gr, vs, conf, lg, kn, pa, gs, ug in zip(items, gens, grades, vstats, confidence, lenient, known,
                                                       p_abstain, grounded, ungated):
         records.append({
@@ -370,7 +370,7 @@ def _generate_with_abstain_threshold(model, tok, prompts: list[str], cfg: EvalCo
     t0 = time.perf_counter()
     gate = model
     if cfg.abstain_model:   # another model decides (e.g. a refusal-trained copy gating the model users deploy)
-        from actors.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
+        from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
         gate_dir = resolve_model_path(cfg.abstain_model)
         if load_tokenizer(gate_dir).get_vocab() != tok.get_vocab():
             raise ValueError(f"--abstain-model {cfg.abstain_model}: its tokenizer differs from --model's; the "
@@ -414,7 +414,7 @@ def apply_grounding_gate(gens: list, items: list, grounded: list[Optional[float]
     On the base model's 200 dev evidence answers this declines 17, of which 15 were wrong (docs/DEMO.md).
     Returns (generations, the replaced answer per item or None).
     """
-    from evaluation.selectivity import question_type
+    from core.questions import question_type
 
     out, ungated = list(gens), [None] * len(gens)
     for i, (g, it, share) in enumerate(zip(gens, items, grounded)):
@@ -467,7 +467,7 @@ def answers_of_run(cfg: EvalConfig, model_dir: str, items: list):
 
 def reusable_summary(cfg: EvalConfig, model_dir: str, name: str) -> Optional[dict[str, Any]]:
     """The existing summary in ``cfg.out`` when it was made with the same weights and settings, else None."""
-    from actors.model_loader import resolve_model_path
+    from core.model_loader import resolve_model_path
     sp, ap = Path(cfg.out) / "summary.json", Path(cfg.out) / "answers.jsonl"
     if not (sp.exists() and ap.exists()):
         return None
@@ -513,8 +513,8 @@ def _verify_all(items, gens, progress: bool) -> tuple[list[dict], dict]:
     """Run the training verifier (its configured backend, ``evidence`` by default) over every answer."""
     from tqdm import tqdm
 
+    from core.verify_schema import MAX_RESPONSE_CHARS, VerifyRequest
     from verifier_service.core import Verifier
-    from verifier_service.schema import MAX_RESPONSE_CHARS, VerifyRequest
     ver = Verifier()
     reqs = [VerifyRequest(question=it.question, response=g.text[:MAX_RESPONSE_CHARS], materials=it.knowledge,
                           gold_answer=it.right_answer) for it, g in zip(items, gens)]

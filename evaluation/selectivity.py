@@ -16,32 +16,12 @@ themselves. These functions measure *selectivity*:
 from __future__ import annotations
 
 import math
-import re
 from typing import Optional, Sequence
 
 import numpy as np
 
-from evaluation.graders import CORRECT, INCORRECT, NOT_ATTEMPTED, choice_options
-
-QUESTION_TYPES = ("yes_no", "choice", "open")
-_AUX = frozenset({"is", "are", "was", "were", "do", "does", "did", "has", "have", "had", "can", "could", "will",
-                  "would", "should"})
-
-
-def question_type(question: str) -> str:
-    """``choice`` ("..., A or B?"), ``yes_no`` (starts with an auxiliary verb) or ``open``; text only.
-
-    On HaluEval-QA this agrees with the gold answers' form on about 99% of questions (gold yes/no for
-    ``yes_no``), and it never looks at the gold answer, so a model could learn the same rule.
-    """
-    q = (question or "").strip()
-    if not q:
-        return "open"
-    if " or " in q and choice_options(q):
-        return "choice"
-    first = re.sub(r"^\W+", "", q.split()[0]).lower()
-    return "yes_no" if first in _AUX else "open"
-
+from core.questions import QUESTION_TYPES, question_type
+from evaluation.graders import CORRECT, INCORRECT, NOT_ATTEMPTED
 
 # ----------------------------------------------------------------------------- random abstention
 

@@ -14,13 +14,13 @@ CLIENT_ENV = ("REWARD_URL", "REWARD_API_TOKEN", "REWARD_TIMEOUT_S", "REWARD_MAX_
 def client_from_env(url: Optional[str] = None, environ: Optional[Mapping[str, str]] = None,
                     **overrides: Any) -> RewardClient:
     """A RewardClient from ``REWARD_URL``, ``REWARD_API_TOKEN``, ``REWARD_TIMEOUT_S``, ``REWARD_MAX_RETRIES`` and
-    ``MAX_BATCH_ITEMS`` (batch size), read and validated by :class:`cluster.config.RLFHConfig`.
+    ``MAX_BATCH_ITEMS`` (batch size), read and validated by :class:`core.config.RLFHConfig`.
 
     Only those variables are read, so a trainer's unrelated environment (its own ``MODEL_PATH``...) cannot
     break the reward function. ``url`` and keyword ``overrides`` (``timeout_s``, ``max_retries``,
     ``batch_size``, ``token``) win over the environment. Raises ``ValueError`` when no URL is given.
     """
-    from cluster.config import RLFHConfig
+    from core.config import RLFHConfig
 
     env = os.environ if environ is None else environ
     cfg = RLFHConfig.load(environ={k: env[k] for k in CLIENT_ENV if env.get(k)})

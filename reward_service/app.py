@@ -50,10 +50,9 @@ from pydantic import ValidationError
 from ray import serve
 from ray.serve.exceptions import BackPressureError
 
-from cluster import metrics
-from cluster.config import RLFHConfig, env_name
-from cluster.serve_config import (BACKPRESSURE_RETRY_AFTER_S, MAX_ONGOING_REQUESTS, backpressure_options,
-                                  scaling_options)
+from core import metrics
+from core.config import RLFHConfig, env_name
+from core.verify_schema import GOOD_LABELS, LABELS, VerifyRequest, VerifyResult
 from reward_service.cache import cache_key, make_cache
 from reward_service.errors import (ServiceError, error_response, fix_for, install_error_handlers, install_openapi,
                                    loc_str)
@@ -62,9 +61,10 @@ from reward_service.middleware import configure as configure_guard
 from reward_service.openrlhf_adapter import GetRewardInputError, parse_get_reward
 from reward_service.schemas import (MAX_BODY_BYTES, ErrorBody, GetRewardRequest, GetRewardResponse, RewardsRequest,
                                     RewardsResponse, VerifyBody)
+from reward_service.serve_config import (BACKPRESSURE_RETRY_AFTER_S, MAX_ONGOING_REQUESTS, backpressure_options,
+                                         scaling_options)
 from reward_service.token_rewards import (RewardInputError, RewardSettings, compute_token_rewards,
                                           offsets_from_tokenizer, validate_offsets)
-from verifier_service.schema import GOOD_LABELS, LABELS, VerifyRequest, VerifyResult
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +273,7 @@ class RewardDeployment:
             if self._tokenizer is None and self._tokenizer_error is None:
                 name = self.cfg.reward_tokenizer or self.cfg.model_path
                 try:
-                    from actors.model_loader import load_tokenizer
+                    from core.model_loader import load_tokenizer
                     self._tokenizer = load_tokenizer(name)
                 except Exception as e:  # no tokenizer: callers must send offsets
                     self._tokenizer_error = f"tokenizer {name!r} could not be loaded: {type(e).__name__}: {e}"
@@ -591,7 +591,7 @@ def build_app(cfg: RLFHConfig, verifier_factory=None, reward_options: Optional[d
     ``verifier_factory``: optional picklable ``cfg -> Verifier`` used by the verifier replicas instead of
     ``Verifier(cfg)`` (e.g. a Verifier built around in-process engines, or fault injection in tests).
     ``reward_options``: Serve options overriding the reward deployment's (tests shrink the queue with it).
-    Both deployments have a bounded queue (``cluster.serve_config.backpressure_options``): 503 + Retry-After.
+    Both deployments have a bounded queue (``reward_service.serve_config.backpressure_options``): 503 + Retry-After.
     """
     RewardSettings.from_config(cfg)      # a bad reward setting fails here (ConfigError), not in a replica loop
     # (so does SERVE_MAX_REPLICAS below a deployment's replicas: scaling_options raises ConfigError)
@@ -611,14 +611,14 @@ def build_app(cfg: RLFHConfig, verifier_factory=None, reward_options: Optional[d
 def config_from_args(args: Optional[dict]) -> RLFHConfig:
     """RLFHConfig from the replica's environment overlaid with ``args``.
 
-    ``args`` (a Serve config's application ``args``, see ``cluster.serve_config``) maps env var names
+    ``args`` (a Serve config's application ``args``, see ``reward_service.serve_config``) maps env var names
     (``GRANULARITY``...) or setting names (``granularity``) to values; strings are read exactly like
     environment variables (JSON for the maps), so a bad value raises ConfigError naming the variable.
     """
     import json
     import os
 
-    from cluster.config import ConfigError
+    from core.config import ConfigError
 
     fields = RLFHConfig.model_fields
     env = dict(os.environ)
@@ -650,7 +650,7 @@ def deploy(cfg: RLFHConfig, host: Optional[str] = None, port: Optional[int] = No
     ``blocking``: serve until Ctrl-C, then shut Serve down.
     """
     import ray
-    from cluster.ray_bootstrap import start_ray
+    from core.ray_bootstrap import start_ray
 
     host = host or cfg.serve_host
     port = int(port or cfg.serve_port)

@@ -1,6 +1,6 @@
 """Cache of verification results: Redis (shared by every replica) or an in-process LRU.
 
-What is cached is the verifier's :class:`~verifier_service.schema.VerifyResult`
+What is cached is the verifier's :class:`~core.verify_schema.VerifyResult`
 as JSON, not rewards: reward settings change per request and are cheap to
 apply, verification is the expensive part. The key is the SHA-256 of
 ``Verifier.cache_identity()`` (backend, model, algorithm version: everything
@@ -28,8 +28,8 @@ import time
 from collections import OrderedDict
 from typing import Any, Optional, Sequence
 
-from cluster import metrics
-from cluster.config import redact_url
+from core import metrics
+from core.config import redact_url
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import argparse
 import logging
 import signal
 
-from cluster.config import REWARD_FIELDS, RLFHConfig, env_name, flag_name, redact_url
+from core.config import REWARD_FIELDS, RLFHConfig, env_name, flag_name, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ def _on_sigterm(signum, frame):
 def _cmd_serve(args: argparse.Namespace) -> int:
     cfg = RLFHConfig.from_args(args)
     if cfg.verifier_backend == "self":
-        from cluster.config import ConfigError
+        from core.config import ConfigError
         raise ConfigError("VERIFIER_BACKEND=self judges with the policy's rollout engines, which only `rlfh train` "
                           "has (it hands them to the verifier replicas); serve with evidence or llm")
     import time
@@ -64,7 +64,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     import ray
     from ray import serve
 
-    from cluster.ray_bootstrap import RAY_TOKEN_FILE, start_ray
+    from core.ray_bootstrap import RAY_TOKEN_FILE, start_ray
     from reward_service.app import deploy
 
     # SIGTERM shuts down like Ctrl-C: Serve's replicas and proxy stop, then the embedded Ray and all its
@@ -74,7 +74,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     handle = None
     try:
         # if this process is SIGKILLed (no handler can run), a watcher ends what its embedded Ray leaves behind
-        from cluster.reaper import start_for_this_process
+        from core.reaper import start_for_this_process
         start_for_this_process()
         # an embedded Ray gets the local defaults from start_ray (loopback only, Ray token auth, no usage stats)
         handle = start_ray(cfg, num_cpus=args.num_cpus, include_dashboard=not args.no_dashboard)

@@ -28,8 +28,8 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import httpx
 
-from cluster import metrics
-from cluster.retry import backoff_delay
+from core import metrics
+from core.retry import backoff_delay
 from reward_service.schemas import ItemReward
 
 log = logging.getLogger(__name__)

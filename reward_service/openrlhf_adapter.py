@@ -32,8 +32,8 @@ from typing import Optional, Sequence
 
 from pydantic import ValidationError
 
+from core.verify_schema import MAX_QUESTION_CHARS, MAX_RESPONSE_CHARS, VerifyRequest
 from reward_service.schemas import LabelError, parse_label
-from verifier_service.schema import MAX_QUESTION_CHARS, MAX_RESPONSE_CHARS, VerifyRequest
 
 __all__ = ["GetRewardInputError", "ParsedSample", "parse_get_reward", "response_after_prompt", "clean_response",
            "question_from_prompt", "END_OF_TURN_MARKERS"]

@@ -11,10 +11,10 @@ from typing import Annotated, Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, StrictBool, WithJsonSchema, field_validator
 
-# The reward settings and their per-request overrides are defined once, in reward_service.settings.
-from reward_service.settings import MAX_SETTING_ABS, RewardNumber, RewardOverrides  # noqa: F401 (re-exported)
-from verifier_service.schema import (MAX_MATERIALS, MAX_QUESTION_CHARS, MAX_RESPONSE_CHARS, VerifyRequest,
-                                     VerifyResult, wrap_single_material)
+# The reward settings and their per-request overrides are defined once, in core.reward_settings.
+from core.reward_settings import MAX_SETTING_ABS, RewardNumber, RewardOverrides  # noqa: F401 (re-exported)
+from core.verify_schema import (MAX_MATERIALS, MAX_QUESTION_CHARS, MAX_RESPONSE_CHARS, VerifyRequest,
+                                VerifyResult, wrap_single_material)
 
 #: Upper bound on tokens per response: byte-level BPE may split one character into up to 4 tokens.
 MAX_TOKENS = 4 * MAX_RESPONSE_CHARS + 64

@@ -1,6 +1,6 @@
 """Verifier labels -> per-token rewards (pure numpy: no Ray, no HTTP, no torch).
 
-A :class:`~verifier_service.schema.VerifyResult` holds sentences and atomic
+A :class:`~core.verify_schema.VerifyResult` holds sentences and atomic
 statements with character spans ``[start, end)`` in the response. The trainer
 holds the response's tokens and each token's character offsets ``(start, end)``
 in the same response string. This module places rewards on tokens by those
@@ -26,7 +26,7 @@ Wrong: -1.2}``, ``I = {5: 1.3, 4: 1.2, 3: 1.1, 2: 1.0, 1: -0.1}``. ``r_truth``
 lands on the last token of the statement, ``r_info`` on the last token of the
 sentence.
 
-What this module implements (names are :class:`~reward_service.settings.RewardSettings` fields)::
+What this module implements (names are :class:`~core.reward_settings.RewardSettings` fields)::
 
     r_truth(s) = truth_weight * verification_map[l(s)]
                  * ((1 - truth_confidence) + truth_confidence * conf(s))  (per statement)
@@ -117,10 +117,10 @@ from typing import Any, Optional
 
 import numpy as np
 
-# The settings this module computes with, and its input error, are defined in reward_service.settings.
-from reward_service.settings import (GRANULARITIES, PLACEMENTS, RewardInputError,  # noqa: F401 (re-exported)
-                                     RewardSettings)
-from verifier_service.schema import BAD_LABELS, GOOD_LABELS, INFO_SCORES, LABELS, VerifyResult
+# The settings this module computes with, and its input error, are defined in core.reward_settings.
+from core.reward_settings import (GRANULARITIES, PLACEMENTS, RewardInputError,  # noqa: F401 (re-exported)
+                                  RewardSettings)
+from core.verify_schema import BAD_LABELS, GOOD_LABELS, INFO_SCORES, LABELS, VerifyResult
 
 _LABEL_INDEX = {label: i for i, label in enumerate(LABELS)}
 _SIGN_OF_LABEL = np.array([1 if lb in GOOD_LABELS else (-1 if lb in BAD_LABELS else 0) for lb in LABELS],

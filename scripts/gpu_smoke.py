@@ -64,7 +64,7 @@ def prepare(out: str, python_version: str) -> int:
     """Tokenizer + config of the embedded model, and wheels a bare CUDA image lacks, under ``out``."""
     from transformers import AutoConfig, AutoTokenizer
 
-    from actors.model_loader import resolve_model_path
+    from core.model_loader import resolve_model_path
     src = resolve_model_path("smollm2-135m-instruct")
     mdir = os.path.join(out, "model")
     os.makedirs(mdir, exist_ok=True)
@@ -103,7 +103,7 @@ def random_model(config_dir: str, dtype: str) -> str:
 # ----------------------------------------------------------------------------------------------- helpers
 
 def make_cfg(args, model_path: str, n_gpus: int):
-    from cluster.config import RLFHConfig
+    from core.config import RLFHConfig
     gpus = max(1, n_gpus)
     return RLFHConfig(
         model_path=model_path, dtype=args.dtype, zero_stage=args.zero_stage, lora_rank=args.lora_rank,
@@ -172,12 +172,12 @@ def run_in_process(args, cfg) -> dict:
     import torch
 
     from actors.critic import CriticActor
-    from actors.model_loader import load_tokenizer
     from actors.policy import PolicyActor
     from actors.reference import ReferenceActor
     from actors.rollout import make_rollout_engine, resolve_rollout_backend
     from actors.types import make_batch
-    from cluster.prompts import render_prompt
+    from core.model_loader import load_tokenizer
+    from core.prompts import render_prompt
     backend = resolve_rollout_backend(cfg, gpu_available=torch.cuda.is_available())
     with timed("init_policy"):
         policy = PolicyActor(cfg)
@@ -231,11 +231,11 @@ def run_ray(args, cfg) -> dict:
     import torch
 
     from actors.group import create_groups
-    from actors.model_loader import load_tokenizer
     from actors.rollout import generate_on_engines
     from actors.types import make_batch
     from actors.weight_sync import last_sync_stats, sync_weights
-    from cluster.prompts import render_prompt
+    from core.model_loader import load_tokenizer
+    from core.prompts import render_prompt
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(address=os.environ.get("RAY_ADDRESS") or "local", include_dashboard=False)

@@ -51,8 +51,8 @@ import ray
 ray.init(num_cpus=2, include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=dash,
          _metrics_export_port=metrics_port)
 params.RayParams = _base
-from cluster.config import RLFHConfig
-from cluster.data import load_halueval
+from core.config import RLFHConfig
+from core.data import load_halueval
 from reward_service.app import deploy
 url = deploy(RLFHConfig.load(environ={}), "127.0.0.1", serve_port)
 items = load_halueval("test")[:24]

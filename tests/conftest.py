@@ -91,13 +91,13 @@ def private_redis():
 
 @pytest.fixture(scope="session")
 def embedded_model_path() -> str:
-    from actors.model_loader import resolve_model_path
+    from core.model_loader import resolve_model_path
     return resolve_model_path("smollm2-135m-instruct")
 
 
 @pytest.fixture(scope="session")
 def halueval_test_items():
-    from cluster.data import load_halueval
+    from core.data import load_halueval
     return load_halueval("test")
 
 

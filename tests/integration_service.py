@@ -10,7 +10,7 @@ from typing import Iterator
 
 import httpx
 
-from cluster.config import RLFHConfig
+from core.config import RLFHConfig
 
 #: The issue 11 example (SmolLM2 tokenizer, OpenRLHF's client).
 OBEROI = {

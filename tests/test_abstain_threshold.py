@@ -17,8 +17,8 @@ ABSTAIN = "I don't know."
 
 @pytest.fixture(scope="module")
 def model_and_prompts(embedded_model_path, halueval_test_items):
-    from actors.model_loader import load_causal_lm, load_tokenizer
-    from cluster.prompts import SYSTEM_DEFAULT, render_prompt
+    from core.model_loader import load_causal_lm, load_tokenizer
+    from core.prompts import SYSTEM_DEFAULT, render_prompt
     from evaluation.runner import subsample
     tok = load_tokenizer(embedded_model_path)
     model = load_causal_lm(embedded_model_path).eval()

@@ -33,7 +33,7 @@ def restore_process_state():
 @pytest.fixture(scope="module")
 def policy(tiny_model_path):
     from actors.policy import PolicyActor
-    from cluster.config import RLFHConfig
+    from core.config import RLFHConfig
     cfg = RLFHConfig(model_path=tiny_model_path, train_autocast="off",
                      lora_rank=4, lora_alpha=8, actor_lr=5e-2, micro_train_batch_size=2,
                      train_batch_size=4, gradient_checkpointing=True)
@@ -96,7 +96,7 @@ def test_lora_trains_only_the_adapter_and_exports_merged_weights(policy, tiny_mo
 def full_actors(tiny_model_path):
     from actors.critic import CriticActor
     from actors.policy import PolicyActor
-    from cluster.config import RLFHConfig
+    from core.config import RLFHConfig
     cfg = RLFHConfig(model_path=tiny_model_path, train_autocast="off",
                      actor_lr=1e-2, critic_lr=1e-2, micro_train_batch_size=2,
                      train_batch_size=4)
@@ -171,8 +171,8 @@ def test_single_update_without_old_logprobs_is_the_update_with_them(full_actors,
 def test_train_step_uses_the_configured_policy_loss(full_actors, settings, agg, hi):
     """The loss a real train step reports is core_algos.policy_loss with LOSS_AGG / EPS_CLIP_HIGH (Dr.GRPO's
     normaliser is the constant GENERATE_MAX_LEN, not the micro batch's trimmed length), on each micro batch."""
-    from cluster.config import RLFHConfig
-    from cluster.core_algos import policy_loss
+    from core.config import RLFHConfig
+    from core.core_algos import policy_loss
     pol, _ = full_actors
     saved = pol.cfg
     pol.cfg = RLFHConfig(**{**saved.model_dump(), **settings})
@@ -234,7 +234,7 @@ def test_zero3_policy_trains_exports_gathered_weights_and_checkpoints(tiny_model
 
     from actors.base import causal_lm_response_logprobs
     from actors.policy import PolicyActor
-    from cluster.config import RLFHConfig
+    from core.config import RLFHConfig
     cfg = RLFHConfig(model_path=tiny_model_path, train_autocast="off",
                      zero_stage=3, actor_lr=1e-2, micro_train_batch_size=2,
                      train_batch_size=4)
@@ -263,10 +263,10 @@ def test_train_autocast_bf16_trains_fp32_weights_with_the_fp32_gradient(embedded
     train step of the real model keeps fp32 weights and gives the fp32 step's gradient norm within 2%, and its
     log-probs stay within twice the measured bf16 drift of the fp32 ones."""
     from actors.base import cpu_has_fast_bf16, resolve_train_autocast
-    from actors.model_loader import load_tokenizer
     from actors.policy import PolicyActor
     from actors.rollout import BF16_LOGPROB_DRIFT
-    from cluster.config import RLFHConfig
+    from core.config import RLFHConfig
+    from core.model_loader import load_tokenizer
     cpu = torch.device("cpu")
     assert resolve_train_autocast(RLFHConfig(), cpu) == (torch.bfloat16 if cpu_has_fast_bf16() else None)
     assert resolve_train_autocast(RLFHConfig(train_autocast="bf16", dtype="bf16"), cpu) is None

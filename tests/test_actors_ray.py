@@ -27,7 +27,7 @@ def ray_local():
 
 @pytest.fixture(scope="module")
 def cfg():
-    from cluster.config import RLFHConfig
+    from core.config import RLFHConfig
     return RLFHConfig(micro_train_batch_size=2, train_batch_size=4, micro_rollout_batch_size=4, actor_lr=1e-4,
                       critic_lr=1e-4, generate_max_len=GEN_TOKENS, prompt_max_len=128, seed=7, rollout_backend="hf",
                       num_cpus_per_actor=0.25, vllm_num_engines=1, rollout_dtype="fp32", train_autocast="off",
@@ -46,19 +46,19 @@ def groups(ray_local, cfg):
 
 @pytest.fixture(scope="module")
 def tok(embedded_model_path):
-    from actors.model_loader import load_tokenizer
+    from core.model_loader import load_tokenizer
     return load_tokenizer(embedded_model_path)
 
 
 @pytest.fixture(scope="module")
 def prompts(tok):
-    from cluster.prompts import render_prompt
+    from core.prompts import render_prompt
     return [render_prompt(tok, q) for q in QUESTIONS]
 
 
 @pytest.fixture(scope="module")
 def hf_model(embedded_model_path):
-    from actors.model_loader import load_causal_lm
+    from core.model_loader import load_causal_lm
     return load_causal_lm(embedded_model_path).eval()
 
 

@@ -13,7 +13,7 @@ from actors.types import (RolloutSample, concat_batches, make_batch, pad_respons
 
 @pytest.fixture(scope="module")
 def tok(embedded_model_path):
-    from actors.model_loader import load_tokenizer
+    from core.model_loader import load_tokenizer
     return load_tokenizer(embedded_model_path)
 
 
@@ -145,7 +145,7 @@ def test_token_offsets_linear_time(tok):
 
 def test_plan_placement_cpu_fractional_and_colocation():
     from actors.group import plan_placement
-    from cluster.config import RLFHConfig
+    from core.config import RLFHConfig
     cfg = RLFHConfig(num_cpus_per_actor=0.25)
     p = plan_placement(cfg, create=False)
     assert set(p.roles) == {"policy", "critic", "reference", "rollout"}
@@ -160,7 +160,7 @@ def test_plan_placement_cpu_fractional_and_colocation():
 
 def test_plan_placement_gpu_colocation_rules():
     from actors.group import plan_placement
-    from cluster.config import RLFHConfig
+    from core.config import RLFHConfig
     cfg = RLFHConfig(actor_num_gpus_per_node=2, critic_num_gpus_per_node=2, ref_num_gpus_per_node=2,
                      vllm_num_engines=2, colocate_all_models=True)
     p = plan_placement(cfg, create=False)
@@ -199,7 +199,7 @@ def test_optional_extras_name_the_install_command(monkeypatch):
 
 def test_vllm_backend_without_vllm_is_a_clear_error(monkeypatch):
     from actors import optional, rollout
-    from cluster.config import RLFHConfig
+    from core.config import RLFHConfig
     monkeypatch.setattr(rollout, "vllm_available", lambda: False)
     with pytest.raises(ImportError, match=r"rlfh\[vllm\]"):
         rollout.resolve_rollout_backend(RLFHConfig(rollout_backend="vllm"))

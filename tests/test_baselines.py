@@ -14,8 +14,8 @@ import torch
 from baselines.common import BaselineError, load_questions
 from baselines.dpo import PAIR_KINDS, dpo_pairs
 from baselines.rtuning import rtuning_targets
-from cluster.core_algos import dpo_loss
-from cluster.data import QAItem
+from core.core_algos import dpo_loss
+from core.data import QAItem
 from evaluation.graders import Grade, grade_answer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -162,8 +162,8 @@ def _rlfh(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
 
 
 def _loads_and_generates(out: Path) -> str:
-    from actors.model_loader import load_causal_lm, load_tokenizer
-    from cluster.prompts import render_prompt
+    from core.model_loader import load_causal_lm, load_tokenizer
+    from core.prompts import render_prompt
     torch.set_num_threads(1)
     tok = load_tokenizer(str(out))
     model = load_causal_lm(str(out))

@@ -14,7 +14,7 @@ import torch
 
 from cluster.checkpoint import (LATEST, TrainerState, latest_checkpoint, list_checkpoints, load_checkpoint,
                                 read_state, rotate, save_checkpoint)
-from cluster.config import RLFHConfig
+from core.config import RLFHConfig
 
 
 class FolderGroup:

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from cluster.config import (DEFAULT_INFORMATIVE_MAP, DEFAULT_VERIFICATION_MAP, ConfigError, RLFHConfig,
-                            describe_settings, env_name)
+from core.config import (DEFAULT_INFORMATIVE_MAP, DEFAULT_VERIFICATION_MAP, ConfigError, RLFHConfig,
+                         describe_settings, env_name)
 
 
 def test_defaults_load_from_empty_environment():
@@ -61,7 +61,7 @@ def test_bad_map_objects_are_config_errors_not_crashes(override):
 
 def test_secrets_are_masked_when_printed(monkeypatch, capsys):
     from cluster.cli import main
-    from cluster.config import SECRET_ENVS, masked_value, redact_url
+    from core.config import SECRET_ENVS, masked_value, redact_url
     assert set(SECRET_ENVS) == {"REWARD_API_TOKEN", "MODEL_API_KEY", "REDIS_URL"}
     assert redact_url("redis://:p@ss@cache:6379/0") == "redis://***@cache:6379/0"
     assert redact_url("redis://cache:6379/0") == "redis://cache:6379/0"
@@ -79,7 +79,7 @@ def test_secrets_are_masked_when_printed(monkeypatch, capsys):
 
 
 def test_positive_int_rejects_zero_and_text():
-    from cluster.config import positive_int
+    from core.config import positive_int
     assert positive_int("3") == 3
     for bad in ("0", "-2", "two", "1.5"):
         with pytest.raises(argparse.ArgumentTypeError):
@@ -111,15 +111,15 @@ READ_VIA = {"critic_pretrain": "effective_critic_pretrain", "ckpt_path": "effect
 def test_every_setting_is_read_outside_the_config_module():
     """A setting that is validated and documented but never reaches code is a bug (issue 13's audit): each one is
     read as ``cfg.<name>`` / ``getattr(cfg, "<name>")`` (or through the property in READ_VIA) somewhere in the
-    project's packages outside cluster/config.py. Catches a new setting nobody wires (LOSS_AGG was one)."""
+    project's packages outside core/config.py. Catches a new setting nobody wires (LOSS_AGG was one)."""
     import ast
     from pathlib import Path
     root = Path(__file__).resolve().parents[1]
     read = set()
-    for pkg in ("actors", "cluster", "reward_service", "verifier_service", "evaluation", "integrations", "baselines",
-                "bench"):
+    for pkg in ("core", "actors", "cluster", "reward_service", "verifier_service", "evaluation", "integrations",
+                "baselines", "bench"):
         for path in (root / pkg).rglob("*.py"):
-            if path.relative_to(root).as_posix() == "cluster/config.py":
+            if path.relative_to(root).as_posix() == "core/config.py":
                 continue
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Attribute):

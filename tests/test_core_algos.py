@@ -1,4 +1,4 @@
-"""Unit tests of cluster/core_algos.py against hand-computed numbers (no Ray, fast).
+"""Unit tests of core/core_algos.py against hand-computed numbers (no Ray, fast).
 
 Every expected value below is written out from the formula, with the arithmetic in a comment.
 """
@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from cluster import core_algos as ca
+from core import core_algos as ca
 
 NAN = float("nan")
 T_ = torch.tensor

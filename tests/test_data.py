@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from cluster.data import DataError, load_halueval, load_items, read_jsonl, split_of
+from core.data import DataError, load_halueval, load_items, read_jsonl, split_of
 
 
 def test_halueval_loads_and_splits_deterministically():

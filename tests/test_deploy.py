@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster.config import ConfigError, RLFHConfig
-from cluster import serve_config as sc
+from core.config import ConfigError, RLFHConfig
+from reward_service import serve_config as sc
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,13 +61,13 @@ def test_serve_config_args_round_trip_and_keep_secrets_out():
 
 def test_serve_config_cli_prints_yaml_and_rejects_bad_values():
     py = sys.executable
-    out = subprocess.run([py, "-m", "cluster.serve_config", "--granularity", "response", "--max-replicas", "2"],
+    out = subprocess.run([py, "-m", "reward_service.serve_config", "--granularity", "response", "--max-replicas", "2"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     doc = yaml.safe_load(out.stdout)
     assert doc["applications"][0]["args"]["GRANULARITY"] == "response"
     assert doc == sc.serve_config(RLFHConfig.load({}, granularity="response", max_replicas=2))
-    bad = subprocess.run([py, "-m", "cluster.serve_config"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+    bad = subprocess.run([py, "-m", "reward_service.serve_config"], cwd=ROOT, capture_output=True, text=True, timeout=60,
                          env={"PATH": "/usr/bin:/bin", "GRANULARITY": "tokens"})
     assert bad.returncode == 2 and "GRANULARITY" in bad.stderr and "token" in bad.stderr
 
@@ -207,7 +207,7 @@ def test_submit_runs_a_job_on_a_real_ray_cluster(ray_with_job_api, capsys, monke
     from cluster.cli import main
     for k in ("GRANULARITY", "REWARD_API_TOKEN", "MAX_STEPS"):
         monkeypatch.delenv(k, raising=False)
-    code = ("import os, cluster.serve_config as s; "
+    code = ("import os, reward_service.serve_config as s; "
             "print('rlfh-job-ok', os.environ['GRANULARITY'], os.environ['RLFH_MARK'], os.path.dirname(s.__file__))")
     rc = main(["submit", "--address", ray_with_job_api, "--entrypoint", f"{sys.executable} -c {shlex.quote(code)}",
                "--granularity", "sentence", "--env", "RLFH_MARK=m42", "--follow", "--timeout-s", "180"])

@@ -8,20 +8,20 @@ import pytest
 import torch
 
 from actors.types import RolloutSample, make_batch, token_offsets
-from cluster.config import ConfigError, RLFHConfig
-from cluster.data import QAItem
-from cluster.driver import epoch_order, load_prompts, next_prompt_indices, plan_steps
 from cluster.checkpoint import TrainerState
+from cluster.driver import epoch_order, load_prompts, next_prompt_indices, plan_steps
 from cluster.experience import (KeywordReward, RewardUnavailable, ServiceReward, SkipCounter,
                                 fetch_rewards, inject_abstentions, label_mix, last_token_rewards, reward_items,
                                 rewards_to_tensors)
+from core.config import ConfigError, RLFHConfig
+from core.data import QAItem
 from conftest import free_port
 from reward_service.schemas import ItemReward
 
 
 @pytest.fixture(scope="module")
 def tokenizer(embedded_model_path):
-    from actors.model_loader import load_tokenizer
+    from core.model_loader import load_tokenizer
     return load_tokenizer(embedded_model_path)
 
 
@@ -217,8 +217,8 @@ def test_inject_abstentions_replaces_the_last_k_of_each_group(tokenizer):
 
 
 def test_mixed_prompt_mode_is_a_stable_half_split_and_system_prompts_resolve():
-    from cluster.data import load_items
-    from cluster.prompts import SYSTEM_MAY_ABSTAIN, prompt_mode_for, resolve_system
+    from core.data import load_items
+    from core.prompts import SYSTEM_MAY_ABSTAIN, prompt_mode_for, resolve_system
     qs = [it.question for it in load_items("halueval:dev", limit=200)]
     modes = [prompt_mode_for(q, "mixed") for q in qs]
     assert modes == [prompt_mode_for(q, "mixed") for q in qs]  # fixed per question
@@ -244,8 +244,8 @@ def test_mixed_prompt_mode_is_a_stable_half_split_and_system_prompts_resolve():
 def test_gold_outcomes_use_the_gold_grader_and_fall_back_to_the_verifier():
     from types import SimpleNamespace
 
-    from cluster.data import QAItem
     from cluster.experience import gold_outcomes
+    from core.data import QAItem
     prompts = [QAItem(question="Were A and B both American?", knowledge=["A and B are American."],
                       right_answer="yes"),
                QAItem(question="Who founded C?", knowledge=["D founded C."], right_answer=None)]
@@ -268,13 +268,21 @@ def test_gold_outcomes_use_the_gold_grader_and_fall_back_to_the_verifier():
     ({"EVIDENCE_SHARE": "1.5"}, "EVIDENCE_SHARE"),
     ({"OUTCOME_REWARD": "binary"}, "OUTCOME_REWARD"),
     ({"ABSTAIN_SAMPLES": "4", "N_SAMPLES_PER_PROMPT": "4"}, "ABSTAIN_SAMPLES=4 must be smaller"),
-    ({"ABSTAIN_SAMPLES": "1", "ABSTAIN_TEXT": "Paris is the capital."}, "ABSTAIN_TEXT="),
     ({"PROMPT_MODE": "open"}, "PROMPT_MODE"),
     ({"SYSTEM_PROMPT": "   "}, "SYSTEM_PROMPT is blank"),
 ])
 def test_abstention_and_prompt_settings_are_checked(env, fragment):
     with pytest.raises(ConfigError, match=fragment):
         RLFHConfig.load(environ=env)
+
+
+def test_the_trainer_refuses_an_abstention_candidate_the_verifier_reads_as_an_answer():
+    from cluster.driver import Trainer, check_abstain_text
+    cfg = RLFHConfig.load(environ={"ABSTAIN_SAMPLES": "1", "ABSTAIN_TEXT": "Paris is the capital."})
+    with pytest.raises(ConfigError, match="ABSTAIN_TEXT='Paris is the capital.' .* does not read as an abstention"):
+        Trainer(cfg)
+    check_abstain_text(RLFHConfig.load(environ={"ABSTAIN_SAMPLES": "1"}))           # "I don't know." passes
+    check_abstain_text(cfg.model_copy(update={"abstain_samples": 0}))               # unused: not checked
 
 
 def test_outcome_abstain_evidence_is_optional_and_round_trips_through_the_environment():
@@ -287,8 +295,8 @@ def test_outcome_abstain_evidence_is_optional_and_round_trips_through_the_enviro
 
 
 def test_type_balance_repeats_closed_form_questions_deterministically():
-    from cluster.data import balance_question_types
-    from evaluation.selectivity import question_type
+    from core.data import balance_question_types
+    from core.questions import question_type
     items = [QAItem(question=f"Who founded company {i}?", knowledge=["x"], right_answer="y") for i in range(70)]
     items += [QAItem(question=f"Is city {i} in France?", knowledge=["x"], right_answer="yes") for i in range(5)]
     items += [QAItem(question=f"Which is older, A{i} or B{i}?", knowledge=["x"], right_answer=f"A{i}")
@@ -307,8 +315,8 @@ def test_type_balance_repeats_closed_form_questions_deterministically():
 
 def test_stratified_question_types_are_distinct_and_keep_their_order():
     from baselines.common import BaselineError, load_questions
-    from cluster.data import stratify_question_types
-    from evaluation.selectivity import question_type
+    from core.data import stratify_question_types
+    from core.questions import question_type
     items = [QAItem(question=f"Who founded company {i}?", knowledge=["x"], right_answer="y") for i in range(70)]
     items += [QAItem(question=f"Is city {i} in France?", knowledge=["x"], right_answer="yes") for i in range(30)]
     items += [QAItem(question=f"Which is older, A{i} or B{i}?", knowledge=["x"], right_answer=f"A{i}")

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 def tiny_cfg(save_path, **kw):
     from conftest import free_port
 
-    from cluster.config import RLFHConfig
+    from core.config import RLFHConfig
     base = dict(save_path=str(save_path), prompt_data="halueval:train", max_samples=64, rollout_batch_size=2,
                 n_samples_per_prompt=2, generate_max_len=8, prompt_max_len=128, train_batch_size=4,
                 micro_train_batch_size=4, micro_rollout_batch_size=4, actor_lr=1e-5, critic_lr=1e-5, seed=5,
@@ -40,7 +40,7 @@ def tiny_cfg(save_path, **kw):
 def cluster(tmp_path_factory):
     """Embedded Ray (the project's bootstrap, no dashboard) + the actor groups of the tiny config."""
     from actors.group import create_groups
-    from cluster.ray_bootstrap import start_ray
+    from core.ray_bootstrap import start_ray
     cfg = tiny_cfg(tmp_path_factory.mktemp("unused"))
     handle = start_ray(cfg, num_cpus=4, include_dashboard=False)
     groups = create_groups(cfg)
@@ -102,8 +102,8 @@ def test_two_steps_train_sync_and_checkpoint(cluster, run_dir):
     # the engine generates with the synced weights: version advanced, log-probs match the policy's
     v2 = ray.get(engine.weights_version.remote())
     assert v2 > v0 and rows[-1]["weights_version"] == v2
-    from actors.model_loader import load_tokenizer
-    from cluster.prompts import render_prompt
+    from core.model_loader import load_tokenizer
+    from core.prompts import render_prompt
     tok = load_tokenizer(cfg.model_path)
     samples = ray.get(engine.generate.remote([render_prompt(tok, "Who wrote Hamlet?")], 2, 8, 1.0, 1.0, 3))
     batch = make_batch(samples, tok.pad_token_id)

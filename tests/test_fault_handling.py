@@ -5,7 +5,7 @@
 - ``Trainer._rewind_logs``: metrics.jsonl and samples.jsonl lose exactly the lines of the steps after the
   checkpoint (and a line cut short by a kill); every other line stays byte for byte; nothing is rewritten when
   there is nothing to drop.
-- :mod:`cluster.reaper`: a process SIGKILLed by PID; what it had started is ended, nothing else.
+- :mod:`core.reaper`: a process SIGKILLed by PID; what it had started is ended, nothing else.
 """
 from __future__ import annotations
 
@@ -68,8 +68,8 @@ def test_timeout_setting_is_checked():
 
 
 def _trainer(tmp_path):
-    from cluster.config import RLFHConfig
     from cluster.driver import Trainer
+    from core.config import RLFHConfig
     cfg = RLFHConfig.load(environ={}, save_path=str(tmp_path))
     return Trainer(cfg, reward_fn=lambda items: [], show_progress=False)
 
@@ -95,7 +95,7 @@ def test_rewind_logs_drops_exactly_the_steps_after_the_checkpoint(tmp_path):
 
 
 def test_reaper_ends_what_a_sigkilled_process_started_and_nothing_else(tmp_path):
-    from cluster.reaper import watch
+    from core.reaper import watch
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     # a "trainer" that starts a child in its own session (as Ray's agents are), then waits
     code = ("import subprocess, sys, time; "

@@ -174,10 +174,10 @@ def test_training_survives_the_reward_service_and_redis_dying(tmp_path, tiny_mod
     from ray import serve
 
     from actors.group import create_groups
-    from cluster.config import RLFHConfig
     from cluster.driver import Trainer
     from cluster.experience import ServiceReward
-    from cluster.ray_bootstrap import start_ray
+    from core.config import RLFHConfig
+    from core.ray_bootstrap import start_ray
     from conftest import free_port
     from reward_service.app import deploy
 
@@ -388,9 +388,9 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
     import ray
 
     from cluster.chaos import inject
-    from cluster.config import RLFHConfig
     from cluster.driver import ActorGroupsFailed, KeywordReward, Trainer
-    from cluster.ray_bootstrap import start_ray
+    from core.config import RLFHConfig
+    from core.ray_bootstrap import start_ray
 
     timeout_s = 20.0
     cfg = RLFHConfig.load(
@@ -514,9 +514,9 @@ def test_separate_layout_a_dead_rollout_engine_is_restarted_and_the_run_complete
     import ray
 
     from cluster.chaos import inject
-    from cluster.config import RLFHConfig
     from cluster.driver import KeywordReward, Trainer
-    from cluster.ray_bootstrap import start_ray
+    from core.config import RLFHConfig
+    from core.ray_bootstrap import start_ray
 
     cfg = RLFHConfig.load(
         environ={}, model_path=tiny_model_path, save_path=str(tmp_path / "run"), prompt_data="halueval:train",

@@ -6,8 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from evaluation.graders import (CORRECT, INCORRECT, NOT_ATTEMPTED, choice_options, detect_abstention,
-                                detect_hedge, grade_answer, normalize_answer, polarity, token_f1)
+from core.questions import choice_options
+from evaluation.graders import (CORRECT, INCORRECT, NOT_ATTEMPTED, detect_abstention, detect_hedge,
+                                grade_answer, normalize_answer, polarity, token_f1)
 from evaluation.stats import (binom_cdf_half, bootstrap_ci, bootstrap_mean_ci, f_score, mcnemar_exact,
                               mcnemar_paired, outcome_metrics, paired_bootstrap_diff)
 

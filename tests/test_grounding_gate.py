@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from cluster.data import QAItem
-from cluster.prompts import ABSTAIN_TEXT
+from core.data import QAItem
+from core.prompts import ABSTAIN_TEXT
 from evaluation.generate import Generation
 from evaluation.runner import apply_grounding_gate
 from test_eval_cli import rlfh
@@ -35,7 +35,7 @@ def _gen(text: str) -> Generation:
 
 
 def test_apply_grounding_gate_declines_only_ungrounded_answers_to_open_questions(embedded_model_path):
-    from actors.model_loader import load_tokenizer
+    from core.model_loader import load_tokenizer
     tok = load_tokenizer(embedded_model_path)
     cases = [  # (question, answer, declined?)
         ("Who designed the Eiffel Tower?", "Gustave Eiffel.", False),                  # grounded

@@ -6,7 +6,7 @@ schemas (strict: unknown fields are errors), KubeRay kinds against the CRDs' ope
 ``../shared/kuberay-crds`` (made strict the same way, since the API server would silently prune an
 unknown field). Then the wiring: maps reach the RayJob's environment, the RayService serves
 /v1/rewards under the Serve config's route_prefix, the Redis URL reaches trainer and services, and
-the chart's serveConfigV2 equals ``cluster.serve_config.serve_config`` for the same settings.
+the chart's serveConfigV2 equals ``reward_service.serve_config.serve_config`` for the same settings.
 """
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from cluster.config import DEFAULT_INFORMATIVE_MAP, DEFAULT_VERIFICATION_MAP, RLFHConfig
-from cluster.serve_config import ROUTES, serve_config
+from core.config import DEFAULT_INFORMATIVE_MAP, DEFAULT_VERIFICATION_MAP, RLFHConfig
+from reward_service.serve_config import ROUTES, serve_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "helm" / "rlfh"
@@ -353,7 +353,7 @@ def test_rayservice_serves_the_reward_route(ci_case):
 
 
 def test_chart_serve_config_equals_serve_config_module(ci_case):
-    """The chart mirrors cluster.serve_config.serve_config; for the same settings they must agree."""
+    """The chart mirrors reward_service.serve_config.serve_config; for the same settings they must agree."""
     name, values, _, objs = ci_case
     svc = [o for o in objs if o["kind"] == "RayService"]
     if not svc:

@@ -1,11 +1,9 @@
 """The import graph between the project's top-level packages, read from the source (ast), function-level imports
 included: a function-level import is still a dependency, it only hides it from import-time checks.
 
-Target layering, bottom to top: a small core (settings, schemas, metrics, retry) <- verifier_service <-
-reward_service <- actors <- evaluation <- cluster (the trainer) <- integrations / baselines / bench. Today the core
-still lives inside ``cluster`` (config, retry, metrics, assets, data, prompts), so the services and the actors
-import "up" into it; those edges are listed in KNOWN_BACK_EDGES with what they use. The test fails on any other
-edge that closes a cycle, and on a listed edge that no longer exists (remove it from the list: the debt shrank).
+The layering, bottom to top: core (settings, contracts, metrics, retry, offline assets, the math) <-
+verifier_service <- reward_service <- actors <- evaluation <- cluster (the trainer) <- integrations / baselines /
+bench (LAYERS). The tests fail on any import that goes up or sideways between layers, and on any cycle.
 """
 from __future__ import annotations
 
@@ -14,19 +12,12 @@ import collections
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("actors", "cluster", "reward_service", "verifier_service", "evaluation", "integrations", "baselines",
-            "bench")
+PACKAGES = ("core", "actors", "cluster", "reward_service", "verifier_service", "evaluation", "integrations",
+            "baselines", "bench")
 
-#: (importer, imported): edges against the target layering, each closing a cycle through ``cluster``. Remove one
-#: by moving what it uses into a core package below both (issue 13: "a small core the services depend on").
-KNOWN_BACK_EDGES = {
-    ("verifier_service", "cluster"): "config (RLFHConfig), retry, metrics, data (verify --data)",
-    ("verifier_service", "actors"): "hf_chat: the HF rollout engine as a local judge",
-    ("reward_service", "cluster"): "config, serve_config, ray_bootstrap, retry, metrics",
-    ("reward_service", "actors"): "model_loader.load_tokenizer (tokenizer for requests without offsets)",
-    ("actors", "cluster"): "config, core_algos, assets",
-    ("evaluation", "cluster"): "config, data, prompts",
-}
+#: The layers, bottom to top; packages in one layer may not import each other.
+LAYERS = (("core",), ("verifier_service",), ("reward_service",), ("actors",), ("evaluation",), ("cluster",),
+          ("integrations", "baselines", "bench"))
 
 
 def package_imports() -> dict[tuple[str, str], list[str]]:
@@ -83,18 +74,18 @@ def test_find_cycle():
     assert find_cycle([("a", "b"), ("b", "c"), ("c", "a")]) == ["a", "b", "c", "a"]
 
 
-def test_no_new_cycles_between_packages():
+def test_no_cycles_between_packages():
     edges = package_imports()
-    rest = [e for e in edges if e not in KNOWN_BACK_EDGES]
-    cycle = find_cycle(rest)
+    cycle = find_cycle(edges)
     where = "; ".join(edges[(a, b)][0] for a, b in zip(cycle, cycle[1:]))
     assert cycle == [], f"import cycle between packages {' -> '.join(cycle)} ({where})"
 
 
-def test_known_back_edges_still_exist():
-    """A listed edge that is gone must leave the list, so the list is the debt that is really left."""
-    edges = package_imports()
-    assert [e for e in KNOWN_BACK_EDGES if e not in edges] == []
+def test_every_import_goes_down_the_layers():
+    rank = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
+    assert sorted(rank) == sorted(PACKAGES)
+    up = [f"{a} -> {b} ({where[0]})" for (a, b), where in sorted(package_imports().items()) if rank[b] >= rank[a]]
+    assert up == []
 
 
 def test_the_reward_service_path_needs_no_training_stack():
@@ -107,10 +98,10 @@ import re, sys
 for m in ("deepspeed", "torch", "transformers", "peft", "vllm"):
     sys.modules[m] = None          # import m -> ImportError
 import reward_service.app, reward_service.cache, reward_service.client, reward_service.cli
-from cluster.config import RLFHConfig
+from core.config import RLFHConfig
 from reward_service.token_rewards import RewardSettings, compute_token_rewards
 from verifier_service.core import Verifier
-from verifier_service.schema import VerifyRequest
+from core.verify_schema import VerifyRequest
 text = "Paris is the capital of France."
 res = Verifier(RLFHConfig.load(environ={})).verify(VerifyRequest(question="Capital of France?", response=text,
                                                                  materials=[text]))

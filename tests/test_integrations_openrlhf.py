@@ -68,7 +68,7 @@ def test_response_after_prompt_whitespace_bos_and_mismatch():
 @pytest.fixture(scope="module")
 def template_tokenizer(embedded_model_path):
     """SmolLM2's tokenizer (byte-level BPE) with the other families' special tokens added as single tokens."""
-    from actors.model_loader import load_tokenizer
+    from core.model_loader import load_tokenizer
     tok = load_tokenizer(embedded_model_path)
     tok.add_special_tokens({"additional_special_tokens": EXTRA_SPECIAL})
     return tok
@@ -156,7 +156,7 @@ def counts_key(label_counts: dict) -> dict:
 def test_issue_table_all_rows_same_label(service, embedded_model_path):
     """Issue 11's table, through OpenRLHF's client with the SmolLM2 tokenizer: EOS in the query x question in
     the label JSON. Before the fix the first row was Wrong (-0.909) and the others Correct (1.091)."""
-    from actors.model_loader import load_tokenizer
+    from core.model_loader import load_tokenizer
     tok = load_tokenizer(embedded_model_path)
     q, know, resp = OBEROI["question"], OBEROI["knowledge"], OBEROI["right"]
     prompt = tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
@@ -247,7 +247,7 @@ def test_openrlhf_execute_http_and_reward_func_file(service, embedded_model_path
     ``--remote_rm_url integrations/openrlhf_reward_func.py`` (in-process function calling the service)."""
     import torch
 
-    from actors.model_loader import load_tokenizer
+    from core.model_loader import load_tokenizer
     tok = load_tokenizer(embedded_model_path)
     q, know = OBEROI["question"], OBEROI["knowledge"]
     prompt = tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)

@@ -56,7 +56,7 @@ def test_grpo_trainer_one_step_on_cpu(service, embedded_model_path, halueval_tes
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from actors.model_loader import load_causal_lm, load_tokenizer
+    from core.model_loader import load_causal_lm, load_tokenizer
 
     tok = load_tokenizer(embedded_model_path)
     model = load_causal_lm(embedded_model_path)

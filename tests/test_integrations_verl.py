@@ -44,7 +44,7 @@ def test_dense_reward_tensor_layout():
 
 @pytest.fixture(scope="module")
 def tok(embedded_model_path):
-    from actors.model_loader import load_tokenizer
+    from core.model_loader import load_tokenizer
     return load_tokenizer(embedded_model_path)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cluster.config import ConfigError, RLFHConfig
+from core.config import ConfigError, RLFHConfig
 
 GEN_TOKENS = 10
 QUESTIONS = ["What is the capital of France?", "Who wrote the play Hamlet?"]
@@ -84,8 +84,8 @@ def test_colocated_and_separate_layouts_give_the_same_rollout_forwards_and_updat
     """fp32 forwards (TRAIN_AUTOCAST=off) and the CPU default's bf16 autocast: the same update in both layouts."""
     import ray
 
-    from actors.model_loader import load_tokenizer
-    from cluster.prompts import render_prompt
+    from core.model_loader import load_tokenizer
+    from core.prompts import render_prompt
     tok = load_tokenizer(embedded_model_path)
     prompts = [render_prompt(tok, q) for q in QUESTIONS]
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,

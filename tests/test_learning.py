@@ -30,12 +30,12 @@ def word_stats(samples, word: str = WORD) -> tuple[float, float]:
 def test_keyword_reward_raises_the_word_frequency(tmp_path):
     import ray
 
-    from cluster.config import RLFHConfig
-    from cluster.data import load_items
     from cluster.driver import Trainer
     from cluster.experience import KeywordReward
-    from cluster.prompts import render_prompt
-    from cluster.ray_bootstrap import start_ray
+    from core.config import RLFHConfig
+    from core.data import load_items
+    from core.prompts import render_prompt
+    from core.ray_bootstrap import start_ray
     # no reference (KL_COEF=0) and a critic-free estimator: two actors (policy + engine) keep it quick
     cfg = RLFHConfig.load(
         environ={}, save_path=str(tmp_path), prompt_data="halueval:train", max_samples=200, rollout_batch_size=4,

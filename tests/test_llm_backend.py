@@ -1,6 +1,6 @@
 """The `llm` and `self` verifier backends against a real OpenAI-compatible HTTP server.
 
-The server is verifier_service.openai_server (FastAPI + uvicorn on a free loopback port): replay mode
+The server is actors.openai_server (FastAPI + uvicorn on a free loopback port): replay mode
 returns recorded completions (success path, malformed and invalid replies), fault injection gives HTTP
 500s and slow answers (retries, timeouts), model mode runs the real SmolLM2-135M-Instruct (slow tests).
 """
@@ -12,14 +12,14 @@ import time
 import httpx
 import pytest
 
-from cluster import metrics
-from cluster.config import RLFHConfig
+from core import metrics
+from core.config import RLFHConfig
 from conftest import free_port  # not tests.conftest: openrlhf installs a top-level "tests" package
+from actors.openai_server import BackgroundServer, create_app, load_replay, messages_key
+from core.verify_schema import LABELS, VerifyRequest
 from verifier_service.align import align_statement
 from verifier_service.core import Verifier
-from verifier_service.openai_server import BackgroundServer, create_app, load_replay, messages_key
 from verifier_service.prompts import JudgeFormatError, parse_extract, parse_verify
-from verifier_service.schema import LABELS, VerifyRequest
 
 MATERIALS = ["Jonathan Stark (born April 3, 1971) is a former professional tennis player from the United States. "
              "During his career he won two Grand Slam doubles titles."]
@@ -324,7 +324,7 @@ def smol_chat():
     """
     import torch
 
-    from verifier_service.hf_chat import HFChat
+    from actors.hf_chat import HFChat
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cluster.metrics import CATALOGUE
+from core.metrics import CATALOGUE
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "deploy" / "grafana" / "rlfh-dashboard.json"
@@ -44,7 +44,7 @@ def _catalogue_name(prom_name: str) -> tuple[str, str]:
     for suf in HIST_SUFFIXES:
         if name.endswith(suf) and name[: -len(suf)] in CATALOGUE:
             return name[: -len(suf)], suf
-    pytest.fail(f"the Grafana dashboard reads {prom_name}, which is not in cluster.metrics.CATALOGUE "
+    pytest.fail(f"the Grafana dashboard reads {prom_name}, which is not in core.metrics.CATALOGUE "
                 f"(as ray_<name>, or ray_<histogram>_bucket/_sum/_count)")
 
 
@@ -140,7 +140,7 @@ def reward_service_with_metrics():
     from ray import serve
 
     import reward_service.app as app
-    from cluster.config import RLFHConfig
+    from core.config import RLFHConfig
     from conftest import free_port
 
     metrics_port = free_port()
@@ -158,7 +158,7 @@ def reward_service_with_metrics():
 
 @pytest.mark.slow
 def test_project_metrics_reach_the_prometheus_endpoint(reward_service_with_metrics, halueval_test_items):
-    from cluster import metrics
+    from core import metrics
 
     url, metrics_url = reward_service_with_metrics
     items = [{"question": it.question, "response": it.right_answer if i % 2 == 0 else it.hallucinated_answer,

@@ -8,8 +8,8 @@ import uuid
 import pytest
 import redis
 
+from core.config import RLFHConfig
 from reward_service.cache import MemoryCache, RedisCache, cache_key, make_cache
-from cluster.config import RLFHConfig
 
 
 def _keys(n):

@@ -7,10 +7,10 @@ import re
 import numpy as np
 import pytest
 
-from cluster.config import RLFHConfig
+from core.config import RLFHConfig
+from core.verify_schema import Sentence, Statement, VerifyResult
 from reward_service.token_rewards import (RewardInputError, RewardSettings, align_spans, compute_token_rewards,
                                           offsets_from_tokenizer, validate_offsets)
-from verifier_service.schema import Sentence, Statement, VerifyResult
 
 TEXT = "Paris is in France. It is big."
 #        0    5  8  11     19 20 23 26  30
@@ -49,7 +49,7 @@ def base() -> RewardSettings:
 def test_reward_settings_defaults_are_the_configs():
     """RewardSettings defines each reward setting once; RewardOverrides and RLFHConfig's reward fields are derived
     from it: the same names (REWARD_FIELDS), defaults, descriptions and constraints."""
-    from cluster.config import REWARD_FIELDS
+    from core.config import REWARD_FIELDS
     from reward_service.schemas import RewardOverrides
     assert list(RewardSettings.model_fields) == list(REWARD_FIELDS) == list(RewardOverrides.model_fields)
     plain, cfg = RewardSettings(), RLFHConfig.load(environ={})
@@ -68,7 +68,7 @@ def test_reward_settings_defaults_are_the_configs():
 
 
 def test_from_config_carries_every_reward_setting():
-    from cluster.config import REWARD_FIELDS
+    from core.config import REWARD_FIELDS
     changed = RLFHConfig.load(environ={}, granularity="sentence", placement="spread", verification_map={"Wrong": -3},
                               informative_map={"5": 1.5}, info_weight=0.25, truth_weight=2.0, reward_epsilon=-0.5,
                               reward_mu=1.5, reward_clip=3.0, abstain_reward=0.1, empty_reward=-0.4,
@@ -413,7 +413,7 @@ def test_truth_confidence_orders_equal_labels_and_zero_is_the_old_reward(base):
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), 1.5, -0.1])
 def test_truth_confidence_bad_values_are_rejected(base, value):
-    from cluster.config import ConfigError
+    from core.config import ConfigError
     with pytest.raises(RewardInputError) as ei:
         base.with_overrides({"truth_confidence": value})
     assert ei.value.field == "overrides.truth_confidence", str(ei.value)
@@ -454,7 +454,7 @@ def test_partial_map_override_merges(base):
 
 
 def test_real_tokenizer_offsets(base, embedded_model_path):
-    from actors.model_loader import load_tokenizer
+    from core.model_loader import load_tokenizer
     tok = load_tokenizer(embedded_model_path)
     text = "Paris is in France. It is big, maybe 2,000 km² — café!"
     offs = offsets_from_tokenizer(tok, text)

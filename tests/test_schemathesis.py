@@ -23,7 +23,7 @@ from collections import Counter, defaultdict
 import httpx
 import pytest
 
-from cluster.config import RLFHConfig
+from core.config import RLFHConfig
 
 pytestmark = pytest.mark.slow
 

@@ -113,7 +113,7 @@ def test_bad_run_dirs_name_the_fix(tmp_path):
 @pytest.mark.slow
 def test_select_end_to_end_on_the_real_model(tmp_path):
     """A 'checkpoint' that is the embedded base model: evaluated for real, judged, not passing (exit 3)."""
-    from actors.model_loader import resolve_model_path
+    from core.model_loader import resolve_model_path
     src = Path(resolve_model_path("smollm2-135m-instruct"))
     ck = tmp_path / "run" / "checkpoints" / "global_step_00002" / "policy_hf"
     ck.mkdir(parents=True)
@@ -192,7 +192,7 @@ def test_abstain_sweep_derives_each_threshold_exactly_and_selects_a_selective_on
 def test_select_abstain_sweep_end_to_end_with_a_gate_model_folder(tmp_path):
     """The embedded model as its own gate (a model folder as RUN_DIR), closed and evidence prompts: scored once
     per mode for real, every threshold judged, one threshold per mode chosen, its `rlfh eval` options printed."""
-    from actors.model_loader import resolve_model_path
+    from core.model_loader import resolve_model_path
     src = Path(resolve_model_path("smollm2-135m-instruct"))
     gate = tmp_path / "rt"
     gate.mkdir(parents=True)

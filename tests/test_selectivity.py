@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 from test_eval_cli import _write_run, rlfh
 
+from core.questions import question_type
 from evaluation.graders import CORRECT, INCORRECT, NOT_ATTEMPTED
-from evaluation.selectivity import (abstention_overlap, auroc, hypergeom_pmf, question_type, random_abstention,
-                                    risk_coverage, type_rule_grades)
+from evaluation.selectivity import (abstention_overlap, auroc, hypergeom_pmf, random_abstention, risk_coverage,
+                                    type_rule_grades)
 
 
 @pytest.mark.parametrize("q,t", [

@@ -151,7 +151,7 @@ def test_2xx_that_is_not_json_is_a_counted_failure_and_retried(server):
 
 
 def test_backoff_delay_is_exponential_and_capped():
-    from cluster.retry import backoff_delay
+    from core.retry import backoff_delay
     assert [backoff_delay(a, 0.5, 10.0) for a in range(7)] == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
     assert backoff_delay(1000, 0.5, 10.0) == 10.0 and backoff_delay(-1, 0.5, 10.0) == 0.0
     assert backoff_delay(3, 0.0, 10.0) == 0.0
@@ -254,7 +254,7 @@ def test_cli_rejects_non_positive_counts(argv, capsys):
 
 
 def test_app_builder_reads_args_as_settings():
-    from cluster.config import ConfigError
+    from core.config import ConfigError
     from reward_service.app import app_builder
     app = app_builder({"VERIFIER_NUM_CPUS": "0.5", "REWARD_REPLICAS": "2", "SERVE_MAX_REPLICAS": "3",
                        "GRANULARITY": "sentence"})
@@ -273,11 +273,11 @@ def test_app_builder_reads_args_as_settings():
         app_builder({"GRANULARITY": "tokens"})
     with pytest.raises(ConfigError, match="unknown setting"):
         app_builder({"NOT_A_SETTING": "1"})
-    # the app scales exactly as the generated Serve config does (one rule: cluster.serve_config)
+    # the app scales exactly as the generated Serve config does (one rule: reward_service.serve_config)
     with pytest.raises(ConfigError, match="SERVE_MAX_REPLICAS"):
         app_builder({"REWARD_REPLICAS": "3", "SERVE_MAX_REPLICAS": "2"})
-    from cluster.config import RLFHConfig
-    from cluster.serve_config import serve_config
+    from core.config import RLFHConfig
+    from reward_service.serve_config import serve_config
     deps = {d["name"]: d for d in serve_config(RLFHConfig.load(
         {}, verifier_num_cpus=0.5, reward_replicas=2, max_replicas=3))["applications"][0]["deployments"]}
     assert deps["RLFHRewards"]["autoscaling_config"] == {

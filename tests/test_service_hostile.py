@@ -18,7 +18,7 @@ import time
 import httpx
 import pytest
 
-from cluster.config import RLFHConfig
+from core.config import RLFHConfig
 from reward_service.schemas import MAX_BODY_BYTES, ErrorBody
 
 pytestmark = pytest.mark.slow

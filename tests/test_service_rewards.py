@@ -16,10 +16,10 @@ import uuid
 import httpx
 import pytest
 
-from cluster.config import RLFHConfig
+from core.config import RLFHConfig
+from core.verify_schema import GOOD_LABELS
 from reward_service.client import RewardClient, RewardRequestError, RewardServiceUnavailable
 from verifier_service.core import Verifier
-from verifier_service.schema import GOOD_LABELS
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +71,7 @@ def http(service):
 
 @pytest.fixture(scope="module")
 def tokenizer(embedded_model_path):
-    from actors.model_loader import load_tokenizer
+    from core.model_loader import load_tokenizer
     return load_tokenizer(embedded_model_path)
 
 

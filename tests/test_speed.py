@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cluster.config import RLFHConfig
+from core.config import RLFHConfig
 
 
 # ------------------------------------------------------------------------------------------------ threads
@@ -71,12 +71,12 @@ def test_bf16_rollout_logprobs_stay_within_the_measured_drift(embedded_model_pat
     differ from the fp32 policy's by no more than twice the drift measured by `rlfh bench drift`; a weight sync
     from the fp32 policy casts into the bf16 engine."""
     from actors.base import response_logprobs
-    from actors.model_loader import load_tokenizer
     from actors.base import cpu_has_fast_bf16
     from actors.rollout import BF16_LOGPROB_DRIFT, HFRolloutEngine, resolve_rollout_dtype
     from actors.types import make_batch
-    from cluster.data import load_halueval
-    from cluster.prompts import render_prompt
+    from core.data import load_halueval
+    from core.model_loader import load_tokenizer
+    from core.prompts import render_prompt
     cfg = RLFHConfig(rollout_backend="hf", micro_rollout_batch_size=8, cpu_threads=1)
     assert resolve_rollout_dtype(cfg, torch.device("cpu")) == ("bf16" if cpu_has_fast_bf16() else "fp32")
     assert resolve_rollout_dtype(cfg.model_copy(update={"rollout_dtype": "fp32"}), torch.device("cpu")) == "fp32"
@@ -114,10 +114,10 @@ def test_bf16_rollout_logprobs_stay_within_the_measured_drift(embedded_model_pat
 def test_eval_generation_is_the_rollout_engines_greedy_generation(embedded_model_path):
     """`rlfh eval`'s generate_greedy runs on the rollout engine: same answers as the engine's own greedy
     ``generate`` (training's code path) and as a plain HF greedy ``generate``; input order kept after sorting."""
-    from actors.model_loader import load_causal_lm, load_tokenizer
     from actors.rollout import HFRolloutEngine
-    from cluster.data import load_halueval
-    from cluster.prompts import render_prompt
+    from core.data import load_halueval
+    from core.model_loader import load_causal_lm, load_tokenizer
+    from core.prompts import render_prompt
     from evaluation.generate import generate_greedy
     torch.set_num_threads(1)
     tok = load_tokenizer(embedded_model_path)
@@ -164,7 +164,7 @@ def test_chunked_head_logprobs_equal_the_full_logits_path_with_gradients(tiny_mo
     """Log-probs (and entropy, and the gradient of a loss on them) from the hidden states in row chunks, without
     the [B, R, V] logits, equal the full-logits path."""
     import actors.base as base
-    from actors.model_loader import load_causal_lm, load_tokenizer
+    from core.model_loader import load_causal_lm, load_tokenizer
     torch.manual_seed(0)
     tok = load_tokenizer(tiny_model_path)
     model = load_causal_lm(tiny_model_path)
@@ -201,7 +201,7 @@ def test_length_bucketed_forward_micro_batches_give_the_rows_in_order(tiny_model
     """batched_response_forward sorts rows by length into micro batches and returns them in the caller's order:
     the same log-probs as one unbucketed pass over the whole batch."""
     from actors.base import batched_response_forward, causal_lm_response_logprobs
-    from actors.model_loader import load_causal_lm, load_tokenizer
+    from core.model_loader import load_causal_lm, load_tokenizer
     tok = load_tokenizer(tiny_model_path)
     model = load_causal_lm(tiny_model_path).eval()
     batch = _varied_batch(tok)
@@ -216,10 +216,10 @@ def test_length_bucketed_forward_micro_batches_give_the_rows_in_order(tiny_model
 def test_prefill_once_for_n_samples_gives_the_same_samples(embedded_model_path):
     """Each prompt is prefilled once and its KV cache repeated for the n samples: the same greedy and seeded
     samples (and log-probs) as prefilling every copy, as before."""
-    from actors.model_loader import load_causal_lm, load_tokenizer
     from actors.rollout import HFRolloutEngine
     from actors.types import make_batch
-    from cluster.prompts import render_prompt
+    from core.model_loader import load_causal_lm, load_tokenizer
+    from core.prompts import render_prompt
     torch.set_num_threads(1)
     tok = load_tokenizer(embedded_model_path)
     model = load_causal_lm(embedded_model_path).eval()
@@ -255,11 +255,11 @@ def test_colocated_engine_samples_the_fp32_policy_under_bf16_autocast_within_the
     of the weights): the autocast log-probs of what it samples stay within twice the measured bf16 drift of the
     fp32 ones, and the module's weights stay fp32."""
     from actors.base import response_logprobs
-    from actors.model_loader import load_causal_lm, load_tokenizer
     from actors.rollout import BF16_LOGPROB_DRIFT, HFRolloutEngine
     from actors.types import make_batch
-    from cluster.data import load_halueval
-    from cluster.prompts import render_prompt
+    from core.data import load_halueval
+    from core.model_loader import load_causal_lm, load_tokenizer
+    from core.prompts import render_prompt
     torch.set_num_threads(1)
     cfg = RLFHConfig(rollout_backend="hf", micro_rollout_batch_size=8)
     tok = load_tokenizer(embedded_model_path)

@@ -6,9 +6,9 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from cluster.config import ConfigError, RLFHConfig
+from core.config import ConfigError, RLFHConfig
+from core.verify_schema import BAD_LABELS, MAX_MATERIAL_CHARS, MAX_RESPONSE_CHARS, VerifyRequest
 from verifier_service.core import Verifier
-from verifier_service.schema import BAD_LABELS, MAX_MATERIAL_CHARS, MAX_RESPONSE_CHARS, VerifyRequest
 
 STARK = ["Jonathan Stark (born April 3, 1971) is a former professional tennis player from the United States. "
          "During his career he won two Grand Slam doubles titles.",

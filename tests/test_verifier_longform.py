@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from bench import longform as LF
+from core.verify_schema import Sentence, Statement, VerifyRequest, VerifyResult
 from verifier_service.core import Verifier
-from verifier_service.schema import Sentence, Statement, VerifyRequest, VerifyResult
 
 FILM = [
     "Serendipity is a 2001 American romantic comedy film directed by Peter Chelsom, written by Marc Klein, and "
@@ -254,8 +254,8 @@ def test_metrics_on_a_synthetic_result():
 
 
 def test_build_longform_is_deterministic_with_exact_spans():
-    from cluster.data import load_halueval
-    from verifier_service.schema import LABELS
+    from core.data import load_halueval
+    from core.verify_schema import LABELS
     from verifier_service.text import normalize
     items = load_halueval("dev")[:60]
     a, b = LF.build_longform(items), LF.build_longform(items)
@@ -285,9 +285,9 @@ def test_llm_backend_long_form_rows_over_http():
     statements ("It" -> "The Eiffel Tower"), the backend aligns them back to spans, the bench scores them."""
     import json
 
-    from cluster.config import RLFHConfig
+    from core.config import RLFHConfig
     from conftest import free_port
-    from verifier_service.openai_server import BackgroundServer, create_app
+    from actors.openai_server import BackgroundServer, create_app
 
     r = _case(1)
     truth = [st.label for st in r.statements]

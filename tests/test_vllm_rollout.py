@@ -16,7 +16,7 @@ QUESTIONS = ["What is the capital of France?", "Who wrote the play Hamlet?"]
 
 @pytest.fixture(scope="module")
 def cfg():
-    from cluster.config import RLFHConfig
+    from core.config import RLFHConfig
     return RLFHConfig(dtype="fp32", rollout_backend="vllm", generate_max_len=GEN, prompt_max_len=256, seed=3,
                       micro_rollout_batch_size=8)
 
@@ -31,19 +31,19 @@ def engine(cfg, embedded_model_path):
 
 @pytest.fixture(scope="module")
 def tok(embedded_model_path):
-    from actors.model_loader import load_tokenizer
+    from core.model_loader import load_tokenizer
     return load_tokenizer(embedded_model_path)
 
 
 @pytest.fixture(scope="module")
 def hf_model(embedded_model_path):
-    from actors.model_loader import load_causal_lm
+    from core.model_loader import load_causal_lm
     return load_causal_lm(embedded_model_path).eval()
 
 
 @pytest.fixture(scope="module")
 def prompts(tok):
-    from cluster.prompts import render_prompt
+    from core.prompts import render_prompt
     return [render_prompt(tok, q) for q in QUESTIONS]
 
 
@@ -98,8 +98,8 @@ def test_chat_is_greedy(engine, tok, hf_model):
 
 def test_update_weights_changes_generation(engine, prompts, tok, hf_model, embedded_model_path):
     from actors.base import causal_lm_response_logprobs
-    from actors.model_loader import load_causal_lm
     from actors.types import make_batch
+    from core.model_loader import load_causal_lm
     before = engine.generate(prompts[:1], 1, GEN, 0.0, 1.0)[0].response_token_ids
     model = load_causal_lm(embedded_model_path).eval()
     g = torch.Generator().manual_seed(0)

@@ -23,7 +23,7 @@ The self backend needs an in-process engine and is not available from the comman
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from cluster.config import RLFHConfig, positive_int
+    from core.config import RLFHConfig, positive_int
     p = sub.add_parser("verify", help="Verify a response (or HaluEval answers) with the atomic-fact verifier.",
                        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     one = p.add_argument_group("one response")
@@ -89,14 +89,13 @@ def _read_materials(path: str) -> list[str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import json
     import sys
 
     from pydantic import ValidationError
 
-    from cluster.config import RLFHConfig
+    from core.config import RLFHConfig
+    from core.verify_schema import VerifyRequest
     from verifier_service.core import Verifier
-    from verifier_service.schema import VerifyRequest
 
     cfg = RLFHConfig.from_args(args)
     if (args.backend or cfg.verifier_backend) == "self":
@@ -166,8 +165,8 @@ def _run_data(args: argparse.Namespace, verifier) -> int:
     from rich.progress import track
     from rich.table import Table
 
-    from cluster.data import load_items
-    from verifier_service.schema import BAD_LABELS, LABELS, VerifyRequest
+    from core.data import load_items
+    from core.verify_schema import BAD_LABELS, LABELS, VerifyRequest
 
     items = [it for it in load_items(args.data, limit=args.limit) if it.right_answer and it.hallucinated_answer]
     reqs, kinds = [], []

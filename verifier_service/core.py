@@ -24,10 +24,10 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable, Optional, Protocol
 
-from verifier_service.schema import VerifyRequest, VerifyResult
+from core.verify_schema import VerifyRequest, VerifyResult
 
 if TYPE_CHECKING:  # heavy-ish imports only for type checkers
-    from cluster.config import RLFHConfig
+    from core.config import RLFHConfig
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def _build_backend(name: str, cfg: "RLFHConfig", chat_fn: Optional[ChatFn]) -> B
     if name == "llm":
         from verifier_service.llm_backend import LLMBackend, http_chat_fn
         if not cfg.model_url:
-            from cluster.config import ConfigError
+            from core.config import ConfigError
             raise ConfigError("VERIFIER_BACKEND=llm needs MODEL_URL (--model-url): the base URL of an "
                               "OpenAI-compatible endpoint, e.g. http://vllm:8000/v1")
         return LLMBackend(cfg, http_chat_fn(cfg), name="llm",
@@ -67,12 +67,12 @@ def _build_backend(name: str, cfg: "RLFHConfig", chat_fn: Optional[ChatFn]) -> B
     if name == "self":
         from verifier_service.llm_backend import LLMBackend
         if chat_fn is None:
-            from cluster.config import ConfigError
+            from core.config import ConfigError
             raise ConfigError("VERIFIER_BACKEND=self needs a chat_fn (the policy's rollout engine); "
                               "pass Verifier(cfg, backend='self', chat_fn=...)")
         return LLMBackend(cfg, chat_fn, name="self", model=getattr(chat_fn, "model_name", "policy"),
                           endpoint="in-process")
-    from cluster.config import ConfigError
+    from core.config import ConfigError
     raise ConfigError(f"VERIFIER_BACKEND={name!r}: must be one of {', '.join(BACKENDS)}")
 
 
@@ -89,7 +89,7 @@ class Verifier:
     def __init__(self, cfg: "RLFHConfig | None" = None, *, backend: str | None = None,
                  chat_fn: "ChatFn | None" = None):
         if cfg is None:
-            from cluster.config import RLFHConfig
+            from core.config import RLFHConfig
             cfg = RLFHConfig.load()
         self.cfg = cfg
         name = backend or cfg.verifier_backend
@@ -142,7 +142,7 @@ def finalize(res: VerifyResult, backend: str) -> VerifyResult:
 
 
 def _record_metrics(res: VerifyResult) -> None:
-    from cluster import metrics
+    from core import metrics
     tags = {"backend": res.backend}
     metrics.inc("rlfh_verify_requests_total", 1, tags)
     metrics.observe("rlfh_verify_latency_ms", res.latency_ms, tags)

@@ -43,11 +43,11 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional
 
+from core.verify_schema import Sentence, Statement, VerifyRequest, VerifyResult
 from verifier_service import text as T
 from verifier_service.question import (ALL_HEADS, LOCATION_WORDS, ORG_WORDS, AnswerRanker, QuestionInfo,
                                        analyze_question, predict_yesno)
 from verifier_service.retrieval import MaterialIndex
-from verifier_service.schema import Sentence, Statement, VerifyRequest, VerifyResult
 
 ALGO_VERSION = "evidence-1.12"  # bump on any verdict change: cached verdicts of other versions are not reused
 

@@ -21,7 +21,7 @@ Per batch of requests:
 A failed attempt is a transport error, a timeout, an HTTP error status, an exception from the ChatFn or a
 reply that :mod:`verifier_service.prompts` cannot parse strictly; each one is counted in
 ``rlfh_call_failures_total{target="judge_<backend>"}``. Attempts are retried with exponential backoff
-(:func:`cluster.retry.backoff_delay`, capped at 10 s); only the failed conversations of a batch are re-sent.
+(:func:`core.retry.backoff_delay`, capped at 10 s); only the failed conversations of a batch are re-sent.
 """
 from __future__ import annotations
 
@@ -31,13 +31,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from cluster.retry import backoff_delay
+from core.retry import backoff_delay
+from core.verify_schema import Sentence, Statement, VerifyRequest, VerifyResult
 from verifier_service import text as T
 from verifier_service.align import align_statement, tokenize
 from verifier_service.prompts import (PROMPT_VERSION, JudgeFormatError, extract_messages, parse_extract,
                                       parse_verify, verify_messages)
 from verifier_service.retrieval import MaterialIndex
-from verifier_service.schema import Sentence, Statement, VerifyRequest, VerifyResult
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ class LLMBackend:
         Returns key -> the best parsed value (complete or the last partial one); keys that never parsed are
         absent. At most ``1 + JUDGE_MAX_RETRIES`` attempts per conversation.
         """
-        from cluster import metrics
+        from core import metrics
         done: dict[int, object] = {}
         pending = list(convs)
         for attempt in range(self.max_attempts):
@@ -292,7 +292,7 @@ class LLMBackend:
         self._run(convs, parse)
 
     def _assemble(self, it: _Item) -> VerifyResult:
-        from cluster import metrics
+        from core import metrics
         by_sent: dict[int, list[Statement]] = {}
         n_fb = 0
         for k, (si, text, start, end, aligned, hedged) in enumerate(it.statements):

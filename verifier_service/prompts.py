@@ -9,7 +9,7 @@ Two calls per response:
    confidence and the evidence ids used comes out.
 
 Replies are parsed strictly: one JSON object (a Markdown code fence around it is tolerated), the expected
-keys and types, labels exactly from :data:`~verifier_service.schema.LABELS`. Anything else raises
+keys and types, labels exactly from :data:`~core.verify_schema.LABELS`. Anything else raises
 :class:`JudgeFormatError`, which the backend treats like a failed call (retry, then fallback).
 
 Changing a prompt changes verdicts: bump :data:`PROMPT_VERSION` (it is part of the cache identity).
@@ -20,7 +20,7 @@ import json
 import re
 from typing import Optional
 
-from verifier_service.schema import LABELS
+from core.verify_schema import LABELS
 
 PROMPT_VERSION = "judge-v1"
 

@@ -507,7 +507,7 @@ workerGroupSpecs:
 {{/* ============================================================== Serve config */}}
 
 {{/*
-The RayService's serveConfigV2, built like cluster.serve_config.serve_config(cfg) for the same
+The RayService's serveConfigV2, built like reward_service.serve_config.serve_config(cfg) for the same
 settings (tests/test_helm.py renders both and compares).
 */}}
 {{- define "rlfh.serveConfig" -}}
@@ -531,7 +531,7 @@ settings (tests/test_helm.py renders both and compares).
 {{- $_ := set $d "num_replicas" $sz.replicas -}}
 {{- end -}}
 {{- $_ := set $d "ray_actor_options" (dict "num_cpus" $sz.numCpus) -}}
-{{- /* bounded queue: beyond it Serve answers 503 with Retry-After (cluster.serve_config.backpressure_options) */ -}}
+{{- /* bounded queue: beyond it Serve answers 503 with Retry-After (reward_service.serve_config.backpressure_options) */ -}}
 {{- $_ := set $d "max_ongoing_requests" (index $serve.max_ongoing_requests (index $pair 0)) -}}
 {{- $_ := set $d "max_queued_requests" $serve.backpressure.max_queued_requests -}}
 {{- $_ := set $d "backpressure_config" $serve.backpressure.backpressure_config -}}

@@ -83,7 +83,7 @@ def _ray_ready() -> bool:
 def _get(name: str):
     spec = CATALOGUE.get(name)
     if spec is None:
-        raise KeyError(f"metric {name!r} is not declared in cluster.metrics.CATALOGUE")
+        raise KeyError(f"metric {name!r} is not declared in core.metrics.CATALOGUE")
     if not _ray_ready():
         return None
     with _lock:

@@ -5,11 +5,11 @@
 - :class:`RewardOverrides` (the ``overrides`` of ``POST /v1/rewards``) is generated from its fields: every field
   optional, strict JSON types, numbers finite with ``|x| <= MAX_SETTING_ABS``, the same constraints and
   descriptions, so the OpenAPI schema documents exactly what the validator accepts;
-- ``cluster.config.RLFHConfig`` takes each reward field's type, default and help from here
+- ``core.config.RLFHConfig`` takes each reward field's type, default and help from here
   (``reward_type`` / ``reward_setting`` there) and only adds the environment variable and the CLI flag;
 - ``reward_service.token_rewards`` computes with a :class:`RewardSettings` instance.
 
-Light on purpose (pydantic and ``verifier_service.schema`` only): ``cluster.config`` imports it, so it must not
+Light on purpose (pydantic and ``core.verify_schema`` only): ``core.config`` imports it, so it must not
 import cluster, actors or torch.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, Mapping, Optional, get_args, get_ori
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, create_model
 
-from verifier_service.schema import INFO_SCORES, LABELS
+from core.verify_schema import INFO_SCORES, LABELS
 
 # Truthfulness reward per statement label. Wrong costs more than Correct earns,
 # and hedging a wrong fact is punished less than asserting it (the behaviour we
@@ -131,7 +131,7 @@ class RewardSettings(BaseModel):
     @classmethod
     def from_config(cls, cfg: Any) -> "RewardSettings":
         """From an ``RLFHConfig`` (or anything with one attribute per reward setting)."""
-        from cluster.config import ConfigError  # lazy: this module must stay importable below cluster
+        from core.config import ConfigError  # lazy: this module must stay importable below cluster
         try:
             return cls(**{name: getattr(cfg, name) for name in cls.model_fields})
         except RewardInputError as e:

@@ -1,7 +1,7 @@
 """One typed config: every setting, its environment variable, CLI flag, type, default and help.
 
 This is the only place a setting is defined, except the reward service's reward settings: their type,
-default, constraint and help are defined once in :mod:`reward_service.settings` (the service validates
+default, constraint and help are defined once in :mod:`core.reward_settings` (the service validates
 per-request overrides against the same definition) and adopted here with an environment variable and a
 CLI flag. ``scripts/train.sh``, ``rlfh train``,
 ``rlfh serve``, the Helm chart's ConfigMap and the RayService's Serve config
@@ -25,20 +25,20 @@ from typing import Annotated, Any, Iterable, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from cluster.prompts import ABSTAIN_TEXT
-from verifier_service.schema import INFO_SCORES, LABELS
+from core.prompts import ABSTAIN_TEXT
+from core.verify_schema import INFO_SCORES, LABELS
 
-# The reward settings (type, default, constraint, description) are defined once, in reward_service.settings;
+# The reward settings (type, default, constraint, description) are defined once, in core.reward_settings;
 # RLFHConfig adds their environment variables and CLI flags (reward_type / reward_setting below).
-from reward_service.settings import (DEFAULT_INFORMATIVE_MAP, DEFAULT_VERIFICATION_MAP,  # noqa: F401 (re-exported)
-                                     RewardSettings)
+from core.reward_settings import (DEFAULT_INFORMATIVE_MAP, DEFAULT_VERIFICATION_MAP,  # noqa: F401 (re-exported)
+                                  RewardSettings)
 
 EMBEDDED_MODEL = "smollm2-135m-instruct"
 EMBEDDED_DATA = "halueval:train"
 
 #: Settings that hold secrets (REDIS_URL may carry a password). They are masked when printed
 #: (``rlfh config``, ``rlfh serve``, ``rlfh submit --dry-run``) and are not put into a Serve config
-#: or a job's runtime env unless asked for (``cluster.serve_config``, ``cluster.submit``).
+#: or a job's runtime env unless asked for (``reward_service.serve_config``, ``cluster.submit``).
 SECRET_ENVS: tuple[str, ...] = ("REWARD_API_TOKEN", "MODEL_API_KEY", "REDIS_URL")
 
 
@@ -168,7 +168,7 @@ class RLFHConfig(BaseModel):
 
     # ---------------------------------------------------------------- rewards
     # the reward service's settings: type (constraints included), default and help come from
-    # reward_service.settings.RewardSettings, the one definition; only the env var is said here. The annotation
+    # core.reward_settings.RewardSettings, the one definition; only the env var is said here. The annotation
     # is a call, evaluated by pydantic when it builds the class (this module has postponed annotations).
     granularity: reward_type("granularity") = reward_setting("granularity", env="GRANULARITY")
     placement: reward_type("placement") = reward_setting("placement", env="REWARD_PLACEMENT")
@@ -187,7 +187,8 @@ class RLFHConfig(BaseModel):
         "A small model almost never abstains by itself, so on-policy RL has no abstention to reinforce; 1 is "
         "enough. 0: off (pure on-policy).", env="ABSTAIN_SAMPLES", group="reward", ge=0)
     abstain_text: str = setting(
-        ABSTAIN_TEXT, "The abstention candidate's text (must read as an abstention to the verifier).",
+        ABSTAIN_TEXT, "The abstention candidate's text (must read as an abstention to the verifier: the trainer "
+        "checks this at start-up).",
         env="ABSTAIN_TEXT", group="reward", min_length=1)
     empty_reward: reward_type("empty_reward") = reward_setting("empty_reward", env="EMPTY_REWARD")
     outcome_reward: Literal["none", "ternary"] = setting(
@@ -459,11 +460,6 @@ class RLFHConfig(BaseModel):
             raise ValueError(
                 f"ABSTAIN_SAMPLES={self.abstain_samples} must be smaller than N_SAMPLES_PER_PROMPT="
                 f"{self.n_samples_per_prompt}: each prompt needs sampled answers to weigh the abstention against")
-        if self.abstain_samples:
-            from verifier_service.text import is_abstention_text
-            if not is_abstention_text(self.abstain_text):
-                raise ValueError(f"ABSTAIN_TEXT={self.abstain_text!r} does not read as an abstention to the "
-                                 "verifier (it would be graded as an answer); use e.g. \"I don't know.\"")
         if self.eps_clip_high is not None and not math.isfinite(self.eps_clip_high):
             raise ValueError(f"EPS_CLIP_HIGH={self.eps_clip_high} must be a finite number (or empty: EPS_CLIP)")
         if self.verifier_backend == "llm" and not self.model_url:
@@ -487,7 +483,7 @@ class RLFHConfig(BaseModel):
         return "seq-mean-token-sum-norm" if self.advantage_estimator == "dr_grpo" else "token-mean"
 
     def policy_loss_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments of ``cluster.core_algos.policy_loss`` this config asks for (besides ``eps_clip``)."""
+        """Keyword arguments of ``core.core_algos.policy_loss`` this config asks for (besides ``eps_clip``)."""
         return {"eps_clip_high": self.eps_clip_high, "loss_agg": self.effective_loss_agg,
                 "norm_length": self.generate_max_len}
 

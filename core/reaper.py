@@ -1,4 +1,4 @@
-"""Clean up after a trainer that was killed outright (SIGKILL, the OOM killer): ``python -m cluster.reaper PID``.
+"""Clean up after a trainer that was killed outright (SIGKILL, the OOM killer): ``python -m core.reaper PID``.
 
 A trainer that exits normally, or on Ctrl-C / SIGTERM, shuts its embedded Ray down itself. One that is
 SIGKILLed cannot: Ray's GCS and raylet share its fate and the workers follow the raylet, but the dashboard
@@ -80,7 +80,7 @@ def watch(pid: int, poll_s: float = POLL_S, grace_s: float = GRACE_S) -> list[in
 def start_for_this_process() -> subprocess.Popen | None:
     """Start the watcher for this process (in its own session: Ctrl-C to the trainer's terminal spares it)."""
     try:
-        return subprocess.Popen([sys.executable, "-m", "cluster.reaper", str(os.getpid())],
+        return subprocess.Popen([sys.executable, "-m", "core.reaper", str(os.getpid())],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 start_new_session=True, close_fds=True)
     except OSError:   # pragma: no cover - best effort
@@ -89,5 +89,5 @@ def start_for_this_process() -> subprocess.Popen | None:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2 or not sys.argv[1].isdigit():
-        sys.exit("usage: python -m cluster.reaper PID")
+        sys.exit("usage: python -m core.reaper PID")
     watch(int(sys.argv[1]))

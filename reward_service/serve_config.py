@@ -18,9 +18,9 @@ the replicas as container env vars from a Secret.
 
 Print it::
 
-    python -m cluster.serve_config                      # YAML, from the environment
-    GRANULARITY=sentence python -m cluster.serve_config --format json
-    python -m cluster.serve_config --verifier-replicas 2 --max-replicas 4
+    python -m reward_service.serve_config                      # YAML, from the environment
+    GRANULARITY=sentence python -m reward_service.serve_config --format json
+    python -m reward_service.serve_config --verifier-replicas 2 --max-replicas 4
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import json
 import sys
 from typing import Any, Optional
 
-from cluster.config import SECRET_ENVS, ConfigError, RLFHConfig, env_name
+from core.config import SECRET_ENVS, ConfigError, RLFHConfig, env_name
 
 APP_NAME = "rlfh-rewards"
 IMPORT_PATH = "reward_service.app:app_builder"
@@ -142,7 +142,7 @@ def to_yaml(doc: dict[str, Any]) -> str:
 
 def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.ArgumentParser:
     p = parser or argparse.ArgumentParser(
-        prog="python -m cluster.serve_config",
+        prog="python -m reward_service.serve_config",
         description="Print the Ray Serve config (serve deploy / RayService serveConfigV2) of the verifier + "
                     "reward services, from the environment and the flags below (flag > env var > default).")
     p.add_argument("--format", choices=["yaml", "json"], default="yaml", help="Output format (default yaml).")

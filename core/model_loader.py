@@ -12,8 +12,8 @@ import logging
 import os
 from pathlib import Path
 
-from cluster.assets import SMOLLM2_GGUF, cache_dir, fetch_asset, file_lock
-from cluster.config import EMBEDDED_MODEL
+from core.assets import SMOLLM2_GGUF, cache_dir, fetch_asset, file_lock
+from core.config import EMBEDDED_MODEL
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,6 @@ def load_tokenizer(model_path: str):
 
 
 def load_causal_lm(model_path: str, dtype: str = "fp32", device: str = "cpu"):
-    import torch
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(
         resolve_model_path(model_path), dtype=torch_dtype(dtype), attn_implementation="sdpa")

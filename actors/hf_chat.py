@@ -1,6 +1,6 @@
 """A :data:`~verifier_service.core.ChatFn` over a transformers causal LM (``generate``, greedy).
 
-Used by the test/replay OpenAI server (:mod:`verifier_service.openai_server`) and as the reference
+Used by the test/replay OpenAI server (:mod:`actors.openai_server`) and as the reference
 ``self``-backend engine on CPU: the training cluster passes its own rollout engine instead, with the
 same signature ``list of conversations -> list of reply texts``.
 
@@ -30,7 +30,7 @@ class HFChat:
                  batch_size: int = 8, dtype: str = "fp32", device: Optional[str] = None, model=None,
                  tokenizer=None):
         from actors.rollout import HFRolloutEngine
-        from cluster.config import RLFHConfig
+        from core.config import RLFHConfig
 
         # environ={}: the judge's settings are these arguments, not the trainer's environment
         # rollout_dtype=dtype: a judge runs in the dtype asked for (the rollout default, auto, may pick bf16)

@@ -53,22 +53,22 @@ from ray.serve.exceptions import BackPressureError
 from core import metrics
 from core.config import RLFHConfig, env_name
 from core.verify_schema import GOOD_LABELS, LABELS, VerifyRequest, VerifyResult
-from reward_service.cache import cache_key, make_cache
+from reward_service.cache import make_cache
 from reward_service.errors import (ServiceError, error_response, fix_for, install_error_handlers, install_openapi,
                                    loc_str)
+from reward_service.fanout import verify_chunk, verify_through_cache
 from reward_service.middleware import OPEN_PATHS, GuardMiddleware, guard_counters
 from reward_service.middleware import configure as configure_guard
 from reward_service.openrlhf_adapter import GetRewardInputError, parse_get_reward
 from reward_service.schemas import (MAX_BODY_BYTES, ErrorBody, GetRewardRequest, GetRewardResponse, RewardsRequest,
                                     RewardsResponse, VerifyBody)
-from reward_service.serve_config import (BACKPRESSURE_RETRY_AFTER_S, MAX_ONGOING_REQUESTS, backpressure_options,
-                                         scaling_options)
+from reward_service.serve_config import (APP_NAME, BACKPRESSURE_RETRY_AFTER_S, MAX_ONGOING_REQUESTS, REWARD_DEPLOYMENT,
+                                         ROUTE_PREFIX, VERIFIER_DEPLOYMENT, backpressure_options, scaling_options)
 from reward_service.token_rewards import (RewardInputError, RewardSettings, compute_token_rewards,
                                           offsets_from_tokenizer, validate_offsets)
 
 log = logging.getLogger(__name__)
 
-APP_NAME = "rlfh-rewards"
 VERIFY_CHUNK = 8          # items per verifier handle call
 HEALTH_PROBE_S = 3.0      # /healthz: a verifier replica that does not answer a stats call this fast is "stalled"
 _BODY_ROUTES = ("/v1/rewards", "/v1/verify", "/get_reward")
@@ -146,7 +146,7 @@ def _cfg_from(cfg_dict: dict) -> RLFHConfig:
 # verifier deployment
 # --------------------------------------------------------------------------------------
 
-@serve.deployment(name="RLFHVerifier")
+@serve.deployment(name=VERIFIER_DEPLOYMENT)
 class VerifierDeployment:
     """Holds one :class:`Verifier`; answers chunks of requests item by item (errors isolated per item)."""
 
@@ -176,33 +176,12 @@ class VerifierDeployment:
         return {"backend": self.verifier.backend_name, **self.verifier.cache_identity()}
 
     def _run(self, reqs: list[dict]) -> list[dict]:
-        parsed: list[Optional[VerifyRequest]] = []
-        out: list[Optional[dict]] = [None] * len(reqs)
-        for i, r in enumerate(reqs):
-            try:
-                parsed.append(VerifyRequest.model_validate(r))
-            except Exception as e:
-                parsed.append(None)
-                out[i] = {"error": f"{type(e).__name__}: {e}", "kind": "input"}
-        todo = [i for i, p in enumerate(parsed) if p is not None]
-        try:
-            results = self.verifier.verify_many([parsed[i] for i in todo])
-            for i, res in zip(todo, results):
-                out[i] = {"result": res.model_dump(mode="json")}
-        except Exception:
-            # isolate the failing item(s)
-            for i in todo:
-                try:
-                    out[i] = {"result": self.verifier.verify(parsed[i]).model_dump(mode="json")}
-                except Exception as e:
-                    log.exception("verifier failed on an item")
-                    out[i] = {"error": f"{type(e).__name__}: {e}", "kind": "internal"}
-        n_err = sum(1 for o in out if o and "error" in o)
+        out = verify_chunk(self.verifier, reqs)
         with self._lock:
             self.calls += 1
             self.items += len(reqs)
-            self.errors += n_err
-        return out  # type: ignore[return-value]
+            self.errors += sum(1 for o in out if "error" in o)
+        return out
 
     async def verify_batch(self, reqs: list[dict]) -> list[dict]:
         """``[VerifyRequest dict] -> [{"result": VerifyResult dict} | {"error": str, "kind": "input"|"internal"}]``."""
@@ -218,7 +197,7 @@ class VerifierDeployment:
 # reward ingress
 # --------------------------------------------------------------------------------------
 
-@serve.deployment(name="RLFHRewards")
+@serve.deployment(name=REWARD_DEPLOYMENT)
 @serve.ingress(api)
 class RewardDeployment:
     def __init__(self, cfg_dict: dict, verifier):
@@ -313,76 +292,25 @@ class RewardDeployment:
     async def _verify(self, reqs: list[VerifyRequest]) -> list[tuple[VerifyResult, bool]]:
         """Cache lookup, then the verifier for the misses (deduplicated). ``(result, cached)`` per request."""
         identity = await self._get_identity()
-        keys = [cache_key(identity, r.question, r.response, r.materials, r.gold_answer) for r in reqs]
-        raw = await asyncio.to_thread(self.cache.get_many, keys)
-        results: list[Optional[VerifyResult]] = [None] * len(reqs)
-        cached = [False] * len(reqs)
-        for i, v in enumerate(raw):
-            if v is not None:
-                try:
-                    results[i] = VerifyResult.model_validate_json(v)
-                    cached[i] = True
-                except Exception:  # a corrupt / old-format entry is just a miss
-                    results[i] = None
-        miss_by_key: dict[str, list[int]] = {}
-        for i, r in enumerate(results):
-            if r is None:
-                miss_by_key.setdefault(keys[i], []).append(i)
-        if miss_by_key:
-            first_idx = [idxs[0] for idxs in miss_by_key.values()]
-            chunks = [first_idx[j:j + VERIFY_CHUNK] for j in range(0, len(first_idx), VERIFY_CHUNK)]
-
-            async def call(chunk: list[int]):
-                payload = [reqs[i].model_dump(mode="json") for i in chunk]
-                return await asyncio.wait_for(self.verifier.verify_batch.remote(payload), self.verify_timeout_s)
-
-            answers = await asyncio.gather(*[call(ch) for ch in chunks], return_exceptions=True)
-            fresh: dict[str, str] = {}
-            failures: list[tuple[int, int, str]] = []   # (item index, status, message)
-            for chunk, ans in zip(chunks, answers):
-                if isinstance(ans, BaseException):
-                    if isinstance(ans, BackPressureError):      # its bounded queue is full: retry later
-                        for i in chunk:
-                            failures.append((i, 503, "the verifier is overloaded (its request queue is full)"))
-                        continue
-                    kind = ("timed out" if isinstance(ans, asyncio.TimeoutError)
-                            else f"failed ({type(ans).__name__}: {ans})")
-                    for i in chunk:
-                        failures.append((i, 502, f"the verifier {kind}"))
-                    continue
-                for i, a in zip(chunk, ans):
-                    if "result" in a:
-                        res = VerifyResult.model_validate(a["result"])
-                        for j in miss_by_key[keys[i]]:
-                            results[j] = res if j == i else res.model_copy(deep=True)
-                        res_json = res.model_copy(update={"cached": False}).model_dump_json()
-                        fresh[keys[i]] = res_json
-                    else:
-                        failures.append((i, 422 if a.get("kind") == "input" else 502, a.get("error", "error")))
-            with self._lock:
-                self.c["verified_items"] += len(fresh)
-                self.c["verifier_calls"] += len(chunks)
-            if fresh:
-                await asyncio.to_thread(self.cache.set_many, fresh)
-            if failures:
-                with self._lock:
-                    self.c["verifier_errors"] += len(failures)
-                failures.sort()
-                i, status, msg = failures[0]
-                more = f" ({len(failures) - 1} more item(s) failed too)" if len(failures) > 1 else ""
-                log.warning("verifier failed on %d item(s); first: item %d: %s", len(failures), i, msg)
-                raise ServiceError(status, f"items.{i}", f"verification failed: {msg}{more}",
-                                   "check this item's text and materials" if status == 422 else
-                                   "retry; if it persists, check the verifier replicas' logs", item_index=i,
-                                   headers={"Retry-After": str(BACKPRESSURE_RETRY_AFTER_S)} if status == 503 else None)
-        out = []
-        for r, c in zip(results, cached):
-            assert r is not None
-            r.cached = c
-            out.append((r, c))
+        got = await verify_through_cache(reqs, identity, self.cache, self.verifier.verify_batch.remote,
+                                         chunk_size=VERIFY_CHUNK, timeout_s=self.verify_timeout_s,
+                                         overloaded=(BackPressureError,))
         with self._lock:
-            self.c["cache_hits_items"] += sum(cached)
-        return out
+            self.c["verified_items"] += got.fresh
+            self.c["verifier_calls"] += got.calls
+            self.c["verifier_errors"] += len(got.failures)
+            self.c["cache_hits_items"] += sum(got.cached)
+        if got.failures:
+            first = got.failures[0]
+            more = f" ({len(got.failures) - 1} more item(s) failed too)" if len(got.failures) > 1 else ""
+            log.warning("verifier failed on %d item(s); first: item %d: %s", len(got.failures), first.index,
+                        first.message)
+            raise ServiceError(first.status, f"items.{first.index}", f"verification failed: {first.message}{more}",
+                               "check this item's text and materials" if first.status == 422 else
+                               "retry; if it persists, check the verifier replicas' logs", item_index=first.index,
+                               headers={"Retry-After": str(BACKPRESSURE_RETRY_AFTER_S)} if first.status == 503
+                               else None)
+        return list(zip(got.results, got.cached))
 
     def _record(self, rewards: list, source: str) -> None:
         if not rewards:
@@ -559,9 +487,9 @@ class RewardDeployment:
         return c
 
     async def _replicas(self) -> dict:
-        configured = {"RLFHVerifier": {"min": self.cfg.verifier_replicas, "max": max(self.cfg.max_replicas,
+        configured = {VERIFIER_DEPLOYMENT: {"min": self.cfg.verifier_replicas, "max": max(self.cfg.max_replicas,
                                                                                        self.cfg.verifier_replicas)},
-                      "RLFHRewards": {"min": self.cfg.reward_replicas, "max": max(self.cfg.max_replicas,
+                      REWARD_DEPLOYMENT: {"min": self.cfg.reward_replicas, "max": max(self.cfg.max_replicas,
                                                                                    self.cfg.reward_replicas)}}
 
         def running():
@@ -599,10 +527,10 @@ def build_app(cfg: RLFHConfig, verifier_factory=None, reward_options: Optional[d
     logging_config = {"enable_access_log": cfg.serve_access_log}
     verifier = VerifierDeployment.options(
         ray_actor_options={"num_cpus": cfg.verifier_num_cpus},
-        max_ongoing_requests=MAX_ONGOING_REQUESTS["RLFHVerifier"], logging_config=logging_config,
+        max_ongoing_requests=MAX_ONGOING_REQUESTS[VERIFIER_DEPLOYMENT], logging_config=logging_config,
         **backpressure_options(), **scaling_options(cfg.verifier_replicas, cfg.max_replicas)).bind(d, verifier_factory)
     opts = dict(ray_actor_options={"num_cpus": cfg.reward_num_cpus},
-                max_ongoing_requests=MAX_ONGOING_REQUESTS["RLFHRewards"], logging_config=logging_config,
+                max_ongoing_requests=MAX_ONGOING_REQUESTS[REWARD_DEPLOYMENT], logging_config=logging_config,
                 **backpressure_options(), **scaling_options(cfg.reward_replicas, cfg.max_replicas))
     opts.update(reward_options or {})
     return RewardDeployment.options(**opts).bind(d, verifier)
@@ -657,7 +585,7 @@ def deploy(cfg: RLFHConfig, host: Optional[str] = None, port: Optional[int] = No
     if not ray.is_initialized():
         start_ray(cfg, num_cpus=num_cpus, include_dashboard=include_dashboard)
     serve.start(http_options={"host": host, "port": port})
-    serve.run(build_app(cfg, verifier_factory, reward_options), name=APP_NAME, route_prefix="/", blocking=False)
+    serve.run(build_app(cfg, verifier_factory, reward_options), name=APP_NAME, route_prefix=ROUTE_PREFIX, blocking=False)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     url = f"http://{shown}:{port}"
     log.info("reward service at %s (docs %s/docs)", url, url)

@@ -34,8 +34,7 @@ from core.config import SECRET_ENVS, ConfigError, RLFHConfig, env_name
 APP_NAME = "rlfh-rewards"
 IMPORT_PATH = "reward_service.app:app_builder"
 ROUTE_PREFIX = "/"
-# Names inside the app: reward_service/app.py's APP_NAME and @serve.deployment names (kept here so
-# this module stays import-light; tests/test_deploy.py checks they match the app).
+# Names inside the app (reward_service/app.py takes them from here; this module stays import-light).
 VERIFIER_DEPLOYMENT = "RLFHVerifier"
 REWARD_DEPLOYMENT = "RLFHRewards"
 # Routes the app serves under ROUTE_PREFIX (documentation, NOTES.txt and the chart test use them).

@@ -27,7 +27,7 @@ Bad input answers 422 with ``{"error", "status", "detail": [{"field", "message",
 a verifier failure on an item answers 422 (the verifier rejected the input) or
 502 (it crashed or timed out) with ``item_index``, and is counted.
 
-Entry points: :func:`build_app` (an RLFHConfig -> Serve application),
+Entry points: :func:`build_app` (:class:`core.config.ServiceSettings` -> Serve application),
 :func:`app_builder` (``import_path: reward_service.app:app_builder`` in a
 RayService / ``serve run`` config; ``args`` are setting names -> values), and
 :func:`deploy` (run it on the current or an embedded Ray, return the URL).
@@ -51,7 +51,7 @@ from ray import serve
 from ray.serve.exceptions import BackPressureError
 
 from core import metrics
-from core.config import RLFHConfig, env_name
+from core.config import RLFHConfig, ServiceSettings, env_name
 from core.verify_schema import GOOD_LABELS, LABELS, VerifyRequest, VerifyResult
 from reward_service.cache import make_cache
 from reward_service.errors import (ServiceError, error_response, fix_for, install_error_handlers, install_openapi,
@@ -138,8 +138,8 @@ def _request_counts() -> dict[str, int]:
         return {f"{route} {status}": n for (route, status), n in sorted(_requests.items())}
 
 
-def _cfg_from(cfg_dict: dict) -> RLFHConfig:
-    return RLFHConfig(**cfg_dict)
+def _cfg_from(cfg_dict: dict) -> ServiceSettings:
+    return ServiceSettings(**cfg_dict)
 
 
 # --------------------------------------------------------------------------------------
@@ -513,17 +513,18 @@ class RewardDeployment:
 # building and deploying
 # --------------------------------------------------------------------------------------
 
-def build_app(cfg: RLFHConfig, verifier_factory=None, reward_options: Optional[dict] = None):
+def build_app(cfg: ServiceSettings, verifier_factory=None, reward_options: Optional[dict] = None):
     """The Serve application (verifier deployment bound into the reward ingress) for ``cfg``.
 
-    ``verifier_factory``: optional picklable ``cfg -> Verifier`` used by the verifier replicas instead of
+    ``cfg``: the service settings, or a training config (the replicas get its service section only).
+    ``verifier_factory``: optional picklable ``ServiceSettings -> Verifier`` used by the verifier replicas instead of
     ``Verifier(cfg)`` (e.g. a Verifier built around in-process engines, or fault injection in tests).
     ``reward_options``: Serve options overriding the reward deployment's (tests shrink the queue with it).
     Both deployments have a bounded queue (``reward_service.serve_config.backpressure_options``): 503 + Retry-After.
     """
     RewardSettings.from_config(cfg)      # a bad reward setting fails here (ConfigError), not in a replica loop
     # (so does SERVE_MAX_REPLICAS below a deployment's replicas: scaling_options raises ConfigError)
-    d = cfg.model_dump()
+    d = ServiceSettings.of(cfg).model_dump()
     logging_config = {"enable_access_log": cfg.serve_access_log}
     verifier = VerifierDeployment.options(
         ray_actor_options={"num_cpus": cfg.verifier_num_cpus},
@@ -536,8 +537,8 @@ def build_app(cfg: RLFHConfig, verifier_factory=None, reward_options: Optional[d
     return RewardDeployment.options(**opts).bind(d, verifier)
 
 
-def config_from_args(args: Optional[dict]) -> RLFHConfig:
-    """RLFHConfig from the replica's environment overlaid with ``args``.
+def config_from_args(args: Optional[dict]) -> ServiceSettings:
+    """The service settings from the replica's environment overlaid with ``args``.
 
     ``args`` (a Serve config's application ``args``, see ``reward_service.serve_config``) maps env var names
     (``GRANULARITY``...) or setting names (``granularity``) to values; strings are read exactly like
@@ -548,13 +549,16 @@ def config_from_args(args: Optional[dict]) -> RLFHConfig:
 
     from core.config import ConfigError
 
-    fields = RLFHConfig.model_fields
+    fields = ServiceSettings.model_fields
     env = dict(os.environ)
     for k, v in (args or {}).items():
         if k in fields:
             key = env_name(k)
         elif k in {env_name(f) for f in fields}:
             key = k
+        elif k in RLFHConfig.model_fields or k in {env_name(f) for f in RLFHConfig.model_fields}:
+            raise ConfigError(f"app_builder args: {k!r} is a trainer setting; the reward service does not read "
+                              "it (remove it from the app's args)")
         else:
             raise ConfigError(f"app_builder args: unknown setting {k!r} (`rlfh config` lists them)")
         if isinstance(v, (dict, list)):
@@ -562,7 +566,7 @@ def config_from_args(args: Optional[dict]) -> RLFHConfig:
         elif isinstance(v, bool):
             v = str(v).lower()
         env[key] = "" if v is None else str(v)
-    return RLFHConfig.load(env)
+    return ServiceSettings.load(env)
 
 
 def app_builder(args: dict):
@@ -573,7 +577,8 @@ def app_builder(args: dict):
 def deploy(cfg: RLFHConfig, host: Optional[str] = None, port: Optional[int] = None, blocking: bool = False,
            include_dashboard: Optional[bool] = None, num_cpus: Optional[float] = None,
            verifier_factory=None, reward_options: Optional[dict] = None) -> str:
-    """Run the app on the current Ray (or start an embedded one / join RAY_ADDRESS); return the base URL.
+    """Run the app on the current Ray (or start an embedded one / join RAY_ADDRESS: the full config, since Ray's
+    start-up reads trainer settings); return the base URL. The replicas get ``cfg``'s service section.
 
     ``blocking``: serve until Ctrl-C, then shut Serve down.
     """
@@ -585,7 +590,8 @@ def deploy(cfg: RLFHConfig, host: Optional[str] = None, port: Optional[int] = No
     if not ray.is_initialized():
         start_ray(cfg, num_cpus=num_cpus, include_dashboard=include_dashboard)
     serve.start(http_options={"host": host, "port": port})
-    serve.run(build_app(cfg, verifier_factory, reward_options), name=APP_NAME, route_prefix=ROUTE_PREFIX, blocking=False)
+    serve.run(build_app(cfg, verifier_factory, reward_options), name=APP_NAME, route_prefix=ROUTE_PREFIX,
+              blocking=False)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     url = f"http://{shown}:{port}"
     log.info("reward service at %s (docs %s/docs)", url, url)

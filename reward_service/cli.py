@@ -8,18 +8,13 @@ import argparse
 import logging
 import signal
 
-from core.config import REWARD_FIELDS, RLFHConfig, env_name, flag_name, redact_url
+from core.config import RLFHConfig, ServiceSettings, env_name, flag_name, redact_url
 
 log = logging.getLogger(__name__)
 
 _EXTRA_FIELDS = ("model_path", "ray_address", "dashboard_port")
 #: Settings of the service group that only the trainer-side reward client reads (not the service).
 _CLIENT_FIELDS = ("reward_url", "reward_timeout_s", "reward_max_retries")
-#: Settings of the reward group that only the trainer reads (abstention candidates, the outcome reward, the token
-#: reward weight): the service makes the token rewards from REWARD_FIELDS and REWARD_TOKENIZER alone.
-_TRAINER_REWARD_FIELDS = tuple(n for n, f in RLFHConfig.model_fields.items()
-                               if (f.json_schema_extra or {}).get("group") == "reward"
-                               and n not in REWARD_FIELDS and n != "reward_tokenizer")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -31,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     "RAY_ADDRESS. Verification results are cached in Redis when REDIS_URL is set (shared by all "
                     "replicas), in memory otherwise. Every flag is also an environment variable.",
         epilog="Example: rlfh serve --serve-port 8000 --redis-url redis://127.0.0.1:6379/0 --reward-replicas 2")
-    RLFHConfig.add_cli_args(p, groups={"service", "reward", "verifier"}, exclude=_CLIENT_FIELDS + _TRAINER_REWARD_FIELDS)
+    ServiceSettings.add_cli_args(p, groups={"service", "reward", "verifier"}, exclude=_CLIENT_FIELDS)
     g = p.add_argument_group("cluster settings")
     for name in _EXTRA_FIELDS:
         info = RLFHConfig.model_fields[name]
@@ -54,7 +49,7 @@ def _on_sigterm(signum, frame):
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    cfg = RLFHConfig.from_args(args)
+    cfg = RLFHConfig.from_args(args)     # the launcher reads RAY_ADDRESS / DASHBOARD_PORT; replicas get the section
     if cfg.verifier_backend == "self":
         from core.config import ConfigError
         raise ConfigError("VERIFIER_BACKEND=self judges with the policy's rollout engines, which only `rlfh train` "

@@ -1,4 +1,4 @@
-"""The Ray Serve config of the verifier + reward services, generated from :class:`RLFHConfig`.
+"""The Ray Serve config of the verifier + reward services, generated from :class:`core.config.ServiceSettings`.
 
 One function, :func:`serve_config`, turns a config into the Serve config that
 ``serve deploy`` / ``serve run`` accept and that KubeRay's RayService takes
@@ -10,7 +10,7 @@ values; ``tests/test_helm.py`` renders the chart and checks that the two agree.
 
 Contract with ``reward_service.app:app_builder(args)``: ``args`` maps env var
 names (``GRANULARITY``, ``VERIFICATION_MAP``...) to strings, so the builder
-does ``RLFHConfig.load({**os.environ, **args})``. Secrets (``REWARD_API_TOKEN``,
+does ``ServiceSettings.load({**os.environ, **args})``. Secrets (``REWARD_API_TOKEN``,
 ``MODEL_API_KEY``, ``REDIS_URL``, which may hold a password) are never put in
 ``args`` unless asked: a Serve config is stored in plain text (a RayService is
 readable by anyone who can read the namespace), so on Kubernetes they reach
@@ -29,7 +29,7 @@ import json
 import sys
 from typing import Any, Optional
 
-from core.config import SECRET_ENVS, ConfigError, RLFHConfig, env_name
+from core.config import SECRET_ENVS, ConfigError, ServiceSettings, env_name
 
 APP_NAME = "rlfh-rewards"
 IMPORT_PATH = "reward_service.app:app_builder"
@@ -45,10 +45,6 @@ ROUTES = ("/v1/verify", "/v1/rewards", "/get_reward", "/healthz")
 NOT_ARGS = ("REWARD_URL", "REWARD_TIMEOUT_S", "REWARD_MAX_RETRIES", "SERVE_HOST", "SERVE_PORT",
             "VERIFIER_REPLICAS", "REWARD_REPLICAS", "SERVE_MAX_REPLICAS", "VERIFIER_NUM_CPUS",
             "REWARD_NUM_CPUS")
-#: Config groups whose settings the services read.
-SERVICE_GROUPS = ("reward", "verifier", "service")
-#: Settings outside those groups that the services read (the tokenizer falls back to MODEL_PATH).
-EXTRA_SERVICE_ENVS = ("MODEL_PATH",)
 #: Serve autoscaling target: queued + running requests per replica before scaling up.
 TARGET_ONGOING_REQUESTS = 4
 #: Requests each caller (every HTTP proxy, every deployment handle) may queue for a deployment beyond what its
@@ -58,7 +54,7 @@ MAX_QUEUED_REQUESTS = 128
 #: Seconds a refused caller is told to wait (``Retry-After`` of the 503).
 BACKPRESSURE_RETRY_AFTER_S = 2
 #: Requests one replica runs at once (Serve's ``max_ongoing_requests``).
-MAX_ONGOING_REQUESTS = {"RLFHVerifier": 16, "RLFHRewards": 64}
+MAX_ONGOING_REQUESTS = {VERIFIER_DEPLOYMENT: 16, REWARD_DEPLOYMENT: 64}
 
 
 def backpressure_options(max_queued_requests: int = MAX_QUEUED_REQUESTS,
@@ -69,18 +65,14 @@ def backpressure_options(max_queued_requests: int = MAX_QUEUED_REQUESTS,
 
 
 def service_arg_envs() -> list[str]:
-    """Env var names that go into the app's ``args`` (secrets excluded), in config order."""
-    out = []
-    for name, info in RLFHConfig.model_fields.items():
-        env = env_name(name)
-        group = (info.json_schema_extra or {}).get("group")
-        if (group in SERVICE_GROUPS or env in EXTRA_SERVICE_ENVS) and env not in NOT_ARGS and env not in SECRET_ENVS:
-            out.append(env)
-    return out
+    """Env var names that go into the app's ``args``: the service settings (:class:`ServiceSettings`) but
+    secrets and what the Serve config states elsewhere (NOT_ARGS), in definition order."""
+    envs = (env_name(name) for name in ServiceSettings.model_fields)
+    return [env for env in envs if env not in NOT_ARGS and env not in SECRET_ENVS]
 
 
-def service_args(cfg: RLFHConfig, include_secrets: bool = False) -> dict[str, str]:
-    """The app's ``args``: service settings as env-var strings (the form ``RLFHConfig.load`` reads)."""
+def service_args(cfg: ServiceSettings, include_secrets: bool = False) -> dict[str, str]:
+    """The app's ``args``: service settings as env-var strings (the form ``ServiceSettings.load`` reads)."""
     env = cfg.to_env()
     args = {k: env[k] for k in service_arg_envs()}
     if include_secrets:
@@ -109,7 +101,7 @@ def _deployment(name: str, replicas: int, num_cpus: float, max_replicas: int) ->
             "max_ongoing_requests": MAX_ONGOING_REQUESTS[name], **backpressure_options()}
 
 
-def serve_config(cfg: RLFHConfig, *, include_secrets: bool = False, route_prefix: str = ROUTE_PREFIX,
+def serve_config(cfg: ServiceSettings, *, include_secrets: bool = False, route_prefix: str = ROUTE_PREFIX,
                  app_name: str = APP_NAME) -> dict[str, Any]:
     """The Serve config (``serve deploy`` schema / RayService ``serveConfigV2``) for ``cfg``.
 
@@ -150,14 +142,14 @@ def build_parser(parser: Optional[argparse.ArgumentParser] = None) -> argparse.A
     p.add_argument("--include-secrets", action="store_true",
                    help="Also put REWARD_API_TOKEN / MODEL_API_KEY / REDIS_URL in args (local use only: a Serve "
                         "config is stored in plain text).")
-    RLFHConfig.add_cli_args(p, groups={"model", *SERVICE_GROUPS})
+    ServiceSettings.add_cli_args(p)
     return p
 
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        cfg = RLFHConfig.from_args(args)
+        cfg = ServiceSettings.from_args(args)
         doc = serve_config(cfg, include_secrets=args.include_secrets, route_prefix=args.route_prefix)
     except ConfigError as e:
         print(f"serve_config: {e}", file=sys.stderr)

@@ -186,3 +186,26 @@ def test_rlfh_serve_refuses_the_self_verifier(capsys):
     from cluster.cli import main
     assert main(["serve", "--verifier-backend", "self"]) == 2
     assert "only `rlfh train`" in capsys.readouterr().err
+
+
+def test_the_services_read_only_their_section():
+    """A verifier / reward replica builds ServiceSettings, not the training config: a training setting can
+    neither break nor reach it, and the Serve config carries no training setting (issue 13)."""
+    from core.config import ServiceSettings
+    from reward_service import serve_config as sc
+    from reward_service.app import config_from_args
+    assert set(ServiceSettings.model_fields) < set(RLFHConfig.model_fields)
+    bad_for_training = {"ABSTAIN_SAMPLES": "5", "N_SAMPLES_PER_PROMPT": "2", "ACTOR_LR": "nan",
+                        "GRANULARITY": "sentence"}
+    with pytest.raises(ConfigError):
+        RLFHConfig.load(environ=bad_for_training)
+    svc = ServiceSettings.load(environ=bad_for_training)
+    assert svc.granularity == "sentence" and not hasattr(svc, "abstain_samples")
+    full = RLFHConfig.load(environ={"GRANULARITY": "response", "REDIS_URL": "redis://h:1/0", "ACTOR_LR": "1e-3"})
+    assert ServiceSettings.of(full).model_dump() == ServiceSettings.load(
+        environ={"GRANULARITY": "response", "REDIS_URL": "redis://h:1/0"}).model_dump()
+    args = sc.service_args(full)
+    assert set(args) <= {env_name(f) for f in ServiceSettings.model_fields} and "ABSTAIN_SAMPLES" not in args
+    assert config_from_args(args).granularity == "response"
+    with pytest.raises(ConfigError, match="'ABSTAIN_SAMPLES' is a trainer setting; the reward service does not"):
+        config_from_args({**args, "ABSTAIN_SAMPLES": "1"})

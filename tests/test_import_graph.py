@@ -98,12 +98,12 @@ import re, sys
 for m in ("deepspeed", "torch", "transformers", "peft", "vllm"):
     sys.modules[m] = None          # import m -> ImportError
 import reward_service.app, reward_service.cache, reward_service.client, reward_service.cli
-from core.config import RLFHConfig
+from core.config import ServiceSettings
 from reward_service.token_rewards import RewardSettings, compute_token_rewards
 from verifier_service.core import Verifier
 from core.verify_schema import VerifyRequest
 text = "Paris is the capital of France."
-res = Verifier(RLFHConfig.load(environ={})).verify(VerifyRequest(question="Capital of France?", response=text,
+res = Verifier(ServiceSettings.load(environ={})).verify(VerifyRequest(question="Capital of France?", response=text,
                                                                  materials=[text]))
 offsets = [(m.start(), m.end()) for m in re.finditer(r"\\S+", text)]
 print(res.sentences[0].statements[0].label, compute_token_rewards(res, offsets, len(text), RewardSettings()).score > 0)

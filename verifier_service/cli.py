@@ -23,7 +23,7 @@ The self backend needs an in-process engine and is not available from the comman
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from core.config import RLFHConfig, positive_int
+    from core.config import ServiceSettings, positive_int
     p = sub.add_parser("verify", help="Verify a response (or HaluEval answers) with the atomic-fact verifier.",
                        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     one = p.add_argument_group("one response")
@@ -53,7 +53,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                      help="Verifier backend (default: VERIFIER_BACKEND from the environment, else evidence). "
                           "llm needs MODEL_URL / --model-url.")
     # --backend above is this command's form of --verifier-backend
-    RLFHConfig.add_cli_args(p, groups={"verifier"}, exclude=("verifier_backend",))
+    ServiceSettings.add_cli_args(p, groups={"verifier"}, exclude=("verifier_backend",))
     p.set_defaults(func=_run)
 
 
@@ -93,11 +93,11 @@ def _run(args: argparse.Namespace) -> int:
 
     from pydantic import ValidationError
 
-    from core.config import RLFHConfig
+    from core.config import ServiceSettings
     from core.verify_schema import VerifyRequest
     from verifier_service.core import Verifier
 
-    cfg = RLFHConfig.from_args(args)
+    cfg = ServiceSettings.from_args(args)
     if (args.backend or cfg.verifier_backend) == "self":
         print("rlfh verify: VERIFIER_BACKEND=self judges with the policy's rollout engines, which only `rlfh train` "
               "has; pass --backend evidence or --backend llm (with MODEL_URL)", file=sys.stderr)

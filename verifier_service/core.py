@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Protocol
 from core.verify_schema import VerifyRequest, VerifyResult
 
 if TYPE_CHECKING:  # heavy-ish imports only for type checkers
-    from core.config import RLFHConfig
+    from core.config import ServiceSettings
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class Backend(Protocol):
     def verify_many(self, reqs: list[VerifyRequest]) -> list[VerifyResult]: ...
 
 
-def _build_backend(name: str, cfg: "RLFHConfig", chat_fn: Optional[ChatFn]) -> Backend:
+def _build_backend(name: str, cfg: "ServiceSettings", chat_fn: Optional[ChatFn]) -> Backend:
     if name == "evidence":
         from verifier_service.evidence import EvidenceBackend
         return EvidenceBackend(cfg)
@@ -80,17 +80,18 @@ class Verifier:
     """Atomic-fact verifier over a configurable backend.
 
     Args:
-        cfg: the project config (default ``RLFHConfig.load()``: environment variables).
+        cfg: the service settings (a training config works too: it extends them; default
+            ``ServiceSettings.load()``: environment variables).
         backend: overrides ``cfg.verifier_backend`` (``evidence`` | ``llm`` | ``self``).
         chat_fn: the batched chat function used by the ``self`` backend (and by ``llm``
             when given, instead of HTTP: handy for tests and in-process engines).
     """
 
-    def __init__(self, cfg: "RLFHConfig | None" = None, *, backend: str | None = None,
+    def __init__(self, cfg: "ServiceSettings | None" = None, *, backend: str | None = None,
                  chat_fn: "ChatFn | None" = None):
         if cfg is None:
-            from core.config import RLFHConfig
-            cfg = RLFHConfig.load()
+            from core.config import ServiceSettings
+            cfg = ServiceSettings.load()
         self.cfg = cfg
         name = backend or cfg.verifier_backend
         if name == "llm" and chat_fn is not None:

@@ -295,7 +295,8 @@ def token_signs(res, response: str):
     off = np.asarray(tokens(response), dtype=np.int64).reshape(-1, 2)
     if off.shape[0] == 0:
         return np.zeros(0, dtype=np.int8)
-    return compute_token_rewards(res, off, len(response), RewardSettings()).token_label_signs
+    return np.asarray(compute_token_rewards(res, off, len(response), RewardSettings()).token_label_signs,
+                      dtype=np.int8)
 
 
 def sign_agreement(resp: LongResponse, res) -> tuple[int, int]:

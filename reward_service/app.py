@@ -360,11 +360,11 @@ class RewardDeployment:
             out = []
             for i, (it, off, (res, was_cached)) in enumerate(zip(body.items, offsets, verified)):
                 tr = compute_token_rewards(res, off, len(it.response), settings, validated=True)
-                d = tr.to_dict()
-                d["cached"] = was_cached
+                tr.cached = was_cached
                 if body.return_verification:
-                    d["verification"] = res.model_dump(mode="json")
-                out.append((tr, d))
+                    tr.verification = res
+                out.append((tr, tr.model_dump(mode="json", exclude=None if body.return_verification
+                                              else {"verification"})))
             return out
 
         computed = await asyncio.to_thread(compute)

@@ -112,7 +112,6 @@ reinforced.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
@@ -121,6 +120,7 @@ import numpy as np
 from core.reward_settings import (GRANULARITIES, PLACEMENTS, RewardInputError,  # noqa: F401 (re-exported)
                                   RewardSettings)
 from core.verify_schema import BAD_LABELS, GOOD_LABELS, INFO_SCORES, LABELS, VerifyResult
+from reward_service.schemas import ItemReward
 
 _LABEL_INDEX = {label: i for i, label in enumerate(LABELS)}
 _SIGN_OF_LABEL = np.array([1 if lb in GOOD_LABELS else (-1 if lb in BAD_LABELS else 0) for lb in LABELS],
@@ -265,39 +265,6 @@ def align_spans(offsets: np.ndarray, span_starts: np.ndarray, span_ends: np.ndar
 # rewards
 # --------------------------------------------------------------------------------------
 
-@dataclass
-class TokenRewards:
-    """Per-token rewards of one response. ``T`` = number of response tokens."""
-
-    token_rewards: np.ndarray          # (T,) float64, clipped
-    token_label_signs: np.ndarray      # (T,) int8 in {-1, 0, +1}
-    score: float                       # sum(token_rewards)
-    is_correct: bool                   # >= 1 statement and all Correct / Hedged correct
-    abstained: bool
-    label_counts: dict[str, int]
-    num_statements: int
-    num_unaligned: int                 # statements placed on their sentence (or the last token)
-    truth_reward: float                # sum of r_truth before clipping
-    info_reward: float                 # sum of r_info before clipping
-    num_clipped: int                   # tokens whose reward was clipped
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "token_rewards": self.token_rewards.tolist(),
-            "token_label_signs": self.token_label_signs.astype(int).tolist(),
-            "score": float(self.score),
-            "is_correct": bool(self.is_correct),
-            "abstained": bool(self.abstained),
-            "label_counts": dict(self.label_counts),
-            "num_statements": int(self.num_statements),
-            "num_unaligned": int(self.num_unaligned),
-            "truth_reward": float(self.truth_reward),
-            "info_reward": float(self.info_reward),
-            "num_clipped": int(self.num_clipped),
-            "num_tokens": int(self.token_rewards.shape[0]),
-        }
-
-
 def _place(values: np.ndarray, first: np.ndarray, last: np.ndarray, T: int, placement: str) -> np.ndarray:
     """Sum span rewards onto tokens. values/first/last: ``(E,)``; returns ``(T,)`` float64."""
     if values.size == 0:
@@ -320,7 +287,7 @@ def _cover(first: np.ndarray, last: np.ndarray, T: int) -> np.ndarray:
 
 
 def compute_token_rewards(result: VerifyResult, offsets: Any, text_len: int,
-                          settings: RewardSettings, *, validated: bool = False) -> TokenRewards:
+                          settings: RewardSettings, *, validated: bool = False) -> ItemReward:
     """Token rewards for one verified response.
 
     Args:
@@ -331,7 +298,8 @@ def compute_token_rewards(result: VerifyResult, offsets: Any, text_len: int,
         settings: reward shaping.
 
     Returns:
-        :class:`TokenRewards` with ``(T,)`` arrays.
+        the wire record :class:`reward_service.schemas.ItemReward` (the one record of a reward, in process and
+        over HTTP) with ``(T,)`` lists; ``cached`` False and no ``verification`` (the service sets those).
     """
     off = offsets if validated else validate_offsets(offsets, text_len)
     T = int(off.shape[0])
@@ -430,7 +398,9 @@ def compute_token_rewards(result: VerifyResult, offsets: Any, text_len: int,
         for lb_i, n in zip(*np.unique(st_label_a, return_counts=True)):
             counts[LABELS[int(lb_i)]] = int(n)
     is_correct = K > 0 and all(counts[lb] == 0 for lb in LABELS if lb not in GOOD_LABELS)
-    return TokenRewards(
-        token_rewards=rewards, token_label_signs=signs, score=float(rewards.sum()), is_correct=bool(is_correct),
-        abstained=abstained, label_counts=counts, num_statements=K, num_unaligned=int(unaligned.sum()),
-        truth_reward=float(truth.sum()), info_reward=float(sent_info.sum()), num_clipped=num_clipped)
+    # model_construct: every value is built above with the right type; validating T floats again costs ~T us
+    return ItemReward.model_construct(
+        token_rewards=rewards.tolist(), token_label_signs=signs.astype(int).tolist(), score=float(rewards.sum()),
+        is_correct=bool(is_correct), abstained=bool(abstained), label_counts=counts, num_statements=int(K),
+        num_unaligned=int(unaligned.sum()), num_tokens=T, truth_reward=float(truth.sum()),
+        info_reward=float(sent_info.sum()), num_clipped=int(num_clipped), cached=False, verification=None)

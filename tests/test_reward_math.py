@@ -90,7 +90,7 @@ def test_token_end_hand_computed(base):
     expected = [0, 0, 0, 1.0 + info1, 0, 0, -1.0 + info2, 0]
     np.testing.assert_allclose(r.token_rewards, expected, atol=1e-12)
     assert r.score == pytest.approx(sum(expected))
-    assert r.token_label_signs.tolist() == [1, 1, 1, 1, -1, -1, -1, 0]
+    assert r.token_label_signs == [1, 1, 1, 1, -1, -1, -1, 0]
     assert r.label_counts["Correct"] == 1 and r.label_counts["Wrong"] == 1
     assert r.num_statements == 2 and r.num_unaligned == 0 and not r.is_correct and not r.abstained
     assert r.truth_reward == pytest.approx(0.0) and r.info_reward == pytest.approx(info1 + info2)
@@ -116,8 +116,8 @@ def test_statement_vs_sentence_granularity(base):
     np.testing.assert_allclose(sen.token_rewards, [0, 0, 0, 1.0 + info1, 0, 0, -1.0, 0], atol=1e-12)
     assert tok.score == pytest.approx(sen.score)
     # FSPO signs follow the statement's own span, whatever the granularity
-    assert tok.token_label_signs.tolist()[:4] == [1, 1, 0, 0]
-    assert sen.token_label_signs.tolist() == tok.token_label_signs.tolist()
+    assert tok.token_label_signs[:4] == [1, 1, 0, 0]
+    assert sen.token_label_signs == tok.token_label_signs
 
 
 def test_response_granularity(base):
@@ -157,7 +157,7 @@ def test_clip(base):
     r = compute_token_rewards(two_sentences(), OFFS, len(TEXT), s)
     assert r.token_rewards[3] == 2.5 and r.token_rewards[6] == -2.5
     assert r.num_clipped == 2 and r.score == pytest.approx(0.0)
-    assert np.abs(r.token_rewards).max() <= 2.5
+    assert np.abs(np.asarray(r.token_rewards)).max() <= 2.5
 
 
 def test_reward_clip_is_applied_in_one_place():
@@ -182,10 +182,10 @@ def test_abstain_and_empty(base):
     offs = word_offsets(text)
     abst = compute_token_rewards(VerifyResult(sentences=[Sentence(text=text, start=0, end=13)], abstained=True),
                                  offs, len(text), s)
-    assert abst.token_rewards.tolist() == [0, 0, 0, 0.7] and abst.abstained and not abst.is_correct
-    assert abst.score == pytest.approx(0.7) and abst.token_label_signs.tolist() == [0, 0, 0, 0]
+    assert abst.token_rewards == [0, 0, 0, 0.7] and abst.abstained and not abst.is_correct
+    assert abst.score == pytest.approx(0.7) and abst.token_label_signs == [0, 0, 0, 0]
     empty = compute_token_rewards(VerifyResult(sentences=[Sentence(text=text, start=0, end=13)]), offs, len(text), s)
-    assert empty.token_rewards.tolist() == [0, 0, 0, -0.3] and empty.num_statements == 0
+    assert empty.token_rewards == [0, 0, 0, -0.3] and empty.num_statements == 0
     # only Vague statements ("Sure, the answer is") is no checkable claim either: the Vague penalty AND the
     # empty reward, so content-free filler never beats abstaining (RL found that loophole in 5 steps)
     vague_text = "Sure, the answer is"
@@ -205,25 +205,25 @@ def test_abstain_and_empty(base):
     # the last token is the last token, even without an EOS
     offs2 = word_offsets(text, eos=False)
     e2 = compute_token_rewards(VerifyResult(), offs2, len(text), s)
-    assert e2.token_rewards.tolist() == [0, 0, -0.3]
+    assert e2.token_rewards == [0, 0, -0.3]
 
 
 def test_is_correct_and_hedged(base):
     good = two_sentences("Correct", "Hedged correct")
     r = compute_token_rewards(good, OFFS, len(TEXT), base)
-    assert r.is_correct and r.token_label_signs.tolist() == [1, 1, 1, 1, 1, 1, 1, 0]
+    assert r.is_correct and r.token_label_signs == [1, 1, 1, 1, 1, 1, 1, 0]
     assert r.token_rewards[6] == pytest.approx(0.5)      # V[Hedged correct] + 0.5*log(1+0)
     vague = compute_token_rewards(two_sentences("Correct", "Vague"), OFFS, len(TEXT), base)
-    assert not vague.is_correct and vague.token_label_signs.tolist()[4:7] == [0, 0, 0]
+    assert not vague.is_correct and vague.token_label_signs[4:7] == [0, 0, 0]
     hw = compute_token_rewards(two_sentences("Correct", "Hedged wrong"), OFFS, len(TEXT), base)
-    assert hw.token_label_signs.tolist()[4:7] == [-1, -1, -1]
+    assert hw.token_label_signs[4:7] == [-1, -1, -1]
 
 
 def test_overlapping_statements_negative_sign_wins(base):
     res = VerifyResult(sentences=[Sentence(text="Paris is in France.", start=0, end=19, statements=[
         st("Paris is in France", 0, 18, "Correct"), st("in France", 9, 18, "Wrong")])])
     r = compute_token_rewards(res, OFFS, len(TEXT), base)
-    assert r.token_label_signs.tolist()[:4] == [1, 1, -1, -1]
+    assert r.token_label_signs[:4] == [1, 1, -1, -1]
     assert r.token_rewards[3] == pytest.approx(1.0 - 1.0)   # both end on token 3
 
 
@@ -238,7 +238,7 @@ def test_unalignable_statement_falls_back_to_sentence_and_is_counted(base):
     r = compute_token_rewards(res, OFFS, len(TEXT), base)
     assert r.num_unaligned == 1
     assert r.token_rewards[3] == pytest.approx(-1.0)          # sentence 1's last token, not dropped
-    assert r.token_label_signs.tolist()[:4] == [-1, -1, -1, -1]
+    assert r.token_label_signs[:4] == [-1, -1, -1, -1]
     assert r.score == pytest.approx(0.0)
 
 
@@ -342,9 +342,9 @@ def test_alignment_scales_to_long_responses(base):
                               statements=[st("s", pos, min(pos + 40, end), "Correct")]))
         pos = end
     r = compute_token_rewards(VerifyResult(sentences=sents), offs, len(text), base)
-    assert r.token_rewards.shape == (len(offs),) and r.num_statements == len(sents) and r.num_unaligned == 0
+    assert len(r.token_rewards) == len(offs) and r.num_statements == len(sents) and r.num_unaligned == 0
     assert r.score == pytest.approx(sum(np.clip(r.token_rewards, -5, 5)))
-    assert (r.token_label_signs == 1).sum() > 0
+    assert r.token_label_signs.count(1) > 0
     # Correct (1.0) with informativeness 3 (log(0 + 1) = 0): 1.0 on each statement's last token, 0 elsewhere
     _, last = _brute_force(offs, [(s.statements[0].start, s.statements[0].end) for s in sents])
     assert -1 not in last
@@ -404,7 +404,7 @@ def test_truth_confidence_orders_equal_labels_and_zero_is_the_old_reward(base):
                      statements=[st(x.text, x.start, x.end, x.label, x.informativeness, confidence=c)
                                  for x in snt.statements])
             for snt, c in zip(two_sentences().sentences, confs)]), OFFS, len(TEXT), off)
-        assert got.token_rewards.tolist() == old.token_rewards.tolist() and got.score == old.score
+        assert got.token_rewards == old.token_rewards and got.score == old.score
     # the hand-computed paper value (test_token_end_hand_computed): V[Correct] * 1 on "France."
     assert compute_token_rewards(result("Correct", (0.2, 0.2)), OFFS, len(TEXT),
                                  off.with_overrides({"info_weight": 0.0})).token_rewards[3] == pytest.approx(
@@ -470,14 +470,14 @@ def test_real_tokenizer_offsets(base, embedded_model_path):
     assert r.num_unaligned == 0 and r.token_label_signs[i] == 1
 
 
-def test_token_rewards_record_and_the_wire_record_have_the_same_fields():
-    """TokenRewards (numpy, in-process) and ItemReward (the /v1/rewards item) are one record in two forms: every
-    field of one is a field of the other, so neither can gain a field the other silently drops."""
+def test_the_reward_math_returns_the_wire_record_valid_as_built():
+    """One record of a reward: compute_token_rewards builds the /v1/rewards item (ItemReward) itself, without
+    validation (model_construct, for speed); validating it again must give the same record, types included."""
     from reward_service.schemas import ItemReward
     r = compute_token_rewards(two_sentences(), OFFS, len(TEXT), RewardSettings())
-    d = r.to_dict()
-    item = ItemReward.model_validate(d)
-    transport_only = {"cached", "verification"}   # set by the service, not by the reward math
-    assert set(d) == set(ItemReward.model_fields) - transport_only
-    assert item.token_rewards == pytest.approx(r.token_rewards.tolist())
-    assert item.num_tokens == len(r.token_rewards) and item.score == pytest.approx(r.score)
+    assert type(r) is ItemReward
+    again = ItemReward.model_validate(r.model_dump())
+    assert again == r and again.model_dump_json() == r.model_dump_json()
+    assert r.num_tokens == len(r.token_rewards) == len(OFFS) and r.score == pytest.approx(sum(r.token_rewards))
+    assert all(type(x) is float for x in r.token_rewards) and all(type(x) is int for x in r.token_label_signs)
+    assert r.cached is False and r.verification is None

@@ -128,6 +128,12 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
+    @field_validator("*")
+    @classmethod
+    def _finite_floats(cls, v, info):
+        """No setting takes NaN or infinity (a NaN learning rate or reward weight would train on garbage)."""
+        return _finite(info.field_name, v) if isinstance(v, float) else v
+
     def to_env(self) -> dict[str, str]:
         """Environment-variable form (for ConfigMaps, runtime envs, subprocesses)."""
         out = {}
@@ -283,12 +289,6 @@ class ServiceSettings(Settings):
     @classmethod
     def _imap(cls, v):
         return parse_informative_map(v)
-
-    @field_validator("info_weight", "truth_weight", "truth_confidence", "reward_epsilon", "reward_mu",
-                     "abstain_reward", "empty_reward")
-    @classmethod
-    def _finite_float(cls, v, info):
-        return _finite(info.field_name, v)
 
     @model_validator(mode="after")
     def _service_checks(self):
@@ -519,12 +519,6 @@ class RLFHConfig(ServiceSettings):
     dashboard_port: int = setting(8265, "Dashboard port of the embedded Ray.", env="DASHBOARD_PORT",
                                   group="ckpt", ge=1, le=65535)
 
-    @field_validator("kl_coef", "actor_lr", "critic_lr", "outcome_correct", "outcome_abstain", "outcome_wrong",
-                     "token_reward_weight", "evidence_share")
-    @classmethod
-    def _finite_trainer_float(cls, v, info):
-        return _finite(info.field_name, v)
-
     @model_validator(mode="after")
     def _cross_checks(self):
         group_est = {"grpo", "rloo", "dr_grpo"}
@@ -553,8 +547,6 @@ class RLFHConfig(ServiceSettings):
             raise ValueError(
                 f"ABSTAIN_SAMPLES={self.abstain_samples} must be smaller than N_SAMPLES_PER_PROMPT="
                 f"{self.n_samples_per_prompt}: each prompt needs sampled answers to weigh the abstention against")
-        if self.eps_clip_high is not None and not math.isfinite(self.eps_clip_high):
-            raise ValueError(f"EPS_CLIP_HIGH={self.eps_clip_high} must be a finite number (or empty: EPS_CLIP)")
         return self
 
     # ------------------------------------------------------------------ helpers

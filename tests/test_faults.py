@@ -572,3 +572,71 @@ def test_separate_layout_a_dead_rollout_engine_is_restarted_and_the_run_complete
         if trainer is not None:
             trainer.close()
         handle.shutdown() if handle.started_here else ray.shutdown()
+
+
+def test_self_judge_follows_the_restarted_rollout_engines(tmp_path, tiny_model_path):
+    """VERIFIER_BACKEND=self with one process per role: the verifier replicas judge with the rollout engines. The
+    engine's worker is SIGKILLed after step 2; the driver restarts the groups and redeploys the verifier with the
+    new engines (without that, every later judgement would fall back to JUDGE_FALLBACK_LABEL against a dead
+    actor), and the run completes with every step rewarded by the service."""
+    import threading
+
+    import ray
+    from conftest import free_port
+
+    from cluster.chaos import inject
+    from cluster.driver import Trainer
+    from core.config import RLFHConfig
+    from core.ray_bootstrap import start_ray
+
+    cfg = RLFHConfig.load(
+        environ={}, model_path=tiny_model_path, save_path=str(tmp_path / "run"), prompt_data="halueval:train",
+        max_samples=32, rollout_batch_size=2, n_samples_per_prompt=2, generate_max_len=8, prompt_max_len=128,
+        train_batch_size=4, micro_train_batch_size=4, micro_rollout_batch_size=4, advantage_estimator="rloo",
+        kl_coef=0.0, max_steps=4, save_step=1, rollout_backend="hf", rollout_dtype="fp32", model_layout="separate",
+        num_cpus_per_actor=0.25, use_tensorboard=False, log_samples=0, seed=7, actor_timeout_s=120.0,
+        max_actor_restarts=1, verifier_backend="self", judge_max_retries=0, judge_timeout_s=120,
+        reward_timeout_s=300, reward_max_retries=1, serve_port=free_port())
+    metrics_path = tmp_path / "run" / "metrics.jsonl"
+    handle = start_ray(cfg, num_cpus=3, include_dashboard=False)
+    trainer = None
+    seen: dict = {}
+    done = threading.Event()
+
+    def fault():
+        try:
+            while not any(r["step"] == 2 for r in _read_jsonl(metrics_path)):
+                if done.is_set():
+                    return
+                time.sleep(0.1)
+            seen["engines"] = [e._actor_id.hex() for e in trainer._self_judge.engines]
+            seen["verifier_pid"] = trainer._service_reward.client.stats()["verifier"]["pid"]
+            engines = _actor_procs(("ray::HFRolloutEngine",))
+            assert len(engines) == 1, [p.name() for p in _alive(_tree(os.getpid()))]
+            assert inject(os.getpid(), "rollout", "KILL")["pids"] == [engines[0].pid]
+        except Exception as e:  # noqa: BLE001
+            seen["error"] = repr(e)
+
+    try:
+        trainer = Trainer(cfg, show_progress=False)     # reward_fn=None: the reward service, judged by the engines
+        trainer.setup()
+        th = threading.Thread(target=fault, daemon=True)
+        th.start()
+        result = trainer.fit()
+        done.set()
+        th.join(timeout=30)
+        assert "error" not in seen and "engines" in seen, seen
+        assert result.completed and trainer.actor_restarts == 1
+        rows = _read_jsonl(metrics_path)
+        assert [r["step"] for r in rows] == [1, 2, 3, 4] and not any(r["skipped"] for r in rows)
+        # the judge holds the restarted groups' engines, not the dead one ...
+        now = [e._actor_id.hex() for e in trainer._self_judge.engines]
+        assert now == [e._actor_id.hex() for e in trainer.groups.rollout] and not set(now) & set(seen["engines"])
+        # ... in a verifier replica started after the restart, which has verified the steps since
+        stats = trainer._service_reward.client.stats()["verifier"]
+        assert stats["backend"] == "self" and stats["pid"] != seen["verifier_pid"] and stats["items"] > 0
+    finally:
+        done.set()
+        if trainer is not None:
+            trainer.close()
+        handle.shutdown() if handle.started_here else ray.shutdown()

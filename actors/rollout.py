@@ -76,6 +76,20 @@ def resolve_rollout_dtype(cfg: RLFHConfig, device: torch.device) -> str:
     return cfg.dtype
 
 
+def resolve_decode_loop(cfg: RLFHConfig, model) -> str:
+    """HF_DECODE_LOOP for this model: ``kv-buffer`` (:mod:`actors.decode`) or ``generate`` (``model.generate``)."""
+    from actors.decode import kv_buffer_supported
+    ok, why = kv_buffer_supported(model)
+    if cfg.hf_decode_loop == "generate" or (cfg.hf_decode_loop == "auto" and not ok):
+        if cfg.hf_decode_loop == "auto":
+            log.info("hf rollout engine: model.generate (the kv-buffer loop cannot serve this model: %s)", why)
+        return "generate"
+    if not ok:
+        raise ValueError(f"HF_DECODE_LOOP=kv-buffer cannot serve {cfg.model_path}: {why}. "
+                         "Set HF_DECODE_LOOP=auto or generate.")
+    return "kv-buffer"
+
+
 class _EngineBase:
     """Tokenization, sample building and versioning shared by both backends."""
 
@@ -235,8 +249,9 @@ class HFRolloutEngine(_EngineBase):
         self.autocast = want if want is not None and want != next(self.model.parameters()).dtype else None
         if self.autocast is not None:
             self.dtype = f"{self.dtype} (autocast {autocast})"
-        log.info("hf rollout engine %d on %s (%s) ready in %.1fs", engine_index, self.device, self.dtype,
-                 time.time() - t0)
+        self.decode_loop = resolve_decode_loop(self.cfg, self.model)
+        log.info("hf rollout engine %d on %s (%s, %s) ready in %.1fs", engine_index, self.device, self.dtype,
+                 self.decode_loop, time.time() - t0)
 
     def _autocast(self):
         from contextlib import nullcontext
@@ -268,6 +283,8 @@ class HFRolloutEngine(_EngineBase):
             raise ValueError("suppress_first_ids needs n == 1")
         if self.shares_policy_weights:
             self.model.eval()   # the policy's module: its train step leaves it in train mode
+        if self.decode_loop == "kv-buffer":
+            return self._sample_kv_buffer(prompt_ids, max_new_tokens, temperature, top_p, seed, n, suppress_first_ids)
         out: list[list[int]] = []
         micro = max(1, self.cfg.micro_rollout_batch_size)
         once = self.prefill_once and n > 1 and min(len(p) for p in prompt_ids) >= 2
@@ -296,6 +313,22 @@ class HFRolloutEngine(_EngineBase):
 
     #: Prefill each prompt once for its ``n`` samples (set False to prefill every copy, as before).
     prefill_once = True
+
+    def _sample_kv_buffer(self, prompt_ids: list[list[int]], max_new_tokens: int, temperature: float, top_p: float,
+                          seed: Optional[int], n: int, suppress_first_ids: Sequence[int]) -> list[list[int]]:
+        """:func:`actors.decode.sample` in micro batches of MICRO_ROLLOUT_BATCH_SIZE rows (``n`` rows a prompt)."""
+        from actors.decode import sample
+        out: list[list[int]] = []
+        per = max(1, max(1, self.cfg.micro_rollout_batch_size) // n)   # prompts per micro batch
+        for c, start in enumerate(range(0, len(prompt_ids), per)):
+            gen = None
+            if seed is not None:
+                gen = torch.Generator(device=self.device).manual_seed(int(seed) * 1_000_003 + c)
+            with self._autocast():
+                out.extend(sample(self.model, prompt_ids[start:start + per], n=n, max_new_tokens=max_new_tokens,
+                                  temperature=temperature, top_p=top_p, eos_ids=self.eos_ids, pad_id=self.pad_id,
+                                  generator=gen, suppress_first_ids=suppress_first_ids, device=self.device))
+        return out
 
     def _prefill(self, ids: torch.Tensor, mask: torch.Tensor, n: int):
         """KV cache of ``ids`` (left padded, [b, P-1]: the prompt without its last token, which ``generate``

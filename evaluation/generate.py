@@ -32,6 +32,30 @@ class GenerationStats:
         return self.new_tokens / self.seconds if self.seconds > 0 else float("nan")
 
 
+#: `rlfh eval --dtype`: weight dtypes, and ``autocast`` (fp32 weights, bf16 matmuls: :func:`inference_precision`).
+EVAL_DTYPES = ("fp32", "bf16", "fp16", "autocast")
+
+
+def weights_dtype(dtype: str) -> str:
+    """The dtype ``--dtype`` loads the weights in (``autocast`` keeps them fp32)."""
+    return "fp32" if dtype == "autocast" else dtype
+
+
+def inference_precision(model, dtype: str):
+    """The context `rlfh eval` generates and scores in. ``autocast``: bf16 matmuls under ``torch.autocast`` over
+    fp32 weights, the numerics a colocated training rollout samples with (about 2x faster prompt prefill on a CPU
+    with native bf16; `rlfh bench gen --precision`). The weights are marked trainable because autocast caches
+    only the bf16 casts of leaf tensors that require grad (else it re-casts every weight at every forward);
+    nothing computes a gradient (every caller runs under ``no_grad``). Other dtypes: no context."""
+    from contextlib import nullcontext
+
+    import torch
+    if dtype != "autocast":
+        return nullcontext()
+    model.requires_grad_(True)
+    return torch.autocast(next(model.parameters()).device.type, dtype=torch.bfloat16)
+
+
 def eval_engine(model, tokenizer, batch_size: int, prompt_max_len: int):
     """An :class:`~actors.rollout.HFRolloutEngine` over ``model`` / ``tokenizer`` (shared, not copied)."""
     from actors.rollout import HFRolloutEngine

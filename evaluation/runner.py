@@ -29,6 +29,7 @@ from typing import Any, Optional
 import numpy as np
 
 from core.prompts import ABSTAIN_TEXT
+from evaluation.generate import EVAL_DTYPES, inference_precision, weights_dtype
 from evaluation.graders import CORRECT, GRADES, INCORRECT, NOT_ATTEMPTED, detect_abstention, grade_answer
 
 log = logging.getLogger(__name__)
@@ -106,8 +107,8 @@ class EvalConfig:
         if self.answers_from and (self.abstain_threshold or self.knowledge_samples):
             raise ValueError("--answers-from re-uses a plain run's greedy answers; it cannot be combined with "
                              "--abstain-threshold or --knowledge-samples, which need their own generation")
-        if self.dtype not in ("fp32", "bf16", "fp16"):
-            raise ValueError(f"--dtype must be fp32, bf16 or fp16, got {self.dtype!r}")
+        if self.dtype not in EVAL_DTYPES:
+            raise ValueError(f"--dtype must be one of {', '.join(EVAL_DTYPES)}, got {self.dtype!r}")
 
 
 def busy_cores(window_s: float = 0.5) -> float:
@@ -263,35 +264,36 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
         from transformers.utils import logging as hf_logging
         hf_logging.disable_progress_bar()
     tok = load_tokenizer(model_dir)
-    model = load_causal_lm(model_dir, dtype=cfg.dtype).eval()
+    model = load_causal_lm(model_dir, dtype=weights_dtype(cfg.dtype)).eval()
     prompts = [render_prompt(tok, it.question, it.knowledge_text, cfg.mode, system=system) for it in items]
     p_abstain: list[Optional[float]] = [None] * len(items)
-    if cfg.answers_from:
-        gens, gstats = answers_of_run(cfg, model_dir, items)
-    elif cfg.abstain_threshold:
-        gens, gstats, p_abstain = _generate_with_abstain_threshold(model, tok, prompts, cfg, name)
-    else:
-        gens, gstats = generate_greedy(model, tok, prompts, batch_size=cfg.batch_size,
-                                       max_new_tokens=cfg.max_new_tokens, progress=cfg.progress,
-                                       desc=f"{name} [{cfg.mode}]")
-    confidence: list[Optional[float]] = [None] * len(items)
-    t_conf = 0.0
-    if cfg.wants_confidence():
-        from evaluation.confidence import answer_confidence
-        t0 = time.perf_counter()
-        confidence = answer_confidence(model, tok, prompts, [g.text for g in gens], batch_size=cfg.batch_size)
-        t_conf = time.perf_counter() - t0
-    known: list[Optional[float]] = [None] * len(items)
-    t_know = 0.0
-    if cfg.knowledge_samples:
-        from evaluation.knowledge import sample_known_rates
-        t0 = time.perf_counter()
-        known = sample_known_rates(model, tok, prompts, [it.right_answer for it in items],
-                                   [it.question for it in items], k=cfg.knowledge_samples,
-                                   max_new_tokens=cfg.max_new_tokens, temperature=cfg.knowledge_temperature,
-                                   seed=cfg.seed, batch_size=cfg.batch_size, progress=cfg.progress,
-                                   desc=f"{name} [{cfg.mode}] knowledge x{cfg.knowledge_samples}")
-        t_know = time.perf_counter() - t0
+    with inference_precision(model, cfg.dtype):
+        if cfg.answers_from:
+            gens, gstats = answers_of_run(cfg, model_dir, items)
+        elif cfg.abstain_threshold:
+            gens, gstats, p_abstain = _generate_with_abstain_threshold(model, tok, prompts, cfg, name)
+        else:
+            gens, gstats = generate_greedy(model, tok, prompts, batch_size=cfg.batch_size,
+                                           max_new_tokens=cfg.max_new_tokens, progress=cfg.progress,
+                                           desc=f"{name} [{cfg.mode}]")
+        confidence: list[Optional[float]] = [None] * len(items)
+        t_conf = 0.0
+        if cfg.wants_confidence():
+            from evaluation.confidence import answer_confidence
+            t0 = time.perf_counter()
+            confidence = answer_confidence(model, tok, prompts, [g.text for g in gens], batch_size=cfg.batch_size)
+            t_conf = time.perf_counter() - t0
+        known: list[Optional[float]] = [None] * len(items)
+        t_know = 0.0
+        if cfg.knowledge_samples:
+            from evaluation.knowledge import sample_known_rates
+            t0 = time.perf_counter()
+            known = sample_known_rates(model, tok, prompts, [it.right_answer for it in items],
+                                       [it.question for it in items], k=cfg.knowledge_samples,
+                                       max_new_tokens=cfg.max_new_tokens, temperature=cfg.knowledge_temperature,
+                                       seed=cfg.seed, batch_size=cfg.batch_size, progress=cfg.progress,
+                                       desc=f"{name} [{cfg.mode}] knowledge x{cfg.knowledge_samples}")
+            t_know = time.perf_counter() - t0
     del model
     torch.cuda.empty_cache() if torch.cuda.is_available() else None
 
@@ -375,7 +377,9 @@ def _generate_with_abstain_threshold(model, tok, prompts: list[str], cfg: EvalCo
         if load_tokenizer(gate_dir).get_vocab() != tok.get_vocab():
             raise ValueError(f"--abstain-model {cfg.abstain_model}: its tokenizer differs from --model's; the "
                              "gate must share the evaluated model's tokenizer (same base model)")
-        gate = load_causal_lm(gate_dir, dtype=cfg.dtype).eval()
+        gate = load_causal_lm(gate_dir, dtype=weights_dtype(cfg.dtype)).eval()
+        if cfg.dtype == "autocast":
+            gate.requires_grad_(True)   # see inference_precision: autocast caches the casts of trainable weights
     p_abstain = abstain_probability(gate, tok, prompts, cfg.abstain_text, batch_size=cfg.batch_size)
     if gate is not model:
         del gate

@@ -214,8 +214,9 @@ def test_length_bucketed_forward_micro_batches_give_the_rows_in_order(tiny_model
 
 @pytest.mark.slow
 def test_prefill_once_for_n_samples_gives_the_same_samples(embedded_model_path):
-    """Each prompt is prefilled once and its KV cache repeated for the n samples: the same greedy and seeded
-    samples (and log-probs) as prefilling every copy, as before."""
+    """``model.generate`` loop (HF_DECODE_LOOP=generate; the kv-buffer loop always prefills once, see
+    tests/test_decode.py): each prompt is prefilled once and its KV cache repeated for the n samples, giving the
+    same greedy and seeded samples (and log-probs) as prefilling every copy, as before."""
     from actors.rollout import HFRolloutEngine
     from actors.types import make_batch
     from core.model_loader import load_causal_lm, load_tokenizer
@@ -223,8 +224,8 @@ def test_prefill_once_for_n_samples_gives_the_same_samples(embedded_model_path):
     torch.set_num_threads(1)
     tok = load_tokenizer(embedded_model_path)
     model = load_causal_lm(embedded_model_path).eval()
-    engine = HFRolloutEngine(RLFHConfig(rollout_backend="hf", rollout_dtype="fp32", micro_rollout_batch_size=6),
-                             model=model, tokenizer=tok)
+    engine = HFRolloutEngine(RLFHConfig(rollout_backend="hf", rollout_dtype="fp32", micro_rollout_batch_size=6,
+                                        hf_decode_loop="generate"), model=model, tokenizer=tok)
     prompts = [render_prompt(tok, q) for q in ("What is the capital of France?", "Who wrote Hamlet?",
                                                 "Which river flows through Vienna, Budapest and Belgrade?")]
     runs = {}

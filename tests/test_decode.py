@@ -1,0 +1,143 @@
+"""actors/decode.py: the kv-buffer sampling loop against transformers' own generate, on the real model."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.config import RLFHConfig
+
+
+@pytest.fixture(scope="module")
+def model_and_tok(embedded_model_path):
+    from core.model_loader import load_causal_lm, load_tokenizer
+    torch.set_num_threads(2)
+    return load_causal_lm(embedded_model_path).eval(), load_tokenizer(embedded_model_path)
+
+
+def _prompts(tok, k=5):
+    """Closed-book and evidence prompts of very different lengths (left padding of 70+ tokens)."""
+    from core.data import load_halueval
+    from core.prompts import render_prompt
+    items = load_halueval("dev")[:k]
+    return [tok(render_prompt(tok, it.question, it.knowledge_text, "evidence" if i % 2 else "closed"),
+                add_special_tokens=False)["input_ids"] for i, it in enumerate(items)]
+
+
+def _hf_greedy(model, tok, prompt_ids, max_new_tokens, eos):
+    from transformers import GenerationConfig
+    P = max(map(len, prompt_ids))
+    ids = torch.tensor([[tok.pad_token_id] * (P - len(p)) + p for p in prompt_ids])
+    mask = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in prompt_ids])
+    g = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos,
+                         pad_token_id=tok.pad_token_id)
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=g)[:, P:].tolist()
+    from actors.decode import _cut
+    return [_cut(o, set(eos)) for o in out]
+
+
+def test_greedy_kv_buffer_equals_transformers_generate(model_and_tok):
+    """Left padding, prompts of 48-122 tokens, rows ending at different steps (so rows are dropped mid-way): the
+    same tokens as ``model.generate`` with sdpa and a DynamicCache, and the model's attention setting restored."""
+    from actors.decode import sample
+    model, tok = model_and_tok
+    prompts = _prompts(tok)
+    assert max(map(len, prompts)) > 2 * min(map(len, prompts))
+    eos = [tok.eos_token_id]
+    ref = _hf_greedy(model, tok, prompts, 24, eos)
+    got = sample(model, prompts, n=1, max_new_tokens=24, temperature=0.0, top_p=1.0, eos_ids=eos,
+                 pad_id=tok.pad_token_id)
+    assert got == ref
+    assert len({len(r) for r in ref}) > 1          # the rows really end at different steps
+    assert model.config._attn_implementation == "sdpa"
+
+
+@pytest.mark.parametrize("compact_share,n", [(0.0, 1), (0.0, 3), (2.0, 3)])
+def test_dropping_finished_rows_keeps_every_row_its_own_tokens(model_and_tok, monkeypatch, compact_share, n):
+    """Finished rows dropped at every step (share 0) or never (share 2): the same greedy continuations, and with
+    n > 1 each prompt's n rows are copies of its n == 1 continuation (one prefill, rows repeated)."""
+    import actors.decode as D
+    model, tok = model_and_tok
+    prompts = _prompts(tok, 5)
+    eos = [tok.eos_token_id]
+    ref = _hf_greedy(model, tok, prompts, 24, eos)
+    # the row that ends first goes first: dropping it must move every later row's buffer up
+    first = min(range(len(ref)), key=lambda i: len(ref[i]))
+    assert len(ref[first]) < 24
+    prompts.insert(0, prompts.pop(first))
+    ref.insert(0, ref.pop(first))
+    monkeypatch.setattr(D, "COMPACT_SHARE", compact_share)
+    got = D.sample(model, prompts, n=n, max_new_tokens=24, temperature=0.0, top_p=1.0, eos_ids=eos,
+                   pad_id=tok.pad_token_id)
+    assert got == [r for r in ref for _ in range(n)]
+
+
+def test_suppressed_first_tokens_never_start_a_reply(model_and_tok):
+    from actors.decode import sample
+    model, tok = model_and_tok
+    prompts = _prompts(tok, 3)
+    free = sample(model, prompts, n=1, max_new_tokens=3, temperature=0.0, top_p=1.0, eos_ids=[tok.eos_token_id],
+                  pad_id=tok.pad_token_id)
+    banned = sorted({g[0] for g in free})
+    got = sample(model, prompts, n=1, max_new_tokens=3, temperature=0.0, top_p=1.0, eos_ids=[tok.eos_token_id],
+                 pad_id=tok.pad_token_id, suppress_first_ids=banned)
+    assert all(g[0] not in banned for g in got)
+
+
+def test_sampler_draws_from_the_softmax_and_the_nucleus():
+    """Chi-square of 200k draws over a vocabulary that is not a multiple of the block size; temperature and
+    top-p keep exactly the nucleus and renormalise it; greedy is argmax."""
+    from actors.decode import SAMPLE_BLOCK, sample_next_tokens
+    torch.manual_seed(0)
+    V, N = 3 * SAMPLE_BLOCK + 37, 200_000
+    logits = torch.randn(V) * 2
+    gen = torch.Generator().manual_seed(1)
+    counts = torch.bincount(sample_next_tokens(logits.expand(N, V), 1.0, 1.0, gen), minlength=V).double()
+    expect = torch.softmax(logits.double(), -1) * N
+    chi2 = float(((counts - expect) ** 2 / expect).sum())
+    assert chi2 < V + 6 * (2 * V) ** 0.5, chi2          # mean V-1, sd sqrt(2(V-1)): a 6-sigma bound
+    # nucleus: temperature 0.7, top-p 0.6
+    q = torch.softmax(logits.double() / 0.7, -1)
+    sq, order = q.sort(descending=True)
+    keep = order[(sq.cumsum(0) - sq) < 0.6]
+    draws = sample_next_tokens(logits.expand(N, V).to(torch.bfloat16), 0.7, 0.6, gen)
+    assert set(draws.tolist()) == set(keep.tolist())
+    nucleus = torch.zeros(V, dtype=torch.float64)
+    nucleus[keep] = q[keep] / q[keep].sum()
+    freq = torch.bincount(draws, minlength=V).double() / N
+    assert 0.5 * float((freq - nucleus).abs().sum()) < 0.01
+    assert sample_next_tokens(logits[None], 0.0, 1.0).item() == int(logits.argmax())
+
+
+def test_engine_decode_loops_agree_and_seeds_reproduce(model_and_tok):
+    """The engine's two loops (HF_DECODE_LOOP) give the same greedy samples; a seeded kv-buffer rollout
+    repeats exactly and another seed gives other samples."""
+    from actors.rollout import HFRolloutEngine
+    from core.prompts import render_prompt
+    model, tok = model_and_tok
+    prompts = [render_prompt(tok, q) for q in ("Who wrote Hamlet?", "What is the capital of Peru?")]
+    runs = {}
+    for loop in ("kv-buffer", "generate"):
+        eng = HFRolloutEngine(RLFHConfig(rollout_dtype="fp32", hf_decode_loop=loop, micro_rollout_batch_size=4),
+                              model=model, tokenizer=tok)
+        assert eng.decode_loop == loop
+        runs[loop] = [s.response_token_ids for s in eng.generate(prompts, 2, 16, 0.0, 1.0)]
+    assert runs["kv-buffer"] == runs["generate"]
+    a, b, c = ([s.response_token_ids for s in eng_samples] for eng_samples in
+               (HFRolloutEngine(RLFHConfig(rollout_dtype="fp32"), model=model, tokenizer=tok)
+                .generate(prompts, 4, 16, 1.0, 1.0, seed=s) for s in (7, 7, 8)))
+    assert a == b and a != c
+
+
+def test_models_the_loop_cannot_serve_fall_back_to_generate(model_and_tok, monkeypatch):
+    """Sliding-window attention: auto picks model.generate, an explicit kv-buffer is refused with the fix."""
+    from actors.decode import kv_buffer_supported
+    from actors.rollout import resolve_decode_loop
+    model, _ = model_and_tok
+    assert kv_buffer_supported(model) == (True, "")
+    monkeypatch.setattr(model.config, "sliding_window", 64, raising=False)
+    ok, why = kv_buffer_supported(model)
+    assert not ok and "sliding" in why
+    assert resolve_decode_loop(RLFHConfig(), model) == "generate"
+    with pytest.raises(ValueError, match="HF_DECODE_LOOP"):
+        resolve_decode_loop(RLFHConfig(hf_decode_loop="kv-buffer"), model)

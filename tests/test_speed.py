@@ -281,3 +281,38 @@ def test_colocated_engine_samples_the_fp32_policy_under_bf16_autocast_within_the
     assert float(drift.mean()) <= 2 * BF16_LOGPROB_DRIFT["mean"], float(drift.mean())
     assert float(drift.quantile(0.99)) <= 2 * BF16_LOGPROB_DRIFT["p99"], float(drift.quantile(0.99))
     assert engine.follow_weights(7) == 7 and engine.weights_version() == 7
+
+
+def test_bench_gen_times_both_decode_loops_on_the_same_prompts(embedded_model_path):
+    """`rlfh bench gen` runs both loops on the same prompts and, greedy, counts identical answers (here all:
+    the kv-buffer loop is token for token model.generate's in fp32); it reports times, it asserts none."""
+    from bench.gen import LOOPS, measure, print_table
+    res = measure(embedded_model_path, n_prompts=2, n=2, max_new_tokens=6, temperature=0.0, precision="fp32",
+                  batch=4, repeats=1, threads=1, progress=False)
+    for loop in LOOPS:
+        assert len(res[loop]["seconds"]) == 1 and res[loop]["tokens"][0] > 0 and res[loop]["tok_s_best"] > 0
+    assert res["greedy_total"] == 4 and res["greedy_identical"] == 4
+    assert res["prompt_tokens"] > 0
+    print_table(res)
+    with pytest.raises(ValueError, match="repeats"):
+        measure(embedded_model_path, repeats=0, progress=False)
+
+
+def test_eval_autocast_precision_keeps_fp32_weights_and_caches_their_casts(tiny_model_path):
+    """`rlfh eval --dtype autocast`: fp32 weights, matmuls in bf16 inside the context, weights marked trainable
+    (autocast caches only those casts); other dtypes add no context."""
+    from core.model_loader import load_causal_lm
+    from evaluation.generate import EVAL_DTYPES, inference_precision, weights_dtype
+    from evaluation.runner import EvalConfig
+    assert "autocast" in EVAL_DTYPES and weights_dtype("autocast") == "fp32" and weights_dtype("bf16") == "bf16"
+    EvalConfig(model="m", dtype="autocast").check()
+    with pytest.raises(ValueError, match="--dtype"):
+        EvalConfig(model="m", dtype="int4").check()
+    model = load_causal_lm(tiny_model_path).eval().requires_grad_(False)
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad(), inference_precision(model, "autocast"):
+        logits = model(input_ids=ids).logits
+    assert logits.dtype == torch.bfloat16 and next(model.parameters()).dtype == torch.float32
+    assert all(p.requires_grad for p in model.parameters())
+    with torch.no_grad(), inference_precision(model, "fp32"):
+        assert model(input_ids=ids).logits.dtype == torch.float32

@@ -234,9 +234,11 @@ def sample(model, prompt_ids: Sequence[Sequence[int]], *, n: int, max_new_tokens
     key_mask[:, :plen] = real.repeat_interleave(n, 0)
     positions = (real.long().cumsum(-1) - 1).clamp_(min=0)
     next_pos = real.sum(-1).repeat_interleave(n, 0)          # [rows] the position of the next fed token
-    eos = torch.as_tensor(sorted(set(int(e) for e in eos_ids)) or [-1], dtype=torch.long, device=device)
+    eos_set = {int(e) for e in eos_ids}
+    eos = torch.as_tensor(sorted(eos_set) or [-1], dtype=torch.long, device=device)
     buffer = KVBuffer(key_mask, repeat=n)
     out: list[list[int]] = [[] for _ in range(rows)]
+    ended = [False] * rows                                   # emitted an end token: its later tokens are dropped
     live = torch.arange(rows, device=device)                 # original row of each buffer row
     with _kv_buffer_attention(model, buffer):
         logits = model(input_ids=ids, position_ids=positions, use_cache=False, logits_to_keep=1).logits[:, -1]
@@ -247,7 +249,9 @@ def sample(model, prompt_ids: Sequence[Sequence[int]], *, n: int, max_new_tokens
         for step in range(max_new_tokens):
             tok = sample_next_tokens(logits, temperature, top_p, generator)
             for r, t in zip(live.tolist(), tok.tolist()):
-                out[r].append(t)
+                if not ended[r]:
+                    out[r].append(t)
+                    ended[r] = t in eos_set
             done = torch.isin(tok, eos)
             if step == max_new_tokens - 1 or bool(done.all()):
                 break
@@ -255,16 +259,8 @@ def sample(model, prompt_ids: Sequence[Sequence[int]], *, n: int, max_new_tokens
                 keep = (~done).nonzero().squeeze(-1)
                 buffer.keep_rows(keep)
                 live, tok, next_pos, done = live[keep], tok[keep], next_pos[keep], done[keep]
-            # rows that ended but were not dropped yet keep decoding; their extra tokens are cut below
+            # rows that ended but were not dropped yet keep decoding; their extra tokens are not kept
             logits = model(input_ids=tok[:, None], position_ids=next_pos[:, None], use_cache=False).logits[:, -1]
             buffer.advance(1)
             next_pos = next_pos + 1
-    eos_set = set(eos.tolist())
-    return [_cut(o, eos_set) for o in out]
-
-
-def _cut(ids: list[int], eos: set[int]) -> list[int]:
-    for i, t in enumerate(ids):
-        if t in eos:
-            return ids[:i + 1]
-    return ids
+    return out

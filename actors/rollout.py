@@ -271,7 +271,12 @@ class HFRolloutEngine(_EngineBase):
         """Generated ids of ``n`` samples per prompt (prompt-major), in micro batches of MICRO_ROLLOUT_BATCH_SIZE
         sequences. With ``n > 1`` each prompt is prefilled ONCE (:attr:`prefill_once`): a forward over the
         prompts fills the KV cache, the cache is repeated ``n`` times, and ``generate`` continues from it.
-        ``suppress_first_ids``: token ids the first generated token may not be (greedy, ``n == 1`` only)."""
+        ``suppress_first_ids``: token ids the first generated token may not be (``model.generate`` loop: ``n == 1``
+        only)."""
+        if self.shares_policy_weights:
+            self.model.eval()   # the policy's module: its train step leaves it in train mode
+        if self.decode_loop == "kv-buffer":
+            return self._sample_kv_buffer(prompt_ids, max_new_tokens, temperature, top_p, seed, n, suppress_first_ids)
         from transformers import GenerationConfig
         greedy = temperature == 0
         gcfg = GenerationConfig(
@@ -281,10 +286,6 @@ class HFRolloutEngine(_EngineBase):
             begin_suppress_tokens=list(suppress_first_ids) or None)
         if suppress_first_ids and n > 1:   # the prefilled cache shifts generate's notion of the first step
             raise ValueError("suppress_first_ids needs n == 1")
-        if self.shares_policy_weights:
-            self.model.eval()   # the policy's module: its train step leaves it in train mode
-        if self.decode_loop == "kv-buffer":
-            return self._sample_kv_buffer(prompt_ids, max_new_tokens, temperature, top_p, seed, n, suppress_first_ids)
         out: list[list[int]] = []
         micro = max(1, self.cfg.micro_rollout_batch_size)
         once = self.prefill_once and n > 1 and min(len(p) for p in prompt_ids) >= 2

@@ -32,8 +32,15 @@ def _hf_greedy(model, tok, prompt_ids, max_new_tokens, eos):
                          pad_token_id=tok.pad_token_id)
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=mask, generation_config=g)[:, P:].tolist()
-    from actors.decode import _cut
-    return [_cut(o, set(eos)) for o in out]
+    return [_through_first(o, set(eos)) for o in out]
+
+
+def _through_first(ids, eos):
+    """``ids`` up to and including the first end token (generate pads the rows that ended first)."""
+    for i, t in enumerate(ids):
+        if t in eos:
+            return ids[:i + 1]
+    return ids
 
 
 def test_greedy_kv_buffer_equals_transformers_generate(model_and_tok):

@@ -338,6 +338,73 @@ def _decoder_and_head(model):
     return None if dec is None or head is None else (dec, head)
 
 
+def prompt_groups(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows that share their prompt (equal prompt columns: ids and attention mask, left padding included).
+
+    Returns ``first`` [U] (the lowest row index of each distinct prompt) and ``inverse`` [B] (each row's index
+    into ``first``), both long tensors on the batch's device.
+    """
+    P = prompt_length(batch)
+    key = torch.cat([batch["sequences"][:, :P], batch["attention_mask"][:, :P].long()], 1)
+    _, inverse = torch.unique(key, dim=0, return_inverse=True)
+    B = key.shape[0]
+    U = int(inverse.max()) + 1 if B else 0
+    rows = torch.arange(B, device=key.device)
+    first = torch.full((U,), B, dtype=torch.long, device=key.device).scatter_reduce_(0, inverse, rows, "amin")
+    return first, inverse
+
+
+def _can_share_prompt(decoder, batch: Batch) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`prompt_groups` when :func:`response_hidden_states` may run each distinct prompt once, else None.
+
+    Needs a decoder whose key/value cache holds every position (no sliding window), no gradient checkpointing
+    while training (transformers then drops ``past_key_values``: the responses would silently not see the
+    prompt), a prompt of at least two columns, and at least two rows sharing a prompt.
+    """
+    config = getattr(decoder, "config", None)
+    if prompt_length(batch) < 2 or getattr(config, "model_type", None) not in HEAD_ONLY_MODEL_TYPES:
+        return None
+    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True) is not False:
+        return None
+    if torch.is_grad_enabled() and decoder.training and any(
+            getattr(m, "gradient_checkpointing", False) for m in decoder.modules()):
+        return None
+    first, inverse = prompt_groups(batch)
+    return (first, inverse) if len(first) < len(inverse) else None
+
+
+def response_hidden_states(decoder, batch: Batch, share_prompt: bool = True) -> torch.Tensor:
+    """The decoder's last hidden states at positions ``P-1 .. P+R-2`` (those that predict the R response tokens).
+
+    Args:
+        decoder: a HF decoder stack (``model.get_decoder()`` / an ``AutoModel`` backbone): ``input_ids``,
+            ``attention_mask``, ``position_ids`` -> ``last_hidden_state``.
+        batch: ``sequences`` / ``attention_mask`` [B, L = P + R] and ``action_mask`` [B, R].
+        share_prompt: SHARE_PROMPT_FORWARD. Rows with the same prompt (the n samples of one prompt) run its first
+            ``P-1`` positions once, [U, P-1], and their responses attend to those keys and values (repeated
+            per row, a differentiable index, so gradients of all n samples add up in the one prompt pass): U * (P-1)
+            + B * R positions instead of B * (P + R - 1). Falls back to the full forward where
+            :func:`_can_share_prompt` says no.
+    Returns:
+        [B, R, H] in the decoder's output dtype.
+    """
+    seq, attn = batch["sequences"], batch["attention_mask"]
+    P, R = prompt_length(batch), response_length(batch)
+    pos = position_ids(attn)
+    groups = _can_share_prompt(decoder, batch) if share_prompt else None
+    if groups is None:
+        out = decoder(input_ids=seq, attention_mask=attn, position_ids=pos, use_cache=False)
+        return out.last_hidden_state[:, P - 1:P + R - 1]
+    from transformers import DynamicCache
+    first, inverse = groups
+    cache = DynamicCache(config=decoder.config)
+    decoder(input_ids=seq[first, :P - 1], attention_mask=attn[first, :P - 1], position_ids=pos[first, :P - 1],
+            past_key_values=cache, use_cache=True)
+    cache.batch_select_indices(inverse)   # [U, ...] -> [B, ...] per layer
+    return decoder(input_ids=seq[:, P - 1:P + R - 1], attention_mask=attn[:, :P + R - 1],
+                   position_ids=pos[:, P - 1:P + R - 1], past_key_values=cache, use_cache=True).last_hidden_state
+
+
 def chunked_head_logprobs(head, hidden: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0,
                           with_entropy: bool = False, chunk_rows: int = LOGPROB_CHUNK_ROWS):
     """``log softmax(head(hidden) / T)[labels]`` ([B, R] float32) without the [B, R, V] logits: the LM head and the
@@ -374,7 +441,8 @@ def chunked_head_logprobs(head, hidden: torch.Tensor, labels: torch.Tensor, temp
     return lp, (torch.cat(ents).view(B, R) if ents else torch.zeros_like(lp))
 
 
-def causal_lm_response_logprobs(model, batch: Batch, temperature: float = 1.0, with_entropy: bool = False):
+def causal_lm_response_logprobs(model, batch: Batch, temperature: float = 1.0, with_entropy: bool = False,
+                                share_prompt: bool = True):
     """Log-probs of the response tokens under a causal LM.
 
     Args:
@@ -382,6 +450,7 @@ def causal_lm_response_logprobs(model, batch: Batch, temperature: float = 1.0, w
         batch: ``sequences`` / ``attention_mask`` [B, L] and ``action_mask`` [B, R] (on the model's device).
         temperature: logits are divided by it (the rollout sampled at this temperature).
         with_entropy: also return the per-token entropy.
+        share_prompt: run each distinct prompt once (:func:`response_hidden_states`; SHARE_PROMPT_FORWARD).
     Returns:
         ``logprobs`` [B, R] float32 (0 where ``action_mask`` is False), and ``entropy`` [B, R] when asked.
     """
@@ -392,8 +461,7 @@ def causal_lm_response_logprobs(model, batch: Batch, temperature: float = 1.0, w
     parts = _decoder_and_head(model)
     if parts is not None:   # hidden states -> LM head + log-softmax in row chunks: no [B, R, V] logits
         dec, head = parts
-        h = dec(input_ids=seq, attention_mask=attn, position_ids=position_ids(attn), use_cache=False
-                ).last_hidden_state[:, P - 1:P + R - 1]
+        h = response_hidden_states(dec, batch, share_prompt)
         res = chunked_head_logprobs(head, h, seq[:, P:P + R], temperature, with_entropy)
         lp, ent = res if with_entropy else (res, None)
         lp = torch.where(mask, lp, torch.zeros((), dtype=lp.dtype, device=lp.device))
@@ -422,9 +490,11 @@ def batched_response_forward(fn, batch: Batch, micro: int, device: torch.device)
     if B == 0:
         return torch.zeros((0, R), dtype=torch.float32)
     # length buckets: micro batches of rows with similar prompt and response lengths (sorted by both), so
-    # trimming drops most of the padding; the results go back to the caller's row order
+    # trimming drops most of the padding; rows of one prompt stay together (a shared prompt forward runs it
+    # once per micro batch); the results go back to the caller's row order
     P = prompt_length(batch)
-    key = batch["attention_mask"][:, :P].sum(1) * (R + 1) + batch["action_mask"].sum(1)
+    first, inverse = prompt_groups(batch)
+    key = (batch["attention_mask"][:, :P].sum(1) * (B + 1) + first[inverse]) * (R + 1) + batch["action_mask"].sum(1)
     order = torch.argsort(key, descending=True, stable=True)
     outs = []
     for i in range(0, B, max(1, micro)):
@@ -449,5 +519,5 @@ def response_logprobs(model, batch: Batch, cfg: RLFHConfig, device: torch.device
     """
     def forward(mb):
         with autocast_context(autocast, device):
-            return causal_lm_response_logprobs(model, mb, cfg.temperature)
+            return causal_lm_response_logprobs(model, mb, cfg.temperature, share_prompt=cfg.share_prompt_forward)
     return batched_response_forward(forward, batch, cfg.micro_rollout_batch_size, device)

@@ -9,7 +9,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from actors.base import autocast_context, batched_response_forward
+from actors.base import autocast_context, batched_response_forward, response_hidden_states
 from actors.policy import TrainableLMActor, lora_target_modules
 from actors.types import Batch, check_batch, position_ids, prompt_length, response_length
 
@@ -39,11 +39,22 @@ class ValueModel(nn.Module):
         return self.value_head(h.to(self.value_head.weight.dtype)).squeeze(-1).float()
 
 
-def response_values(model: nn.Module, batch: Batch) -> torch.Tensor:
-    """Values of the response positions [B, R]: column ``j`` is the value at position ``P + j - 1``."""
-    seq, attn = batch["sequences"], batch["attention_mask"]
-    P, R = prompt_length(batch), response_length(batch)
-    v = model(input_ids=seq, attention_mask=attn, position_ids=position_ids(attn))[:, P - 1:P + R - 1]
+def response_values(model: nn.Module, batch: Batch, share_prompt: bool = True) -> torch.Tensor:
+    """Values of the response positions [B, R] float32: column ``j`` is the value at position ``P + j - 1``.
+
+    ``model``: a :class:`ValueModel` (or a DeepSpeed engine around one). ``share_prompt``: run each distinct prompt
+    once (:func:`actors.base.response_hidden_states`; SHARE_PROMPT_FORWARD)."""
+    value_model = model.module if isinstance(getattr(model, "module", None), ValueModel) else model
+    if isinstance(value_model, ValueModel):
+        backbone = value_model.backbone
+        decoder = backbone.get_base_model() if hasattr(backbone, "get_base_model") else backbone
+        h = response_hidden_states(decoder, batch, share_prompt)
+        head = value_model.value_head
+        v = head(h.to(head.weight.dtype)).squeeze(-1).float()
+    else:
+        seq, attn = batch["sequences"], batch["attention_mask"]
+        P, R = prompt_length(batch), response_length(batch)
+        v = model(input_ids=seq, attention_mask=attn, position_ids=position_ids(attn))[:, P - 1:P + R - 1]
     return torch.where(batch["action_mask"], v, torch.zeros((), dtype=v.dtype, device=v.device))
 
 
@@ -95,7 +106,7 @@ class CriticActor(TrainableLMActor):
         self.engine.eval()
         def forward(mb):
             with autocast_context(self.autocast, self.device):
-                return response_values(self.engine, mb)
+                return response_values(self.engine, mb, self.cfg.share_prompt_forward)
         return batched_response_forward(forward, batch,
                                         self.cfg.micro_rollout_batch_size, self.device)
 
@@ -110,7 +121,8 @@ class CriticActor(TrainableLMActor):
         self._phase_threads(share)
 
         def loss_fn(mb):
-            v = response_values(self.engine, mb).float()   # under TRAIN_AUTOCAST (set by _ppo_pass)
+            # under TRAIN_AUTOCAST (set by _ppo_pass)
+            v = response_values(self.engine, mb, self.cfg.share_prompt_forward).float()
             loss, m = value_loss(v, mb["old_values"].float(), mb["returns"].float(), mb["action_mask"], clip)
             return loss, {"value_loss": float(loss.detach()), **{k: float(x) for k, x in m.items()}}
 

@@ -316,3 +316,112 @@ def test_eval_autocast_precision_keeps_fp32_weights_and_caches_their_casts(tiny_
     assert all(p.requires_grad for p in model.parameters())
     with torch.no_grad(), inference_precision(model, "fp32"):
         assert model(input_ids=ids).logits.dtype == torch.float32
+
+
+# ------------------------------------------------------------------------------------------------ shared prompts
+
+def _grouped_batch(tok, n: int = 3):
+    """``n`` samples each of three prompts of different lengths (left padded), responses of different lengths
+    (right padded), prompt-major like a rollout."""
+    from actors.types import RolloutSample, make_batch
+    prompts = ["Capital of France?", "Who wrote the play Hamlet, and in which year was it first staged?", "2+2?"]
+    answers = [" Paris.", " Shakespeare, around 1600, at the Globe.", " 4", " I don't know.", " Lyon", " 5 or so"]
+    samples = []
+    for i, q in enumerate(prompts):
+        p = tok(q, add_special_tokens=False)["input_ids"]
+        for j in range(n):
+            a = answers[(i + 2 * j) % len(answers)]
+            r = tok(a, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+            samples.append(RolloutSample(i, p, r, a, [(0, 0)] * len(r), "stop"))
+    return make_batch(samples, tok.pad_token_id)
+
+
+def test_prompt_groups_find_the_rows_of_each_prompt(tiny_model_path):
+    from actors.base import prompt_groups
+    from core.model_loader import load_tokenizer
+    batch = _grouped_batch(load_tokenizer(tiny_model_path), n=3)
+    first, inverse = prompt_groups(batch)
+    assert sorted(first.tolist()) == [0, 3, 6]
+    assert first[inverse].tolist() == [0, 0, 0, 3, 3, 3, 6, 6, 6]
+    # rows reordered: each row still maps to a row with its own prompt
+    perm = torch.tensor([4, 0, 8, 3, 1, 7, 2, 6, 5])
+    first, inverse = prompt_groups({k: v[perm] for k, v in batch.items()})
+    assert len(first) == 3 and (perm[first[inverse]] // 3 == perm // 3).all()
+
+
+def _logprobs_and_grads(model, batch, share: bool):
+    from actors.base import causal_lm_response_logprobs
+    model.zero_grad()
+    lp = causal_lm_response_logprobs(model, batch, temperature=0.7, share_prompt=share)
+    (lp * torch.linspace(-1, 1, lp.shape[1])).sum().backward()
+    return lp.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["policy", "critic"])
+def test_shared_prompt_forward_equals_the_full_forward_with_gradients(tiny_model_path, which):
+    """SHARE_PROMPT_FORWARD: each prompt runs once for its samples; log-probs (policy) or values (critic) and the
+    gradients of a loss on them equal the forward over every full row."""
+    import actors.base as base
+    from actors.critic import ValueModel, response_values
+    from core.model_loader import load_causal_lm, load_tokenizer
+    torch.manual_seed(0)
+    tok = load_tokenizer(tiny_model_path)
+    batch = _grouped_batch(tok)
+    lm = load_causal_lm(tiny_model_path).train()
+    if which == "policy":
+        model, decoder = lm, lm.get_decoder()
+        run = lambda share: _logprobs_and_grads(model, batch, share)   # noqa: E731
+    else:
+        model = ValueModel(lm.get_decoder(), lm.config.hidden_size).train()
+        decoder = model.backbone
+
+        def run(share):
+            model.zero_grad()
+            v = response_values(model, batch, share_prompt=share)
+            (v * torch.linspace(-1, 1, v.shape[1])).sum().backward()
+            return v.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    with torch.no_grad():
+        assert base._can_share_prompt(decoder, batch) is not None      # the shared path really runs
+    shared, g_shared = run(True)
+    full, g_full = run(False)
+    mask = batch["action_mask"]
+    assert int(mask.sum()) > 20 and float(full[mask].abs().min()) > 0
+    assert torch.allclose(shared, full, atol=1e-5, rtol=1e-5)
+    assert g_shared.keys() == g_full.keys() and len(g_full) > 5
+    for n in g_full:
+        assert torch.allclose(g_shared[n], g_full[n], atol=1e-6, rtol=1e-4), n
+
+
+@pytest.mark.slow
+def test_shared_prompt_forward_is_not_used_under_gradient_checkpointing(tiny_model_path):
+    """transformers drops the key/value cache inside checkpointed layers, so the shared path would let the
+    responses silently miss their prompt: under GRADIENT_CHECKPOINTING every row runs in full (same result)."""
+    import actors.base as base
+    from core.model_loader import load_causal_lm, load_tokenizer
+    tok = load_tokenizer(tiny_model_path)
+    batch = _grouped_batch(tok)
+    model = load_causal_lm(tiny_model_path).train()
+    plain, g_plain = _logprobs_and_grads(model, batch, False)
+    enable = getattr(model, "activation_checkpointing_enable", None)   # transformers >= 5.2x name
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    assert base._can_share_prompt(model.get_decoder(), batch) is None
+    ckpt, g_ckpt = _logprobs_and_grads(model, batch, True)
+    assert torch.allclose(ckpt, plain, atol=1e-5, rtol=1e-5)
+    for n in g_plain:
+        assert torch.allclose(g_ckpt[n], g_plain[n], atol=1e-6, rtol=1e-4), n
+    with torch.no_grad():   # no gradients: nothing is checkpointed, the shared path is fine again
+        assert base._can_share_prompt(model.get_decoder(), batch) is not None
+
+
+def test_shared_prompt_forward_skips_batches_without_a_repeated_prompt(tiny_model_path):
+    import actors.base as base
+    from core.model_loader import load_causal_lm, load_tokenizer
+    tok = load_tokenizer(tiny_model_path)
+    model = load_causal_lm(tiny_model_path).eval()
+    assert base._can_share_prompt(model.get_decoder(), _varied_batch(tok)) is None   # six different prompts
+    assert base._can_share_prompt(model.get_decoder(), _grouped_batch(tok, n=1)) is None
+    assert base._can_share_prompt(model.get_decoder(), _grouped_batch(tok, n=2)) is not None

@@ -160,9 +160,11 @@ def _varied_batch(tok):
 
 
 @pytest.mark.slow
-def test_chunked_head_logprobs_equal_the_full_logits_path_with_gradients(tiny_model_path, monkeypatch):
+@pytest.mark.parametrize("checkpointed", [True, False])
+def test_chunked_head_logprobs_equal_the_full_logits_path_with_gradients(tiny_model_path, monkeypatch, checkpointed):
     """Log-probs (and entropy, and the gradient of a loss on them) from the hidden states in row chunks, without
-    the [B, R, V] logits, equal the full-logits path."""
+    the [B, R, V] logits, equal the full-logits path; with the chunks' logits recomputed in the backward pass
+    (above LOGPROB_KEEP_LOGITS_BYTES) or kept."""
     import actors.base as base
     from core.model_loader import load_causal_lm, load_tokenizer
     torch.manual_seed(0)
@@ -171,6 +173,11 @@ def test_chunked_head_logprobs_equal_the_full_logits_path_with_gradients(tiny_mo
     batch = _varied_batch(tok)
     assert base._decoder_and_head(model) is not None
     monkeypatch.setattr(base, "LOGPROB_CHUNK_ROWS", 7)   # several chunks, one ragged
+    monkeypatch.setattr(base, "LOGPROB_KEEP_LOGITS_BYTES", 0 if checkpointed else 1 << 40)
+    calls = []
+    import torch.utils.checkpoint as ckpt
+    real_checkpoint = ckpt.checkpoint
+    monkeypatch.setattr(ckpt, "checkpoint", lambda *a, **k: calls.append(1) or real_checkpoint(*a, **k))
 
     def run(chunked: bool):
         if not chunked:
@@ -185,6 +192,7 @@ def test_chunked_head_logprobs_equal_the_full_logits_path_with_gradients(tiny_mo
         return lp.detach(), ent, grads, lp_ng
 
     lp_c, ent_c, g_c, ng_c = run(True)
+    assert bool(calls) == checkpointed
     lp_f, ent_f, g_f, ng_f = run(False)
     mask = batch["action_mask"]
     assert int(mask.sum()) > 20 and float(lp_f[mask].abs().min()) > 0

@@ -401,12 +401,17 @@ def response_hidden_states(decoder, batch: Batch, share_prompt: bool = True) -> 
         return out.last_hidden_state[:, P - 1:P + R - 1]
     from transformers import DynamicCache
     first, inverse = groups
+    U = len(first)
+    # one embedding lookup for both passes: its backward builds one dense [vocab, H] gradient, not two
+    prompt_ids, answer_ids = seq[first, :P - 1], seq[:, P - 1:P + R - 1]
+    embeds = decoder.get_input_embeddings()(torch.cat([prompt_ids.reshape(-1), answer_ids.reshape(-1)]))
     cache = DynamicCache(config=decoder.config)
-    decoder(input_ids=seq[first, :P - 1], attention_mask=attn[first, :P - 1], position_ids=pos[first, :P - 1],
-            past_key_values=cache, use_cache=True)
+    decoder(inputs_embeds=embeds[:U * (P - 1)].view(U, P - 1, -1), attention_mask=attn[first, :P - 1],
+            position_ids=pos[first, :P - 1], past_key_values=cache, use_cache=True)
     cache.batch_select_indices(inverse)   # [U, ...] -> [B, ...] per layer
-    return decoder(input_ids=seq[:, P - 1:P + R - 1], attention_mask=attn[:, :P + R - 1],
-                   position_ids=pos[:, P - 1:P + R - 1], past_key_values=cache, use_cache=True).last_hidden_state
+    return decoder(inputs_embeds=embeds[U * (P - 1):].view(seq.shape[0], R, -1),
+                   attention_mask=attn[:, :P + R - 1], position_ids=pos[:, P - 1:P + R - 1],
+                   past_key_values=cache, use_cache=True).last_hidden_state
 
 
 def chunked_head_logprobs(head, hidden: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0,
@@ -430,11 +435,14 @@ def chunked_head_logprobs(head, hidden: torch.Tensor, labels: torch.Tensor, temp
             return lp, entropy_from_logits(z.detach())
 
     vocab = int(getattr(head, "out_features", 0) or head.weight.shape[0])
-    grad = torch.is_grad_enabled() and flat_h.requires_grad and B * R * vocab * 4 > LOGPROB_KEEP_LOGITS_BYTES
+    grad = torch.is_grad_enabled() and flat_h.requires_grad
+    recompute = grad and B * R * vocab * 4 > LOGPROB_KEEP_LOGITS_BYTES
+    if grad and not recompute:   # the logits are kept anyway: one chunk, one [V, H] weight gradient, not several
+        chunk_rows = B * R
     lps, ents = [], []
     for a in range(0, B * R, max(1, chunk_rows)):
         h, y = flat_h[a:a + chunk_rows], flat_y[a:a + chunk_rows]
-        if grad:
+        if recompute:
             from torch.utils.checkpoint import checkpoint
             lp, ent = checkpoint(chunk, h, y, use_reentrant=False)
         else:

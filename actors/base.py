@@ -34,6 +34,16 @@ def cpu_has_fast_bf16() -> bool:
         return False
 
 
+def cpu_summary() -> str:
+    """One line for benchmark tables: cores, torch's CPU instruction set level and whether bf16 is native.
+    Timings on CPU depend on both (fp32 on AVX2 vs bf16 on AVX512-BF16 differ by ~2x), so every table says it."""
+    try:
+        isa = torch.backends.cpu.get_cpu_capability()
+    except Exception:  # noqa: BLE001 - older torch
+        isa = "unknown ISA"
+    return f"{machine_cores()} cores, {isa}, bf16 {'native' if cpu_has_fast_bf16() else 'not native'}"
+
+
 def resolve_train_autocast(cfg: RLFHConfig, device: torch.device) -> Optional[torch.dtype]:
     """TRAIN_AUTOCAST as a dtype for ``torch.autocast`` (None: no autocast).
 

@@ -98,8 +98,10 @@ def measure(model: str = "smollm2-135m-instruct", n_prompts: int = 8, n: int = 4
 
 
 def print_table(res: dict) -> None:
+    from actors.base import cpu_summary
     print(f"\n{res['prompts']} {res['mode']} prompts ({res['prompt_tokens']} prompt tokens) x {res['n']} samples, "
-          f"T={res['temperature']}, {res['precision']}, micro batch {res['batch']}, {res['threads']} threads")
+          f"T={res['temperature']}, {res['precision']}, micro batch {res['batch']}, {res['threads']} threads; "
+          f"{cpu_summary()}")
     print("| loop | s/call (median) | tokens/call | tok/s (median) | tok/s (best) |")
     print("|---|---|---|---|---|")
     for loop in LOOPS:

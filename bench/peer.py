@@ -129,8 +129,10 @@ def _cmd(args: argparse.Namespace) -> int:
         res["TRL GRPOTrainer"] = run_trl(args, prompts)
     if args.only in ("both", "rlfh"):
         res["rlfh"] = run_rlfh(args, len(prompts))
+    from actors.base import cpu_summary
     t = Table(title=f"s/step: {args.model}, {args.prompts} prompts x {args.samples} samples x <= "
-                    f"{args.max_new_tokens} tokens, GRPO, no KL, lr {args.lr:g}, one update per rollout")
+                    f"{args.max_new_tokens} tokens, GRPO, no KL, lr {args.lr:g}, one update per rollout; "
+                    f"{cpu_summary()}")
     t.add_column("trainer")
     for i in range(args.steps):
         t.add_column(f"step {i + 1}", justify="right")

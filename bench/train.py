@@ -131,9 +131,11 @@ def print_rss(rss: list[tuple[str, int, float]]) -> None:
 def print_table(rows: list[dict], cfg: RLFHConfig, setup_s: float) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    from actors.base import cpu_summary
     title = (f"PPO step time (s): {cfg.rollout_batch_size} prompts x {cfg.n_samples_per_prompt} samples x "
              f"<= {cfg.generate_max_len} tokens, {cfg.advantage_estimator}, model {cfg.model_path}; "
-             f"setup {setup_s:.0f}s")
+             f"setup {setup_s:.0f}s; {cpu_summary()}")
     t = Table(title=title)
     t.add_column("step")
     for _, name in COLUMNS:

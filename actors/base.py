@@ -19,7 +19,8 @@ from typing import Any, Optional
 
 import torch
 
-from actors.types import Batch, check_batch, pad_response, position_ids, prompt_length, response_length, trim_batch
+from actors.types import (Batch, check_batch, pad_response, position_ids, prompt_groups, prompt_length, response_length,
+                          trim_batch)
 from core.config import RLFHConfig
 
 log = logging.getLogger(__name__)
@@ -350,22 +351,6 @@ def _decoder_and_head(model):
     except (AttributeError, NotImplementedError):
         return None
     return None if dec is None or head is None else (dec, head)
-
-
-def prompt_groups(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows that share their prompt (equal prompt columns: ids and attention mask, left padding included).
-
-    Returns ``first`` [U] (the lowest row index of each distinct prompt) and ``inverse`` [B] (each row's index
-    into ``first``), both long tensors on the batch's device.
-    """
-    P = prompt_length(batch)
-    key = torch.cat([batch["sequences"][:, :P], batch["attention_mask"][:, :P].long()], 1)
-    _, inverse = torch.unique(key, dim=0, return_inverse=True)
-    B = key.shape[0]
-    U = int(inverse.max()) + 1 if B else 0
-    rows = torch.arange(B, device=key.device)
-    first = torch.full((U,), B, dtype=torch.long, device=key.device).scatter_reduce_(0, inverse, rows, "amin")
-    return first, inverse
 
 
 def _can_share_prompt(decoder, batch: Batch) -> Optional[tuple[torch.Tensor, torch.Tensor]]:

@@ -21,7 +21,7 @@ value.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, Optional, Sequence
 
 import torch
 
@@ -271,6 +271,32 @@ def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     """Positions as ``generate`` computes them for left-padded prompts: cumsum(mask) - 1, 0 on padding. [B, L]."""
     pos = attention_mask.long().cumsum(-1) - 1
     return pos.masked_fill(attention_mask == 0, 0)
+
+
+def prompt_groups(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows that share their prompt (equal prompt columns: ids and attention mask, left padding included).
+
+    Returns ``first`` [U] (the lowest row index of each distinct prompt) and ``inverse`` [B] (each row's index
+    into ``first``), both long tensors on the batch's device.
+    """
+    P = prompt_length(batch)
+    key = torch.cat([batch["sequences"][:, :P], batch["attention_mask"][:, :P].long()], 1)
+    _, inverse = torch.unique(key, dim=0, return_inverse=True)
+    B = key.shape[0]
+    U = int(inverse.max()) + 1 if B else 0
+    rows = torch.arange(B, device=key.device)
+    first = torch.full((U,), B, dtype=torch.long, device=key.device).scatter_reduce_(0, inverse, rows, "amin")
+    return first, inverse
+
+
+def group_permutation(batch: Batch, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """A random row order [B] that keeps the rows of each prompt together (in their order), so that micro batches
+    of a shuffled epoch still hold whole prompt groups (:func:`actors.base.response_hidden_states` runs each
+    prompt of a micro batch once)."""
+    first, inverse = prompt_groups(batch)
+    B = int(inverse.shape[0])
+    slot = torch.randperm(len(first), generator=generator)[inverse.cpu()]   # each row's group's new position
+    return torch.argsort(slot * B + torch.arange(B))
 
 
 def trim_batch(batch: Batch) -> tuple[Batch, int, int]:

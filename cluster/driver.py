@@ -726,6 +726,7 @@ class Trainer:
     def train_on(self, exp: dict[str, torch.Tensor], step: int, timer: PhaseTimer) -> dict[str, Any]:
         """PPO epochs on the critic (always) and the policy (after FREEZING_ACTOR_STEPS), then weight sync."""
         from actors import calls
+        from actors.types import group_permutation
         from actors.weight_sync import sync_weights
         cfg, g = self.cfg, self.groups
         out: dict[str, Any] = {}
@@ -740,7 +741,8 @@ class Trainer:
         with timer("train"):
             for epoch in range(cfg.max_epochs):
                 B = exp["sequences"].shape[0]
-                perm = torch.randperm(B, generator=gen) if epoch > 0 else torch.arange(B)
+                # later epochs shuffle whole prompt groups: micro batches keep running each prompt once
+                perm = group_permutation(exp, gen) if epoch > 0 else torch.arange(B)
                 # the critic and the policy are different actors: train them concurrently
                 share = int(g.critic is not None) + int(train_policy)   # concurrent actors split the threads
                 crefs = (g.critic.dispatch_async("train_step", {k: exp[k][perm] for k in critic_keys}, share=share)

@@ -345,7 +345,7 @@ def _grouped_batch(tok, n: int = 3):
 
 
 def test_prompt_groups_find_the_rows_of_each_prompt(tiny_model_path):
-    from actors.base import prompt_groups
+    from actors.types import prompt_groups
     from core.model_loader import load_tokenizer
     batch = _grouped_batch(load_tokenizer(tiny_model_path), n=3)
     first, inverse = prompt_groups(batch)
@@ -355,6 +355,23 @@ def test_prompt_groups_find_the_rows_of_each_prompt(tiny_model_path):
     perm = torch.tensor([4, 0, 8, 3, 1, 7, 2, 6, 5])
     first, inverse = prompt_groups({k: v[perm] for k, v in batch.items()})
     assert len(first) == 3 and (perm[first[inverse]] // 3 == perm // 3).all()
+
+
+def test_shuffled_epochs_keep_the_rows_of_a_prompt_together(tiny_model_path):
+    """Epochs after the first shuffle prompt groups, not rows: micro batches still share their prompts."""
+    from actors.types import group_permutation
+    from core.model_loader import load_tokenizer
+    batch = _grouped_batch(load_tokenizer(tiny_model_path), n=3)
+    orders = set()
+    for seed in range(6):
+        perm = group_permutation(batch, torch.Generator().manual_seed(seed))
+        assert sorted(perm.tolist()) == list(range(9))
+        groups = (perm // 3).tolist()
+        assert groups[0::3] == groups[1::3] == groups[2::3]                  # each group contiguous ...
+        assert all(perm[i] < perm[i + 1] for i in range(8) if groups[i] == groups[i + 1])   # ... in its order
+        assert torch.equal(perm, group_permutation(batch, torch.Generator().manual_seed(seed)))   # seeded
+        orders.add(tuple(groups[0::3]))
+    assert len(orders) > 1                                                    # and really shuffled
 
 
 def _logprobs_and_grads(model, batch, share: bool):

@@ -518,15 +518,18 @@ def batched_response_forward(fn, batch: Batch, micro: int, device: torch.device)
 
 
 def response_logprobs(model, batch: Batch, cfg: RLFHConfig, device: torch.device,
-                      autocast: Optional[torch.dtype] = None) -> torch.Tensor:
+                      autocast: Optional[torch.dtype] = None, share_prompt: Optional[bool] = None) -> torch.Tensor:
     """Response log-probs of a causal LM at the rollout ``TEMPERATURE``: CPU float32 [B, R], 0 off the action mask.
 
     Micro batches of ``MICRO_ROLLOUT_BATCH_SIZE`` (trimmed, on ``device``); call it under ``torch.no_grad()``.
     The one forward the policy (old log-probs), the reference (KL) and the HF rollout engine share.
     ``autocast``: run the forward under ``torch.autocast`` in this dtype (the policy and the reference pass
     :func:`resolve_train_autocast`, so old, reference and training log-probs share one precision).
+    ``share_prompt``: run each prompt once per micro batch (default SHARE_PROMPT_FORWARD).
     """
+    share = cfg.share_prompt_forward if share_prompt is None else share_prompt
+
     def forward(mb):
         with autocast_context(autocast, device):
-            return causal_lm_response_logprobs(model, mb, cfg.temperature, share_prompt=cfg.share_prompt_forward)
+            return causal_lm_response_logprobs(model, mb, cfg.temperature, share_prompt=share)
     return batched_response_forward(forward, batch, cfg.micro_rollout_batch_size, device)

@@ -46,7 +46,7 @@ class _AdapterOffReference:
         h._phase_threads()
         h.engine.eval()
         with h.module.disable_adapter():
-            return response_logprobs(h.module, batch, h.cfg, h.device, h.autocast)
+            return response_logprobs(h.module, batch, h.cfg, h.device, h.autocast, h.share_prompt)
 
     def ping(self) -> dict:
         return dict(self.host.ping(), role="reference")

@@ -106,7 +106,7 @@ class CriticActor(TrainableLMActor):
         self.engine.eval()
         def forward(mb):
             with autocast_context(self.autocast, self.device):
-                return response_values(self.engine, mb, self.cfg.share_prompt_forward)
+                return response_values(self.engine, mb, self.share_prompt)
         return batched_response_forward(forward, batch,
                                         self.cfg.micro_rollout_batch_size, self.device)
 
@@ -122,7 +122,7 @@ class CriticActor(TrainableLMActor):
 
         def loss_fn(mb):
             # under TRAIN_AUTOCAST (set by _ppo_pass)
-            v = response_values(self.engine, mb, self.cfg.share_prompt_forward).float()
+            v = response_values(self.engine, mb, self.share_prompt).float()
             loss, m = value_loss(v, mb["old_values"].float(), mb["returns"].float(), mb["action_mask"], clip)
             return loss, {"value_loss": float(loss.detach()), **{k: float(x) for k, x in m.items()}}
 

@@ -60,6 +60,13 @@ class TrainableLMActor(BaseActor):
     def module(self):
         return self.engine.module
 
+    @property
+    def share_prompt(self) -> bool:
+        """SHARE_PROMPT_FORWARD, except under ZeRO-3 with several ranks: there every rank must run the same module
+        forwards (each one gathers its parameters collectively), and whether a micro batch repeats a prompt can
+        differ between ranks."""
+        return bool(self.cfg.share_prompt_forward) and not (self.cfg.zero_stage == 3 and self.world_size > 1)
+
     # ------------------------------------------------------------------ the PPO pass
     def _ppo_pass(self, batch: Batch, loss_fn) -> dict:
         """One pass over ``batch`` in micro batches, an optimizer step every ``grad_accum`` micro batches.
@@ -222,7 +229,7 @@ class PolicyActor(TrainableLMActor):
         """
         self._phase_threads(share)
         self.engine.eval()
-        return response_logprobs(self.engine, batch, self.cfg, self.device, self.autocast)
+        return response_logprobs(self.engine, batch, self.cfg, self.device, self.autocast, self.share_prompt)
 
     # ------------------------------------------------------------------ training
     def train_step(self, batch: Batch, eps_clip: Optional[float] = None, share: int = 1) -> dict:
@@ -243,7 +250,7 @@ class PolicyActor(TrainableLMActor):
 
         def loss_fn(mb):
             lp, ent = causal_lm_response_logprobs(self.engine, mb, self.cfg.temperature, with_entropy=True,
-                                                  share_prompt=self.cfg.share_prompt_forward)
+                                                  share_prompt=self.share_prompt)
             old = mb["old_logprobs"].float() if "old_logprobs" in mb else lp.detach()
             loss, m = policy_loss(lp, old, mb["advantages"].float(), mb["action_mask"], clip, **loss_kwargs)
             metrics = {"policy_loss": float(loss.detach()), "clipfrac": m.get("clipfrac", 0.0),

@@ -450,3 +450,17 @@ def test_shared_prompt_forward_skips_batches_without_a_repeated_prompt(tiny_mode
     assert base._can_share_prompt(model.get_decoder(), _varied_batch(tok)) is None   # six different prompts
     assert base._can_share_prompt(model.get_decoder(), _grouped_batch(tok, n=1)) is None
     assert base._can_share_prompt(model.get_decoder(), _grouped_batch(tok, n=2)) is not None
+
+
+def test_zero3_with_several_ranks_runs_every_prompt_in_full(monkeypatch):
+    """Under ZeRO-3 each module forward gathers its parameters collectively, so every rank must run the same
+    forwards; whether a micro batch repeats a prompt can differ between ranks, so the shared path is off there."""
+    import os
+
+    from actors.policy import PolicyActor
+    monkeypatch.setattr(os, "environ", dict(os.environ))   # the actor writes RANK / WORLD_SIZE into the environment
+    share = lambda world, **kw: PolicyActor(RLFHConfig(**kw), world_size=world).share_prompt   # noqa: E731
+    assert share(2, zero_stage=3) is False
+    assert share(1, zero_stage=3) is True
+    assert share(2, zero_stage=2) is True
+    assert share(1, share_prompt_forward=False) is False

@@ -159,6 +159,13 @@ def _varied_batch(tok):
     return make_batch(samples, tok.pad_token_id)
 
 
+def _assert_same_grads(got: dict, want: dict) -> None:
+    """Two {parameter name: gradient} maps hold the same parameters and (nearly) equal gradients."""
+    assert got.keys() == want.keys() and len(want) > 5
+    for n in want:
+        assert torch.allclose(got[n], want[n], atol=1e-6, rtol=1e-4), n
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("checkpointed", [True, False])
 def test_chunked_head_logprobs_equal_the_full_logits_path_with_gradients(tiny_model_path, monkeypatch, checkpointed):
@@ -199,9 +206,7 @@ def test_chunked_head_logprobs_equal_the_full_logits_path_with_gradients(tiny_mo
     assert torch.allclose(lp_c, lp_f, atol=1e-5, rtol=1e-5)
     assert torch.allclose(ng_c, ng_f, atol=1e-5, rtol=1e-5) and torch.allclose(ng_c, lp_c, atol=1e-6)
     assert torch.allclose(ent_c, ent_f, atol=1e-4, rtol=1e-5)
-    assert g_c.keys() == g_f.keys() and len(g_c) > 5
-    for n in g_f:
-        assert torch.allclose(g_c[n], g_f[n], atol=1e-6, rtol=1e-4), n
+    _assert_same_grads(g_c, g_f)
 
 
 @pytest.mark.slow
@@ -413,9 +418,7 @@ def test_shared_prompt_forward_equals_the_full_forward_with_gradients(tiny_model
     mask = batch["action_mask"]
     assert int(mask.sum()) > 20 and float(full[mask].abs().min()) > 0
     assert torch.allclose(shared, full, atol=1e-5, rtol=1e-5)
-    assert g_shared.keys() == g_full.keys() and len(g_full) > 5
-    for n in g_full:
-        assert torch.allclose(g_shared[n], g_full[n], atol=1e-6, rtol=1e-4), n
+    _assert_same_grads(g_shared, g_full)
 
 
 @pytest.mark.slow
@@ -436,8 +439,7 @@ def test_shared_prompt_forward_is_not_used_under_gradient_checkpointing(tiny_mod
     assert base._can_share_prompt(model.get_decoder(), batch) is None
     ckpt, g_ckpt = _logprobs_and_grads(model, batch, True)
     assert torch.allclose(ckpt, plain, atol=1e-5, rtol=1e-5)
-    for n in g_plain:
-        assert torch.allclose(g_ckpt[n], g_plain[n], atol=1e-6, rtol=1e-4), n
+    _assert_same_grads(g_ckpt, g_plain)
     with torch.no_grad():   # no gradients: nothing is checkpointed, the shared path is fine again
         assert base._can_share_prompt(model.get_decoder(), batch) is not None
 

@@ -177,7 +177,8 @@ class Settings(BaseModel):
             shown = json.dumps(default) if isinstance(default, dict) else default
             g.add_argument(
                 flag_name(name), dest=name, default=None, metavar=env_name(name),
-                help=f"{info.description} [env {env_name(name)}; default: {shown!s}]")
+                # argparse %-formats help text: a literal "%" in a description must reach it as "%%"
+                help=f"{info.description} [env {env_name(name)}; default: {shown!s}]".replace("%", "%%"))
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, environ: Optional[dict[str, str]] = None) -> Self:

@@ -457,8 +457,17 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
         except Exception as e:  # noqa: BLE001 - reported by the main thread
             events.append({"error": repr(e)})
 
+    class PacedReward(KeywordReward):
+        """KeywordReward that takes a second per step: a step of the tiny model can otherwise finish between the
+        fault thread seeing step N logged (it polls every 0.1 s) and its kill, so 'after step N' would land
+        after step N+1."""
+
+        def __call__(self, items):
+            time.sleep(1.0)
+            return super().__call__(items)
+
     try:
-        trainer = Trainer(cfg, reward_fn=KeywordReward("the"), show_progress=False)
+        trainer = Trainer(cfg, reward_fn=PacedReward("the"), show_progress=False)
         trainer.setup()
         thread = threading.Thread(target=faults, daemon=True)
         thread.start()

@@ -20,7 +20,7 @@ from typing import Any, Optional
 import torch
 
 from actors.types import (Batch, check_batch, pad_response, position_ids, prompt_groups, prompt_length, response_length,
-                          trim_batch)
+                          shared_prefix_length, trim_batch)
 from core.config import RLFHConfig
 
 log = logging.getLogger(__name__)
@@ -354,11 +354,11 @@ def _decoder_and_head(model):
 
 
 def _can_share_prompt(decoder, batch: Batch) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
-    """:func:`prompt_groups` when :func:`response_hidden_states` may run each distinct prompt once, else None.
+    """:func:`prompt_groups` when :func:`response_hidden_states` may split the forward at the prompt, else None.
 
     Needs a decoder whose key/value cache holds every position (no sliding window), no gradient checkpointing
     while training (transformers then drops ``past_key_values``: the responses would silently not see the
-    prompt), a prompt of at least two columns, and at least two rows sharing a prompt.
+    prompt) and a prompt of at least two columns.
     """
     config = getattr(decoder, "config", None)
     if prompt_length(batch) < 2 or getattr(config, "model_type", None) not in HEAD_ONLY_MODEL_TYPES:
@@ -368,8 +368,11 @@ def _can_share_prompt(decoder, batch: Batch) -> Optional[tuple[torch.Tensor, tor
     if torch.is_grad_enabled() and decoder.training and any(
             getattr(m, "gradient_checkpointing", False) for m in decoder.modules()):
         return None
-    first, inverse = prompt_groups(batch)
-    return (first, inverse) if len(first) < len(inverse) else None
+    return prompt_groups(batch)
+
+
+#: The prompts' common leading tokens run once per micro batch only when there are at least this many.
+MIN_SHARED_PREFIX = 4
 
 
 def response_hidden_states(decoder, batch: Batch, share_prompt: bool = True) -> torch.Tensor:
@@ -378,34 +381,56 @@ def response_hidden_states(decoder, batch: Batch, share_prompt: bool = True) -> 
     Args:
         decoder: a HF decoder stack (``model.get_decoder()`` / an ``AutoModel`` backbone): ``input_ids``,
             ``attention_mask``, ``position_ids`` -> ``last_hidden_state``.
-        batch: ``sequences`` / ``attention_mask`` [B, L = P + R] and ``action_mask`` [B, R].
-        share_prompt: SHARE_PROMPT_FORWARD. Rows with the same prompt (the n samples of one prompt) run its first
-            ``P-1`` positions once, [U, P-1], and their responses attend to those keys and values (repeated
-            per row, a differentiable index, so gradients of all n samples add up in the one prompt pass): U * (P-1)
-            + B * R positions instead of B * (P + R - 1). Falls back to the full forward where
-            :func:`_can_share_prompt` says no.
+        batch: ``sequences`` / ``attention_mask`` [B, L = P + R] (prompts left padded) and ``action_mask`` [B, R].
+        share_prompt: SHARE_PROMPT_FORWARD. The forward runs in up to three passes over one key/value cache:
+            the tokens every prompt starts with (the chat template's system prompt, S of them) once, [1, S]; the
+            rest of each distinct prompt's first ``P-1`` positions once, [U, P-1-S] (the n samples of a prompt
+            share it); each row's response, [B, R]. The cache is repeated per row with an index, which is
+            differentiable, so the gradients of all rows add up in the shared passes. Falls back to the full
+            forward where :func:`_can_share_prompt` says no, or when no prompt repeats and S < MIN_SHARED_PREFIX.
     Returns:
         [B, R, H] in the decoder's output dtype.
     """
     seq, attn = batch["sequences"], batch["attention_mask"]
-    P, R = prompt_length(batch), response_length(batch)
+    B, P, R = seq.shape[0], prompt_length(batch), response_length(batch)
     pos = position_ids(attn)
     groups = _can_share_prompt(decoder, batch) if share_prompt else None
+    S = 0
+    if groups is not None:
+        first = groups[0]
+        S = shared_prefix_length(seq[first, :P - 1], attn[first, :P - 1])
+        S = S if S >= MIN_SHARED_PREFIX else 0
+        if S == 0 and len(first) == B:
+            groups = None
     if groups is None:
         out = decoder(input_ids=seq, attention_mask=attn, position_ids=pos, use_cache=False)
         return out.last_hidden_state[:, P - 1:P + R - 1]
     from transformers import DynamicCache
     first, inverse = groups
-    U = len(first)
-    # one embedding lookup for both passes: its backward builds one dense [vocab, H] gradient, not two
-    prompt_ids, answer_ids = seq[first, :P - 1], seq[:, P - 1:P + R - 1]
-    embeds = decoder.get_input_embeddings()(torch.cat([prompt_ids.reshape(-1), answer_ids.reshape(-1)]))
+    U, M = len(first), P - 1 - S
+    # each distinct prompt without its shared start: its left padding, then its remaining tokens ([U, M]); the
+    # shared start goes first in the cache, so padding sits between the two (masked; positions are explicit)
+    pads = (P - 1) - attn[first, :P - 1].long().sum(1)                       # [U] left padding in P-1 columns
+    col = torch.arange(M, device=seq.device)[None]
+    src = torch.where(col >= pads[:, None], col + S, col)                    # [U, M] source columns
+    mid_ids, mid_attn, mid_pos = (t[first].gather(1, src) for t in (seq, attn, pos))
+    start = int(pads[0])
+    # one embedding lookup for all passes: its backward builds one dense [vocab, H] gradient, not several
+    embeds = decoder.get_input_embeddings()(torch.cat([seq[first[0], start:start + S], mid_ids.reshape(-1),
+                                                       seq[:, P - 1:P + R - 1].reshape(-1)]))
     cache = DynamicCache(config=decoder.config)
-    decoder(inputs_embeds=embeds[:U * (P - 1)].view(U, P - 1, -1), attention_mask=attn[first, :P - 1],
-            position_ids=pos[first, :P - 1], past_key_values=cache, use_cache=True)
+    ones = attn.new_ones((U, S))
+    if S:
+        decoder(inputs_embeds=embeds[:S][None], attention_mask=ones[:1], position_ids=pos.new_tensor(range(S))[None],
+                past_key_values=cache, use_cache=True)
+        cache.batch_repeat_interleave(U)
+    if M:
+        decoder(inputs_embeds=embeds[S:S + U * M].view(U, M, -1), attention_mask=torch.cat([ones, mid_attn], 1),
+                position_ids=mid_pos, past_key_values=cache, use_cache=True)
     cache.batch_select_indices(inverse)   # [U, ...] -> [B, ...] per layer
-    return decoder(inputs_embeds=embeds[U * (P - 1):].view(seq.shape[0], R, -1),
-                   attention_mask=attn[:, :P + R - 1], position_ids=pos[:, P - 1:P + R - 1],
+    keys = torch.cat([ones, mid_attn], 1)[inverse]
+    return decoder(inputs_embeds=embeds[S + U * M:].view(B, R, -1),
+                   attention_mask=torch.cat([keys, attn[:, P - 1:P + R - 1]], 1), position_ids=pos[:, P - 1:P + R - 1],
                    past_key_values=cache, use_cache=True).last_hidden_state
 
 

@@ -15,7 +15,8 @@ attention interface (``AttentionInterface.register``):
 * keys and values go into one buffer per layer, ``[rows, kv_heads, capacity, head_dim]``, written in place;
 * one-token decode attention groups the query heads of each key/value head (GQA without ``repeat_kv``) and is
   two small matmuls over the filled prefix; prefill runs sdpa with our own causal + left-padding mask;
-* each prompt is prefilled ONCE for its ``n`` samples (the buffer rows are its ``n`` copies);
+* each prompt is prefilled ONCE for its ``n`` samples (the buffer rows are its ``n`` copies), and the tokens all
+  prompts of a micro batch start with (the chat template's system prompt) once for all of them;
 * the next token is drawn by inverse CDF (one uniform per row);
 * rows that emitted an end token are dropped from the batch (and from the buffer) as they finish.
 
@@ -24,6 +25,7 @@ encoder-decoders) are refused by :func:`kv_buffer_supported`; the engine then us
 """
 from __future__ import annotations
 
+import os
 import threading
 from contextlib import contextmanager
 from typing import Optional, Sequence
@@ -34,6 +36,8 @@ import torch.nn.functional as F
 ATTENTION_NAME = "rlfh_kv_buffer"
 #: Drop finished rows once this share of the batch has finished (each drop copies the live part of the buffer).
 COMPACT_SHARE = 0.25
+#: The prompts' common leading tokens are prefilled once only when there are at least this many.
+MIN_SHARED_PREFIX = 4
 
 _active = threading.local()   # the KVBuffer of the loop running in this thread (None outside it)
 
@@ -68,10 +72,10 @@ class KVBuffer:
         self.values[layer][:, :, self.length:end] = value
         return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
 
-    def advance(self, q: int) -> None:
-        """After a forward over ``q`` new positions; from then on one buffer row per sequence."""
+    def advance(self, q: int, repeat: int = 1) -> None:
+        """After a forward over ``q`` new positions; the next forward writes ``repeat`` buffer rows per row."""
         self.length += q
-        self.repeat = 1
+        self.repeat = int(repeat)
 
     def keep_rows(self, idx: torch.Tensor) -> None:
         """Keep only the rows ``idx`` (the still-running sequences): copies their filled prefix."""
@@ -100,10 +104,14 @@ def kv_buffer_attention(module, query, key, value, attention_mask, dropout: floa
     b, heads, q, d = query.shape
     scale = scaling if scaling is not None else d ** -0.5
     keys, values = buf.write(module.layer_idx, key, value)
-    if q > 1:   # prefill: the prompt over itself, causal and left padded (a pad query sees itself: no NaN rows)
-        mask = buf.key_mask[::buf.repeat, :q] if buf.repeat > 1 else buf.key_mask[:, :q]
-        allowed = torch.ones(q, q, dtype=torch.bool, device=query.device).tril()[None] & mask[:, None, :]
-        allowed |= torch.eye(q, dtype=torch.bool, device=query.device)[None]
+    if q > 1:   # prefill: over what the buffer holds and, causally, itself (a pad query sees itself: no NaN rows)
+        start, end = buf.length, keys.shape[2]
+        if start:   # after a shared prefix: this call's rows are every buffer row's ``repeat``-th one
+            key, value = keys[::buf.repeat], values[::buf.repeat]
+        mask = buf.key_mask[::buf.repeat, :end]
+        causal = torch.arange(end, device=query.device)[None] <= start + torch.arange(q, device=query.device)[:, None]
+        allowed = causal[None] & mask[:, None, :]
+        allowed[:, :, start:] |= torch.eye(q, dtype=torch.bool, device=query.device)[None]
         out = F.scaled_dot_product_attention(query, key, value, attn_mask=allowed[:, None], scale=scale,
                                              enable_gqa=key.shape[1] != heads)
         return out.transpose(1, 2).contiguous(), None
@@ -210,12 +218,14 @@ SAMPLE_BLOCK = 256
 @torch.no_grad()
 def sample(model, prompt_ids: Sequence[Sequence[int]], *, n: int, max_new_tokens: int, temperature: float,
            top_p: float, eos_ids: Sequence[int], pad_id: int, generator: Optional[torch.Generator] = None,
-           suppress_first_ids: Sequence[int] = (), device: Optional[torch.device] = None) -> list[list[int]]:
+           suppress_first_ids: Sequence[int] = (), device: Optional[torch.device] = None,
+           share_prefix: bool = True) -> list[list[int]]:
     """``n`` continuations of each prompt (prompt-major: rows ``i*n .. i*n+n-1`` belong to prompt ``i``).
 
     ``prompt_ids``: token ids of each prompt (at least one each). Each continuation ends with its first token in
     ``eos_ids`` (kept) or after ``max_new_tokens`` tokens. ``suppress_first_ids``: tokens the first generated
-    token may not be. ``pad_id`` only fills the padding of the prompt batch. Returns the generated ids per row.
+    token may not be. ``pad_id`` only fills the padding of the prompt batch. ``share_prefix``: prefill the tokens
+    all prompts start with once (at least :data:`MIN_SHARED_PREFIX` of them). Returns the generated ids per row.
     """
     if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
         raise ValueError("sample: every prompt needs at least one token")
@@ -224,25 +234,36 @@ def sample(model, prompt_ids: Sequence[Sequence[int]], *, n: int, max_new_tokens
     device = device or next(model.parameters()).device
     b, plen = len(prompt_ids), max(len(p) for p in prompt_ids)
     rows, cap = b * n, plen + max_new_tokens
-    ids = torch.full((b, plen), int(pad_id), dtype=torch.long)
-    real = torch.zeros((b, plen), dtype=torch.bool)
+    # the tokens every prompt starts with (a chat template's system prompt) are prefilled once for all rows,
+    # then each prompt's rest, left padded: buffer columns [shared | padding | rest of the prompt | generated]
+    shared = len(os.path.commonprefix([list(p) for p in prompt_ids])) if share_prefix and b > 1 else 0
+    shared = min(shared, min(len(p) for p in prompt_ids) - 1)
+    shared = shared if shared >= MIN_SHARED_PREFIX else 0
+    rest = plen - shared
+    ids = torch.full((b, rest), int(pad_id), dtype=torch.long)
+    real = torch.zeros((b, rest), dtype=torch.bool)
     for i, p in enumerate(prompt_ids):
-        ids[i, plen - len(p):] = torch.as_tensor(list(p), dtype=torch.long)
-        real[i, plen - len(p):] = True
+        ids[i, rest - (len(p) - shared):] = torch.as_tensor(list(p)[shared:], dtype=torch.long)
+        real[i, rest - (len(p) - shared):] = True
     ids, real = ids.to(device), real.to(device)
     key_mask = torch.ones((rows, cap), dtype=torch.bool, device=device)
-    key_mask[:, :plen] = real.repeat_interleave(n, 0)
-    positions = (real.long().cumsum(-1) - 1).clamp_(min=0)
-    next_pos = real.sum(-1).repeat_interleave(n, 0)          # [rows] the position of the next fed token
+    key_mask[:, shared:plen] = real.repeat_interleave(n, 0)
+    positions = shared + (real.long().cumsum(-1) - 1).clamp_(min=0)
+    next_pos = shared + real.sum(-1).repeat_interleave(n, 0)   # [rows] the position of the next fed token
     eos_set = {int(e) for e in eos_ids}
     eos = torch.as_tensor(sorted(eos_set) or [-1], dtype=torch.long, device=device)
-    buffer = KVBuffer(key_mask, repeat=n)
+    buffer = KVBuffer(key_mask, repeat=rows if shared else n)
     out: list[list[int]] = [[] for _ in range(rows)]
     ended = [False] * rows                                   # emitted an end token: its later tokens are dropped
     live = torch.arange(rows, device=device)                 # original row of each buffer row
     with _kv_buffer_attention(model, buffer):
+        if shared:
+            first = torch.as_tensor(list(prompt_ids[0])[:shared], dtype=torch.long, device=device)[None]
+            model(input_ids=first, position_ids=torch.arange(shared, device=device)[None], use_cache=False,
+                  logits_to_keep=1)
+            buffer.advance(shared, repeat=n)
         logits = model(input_ids=ids, position_ids=positions, use_cache=False, logits_to_keep=1).logits[:, -1]
-        buffer.advance(plen)
+        buffer.advance(rest)
         logits = logits.repeat_interleave(n, 0)
         if suppress_first_ids:
             logits[:, list(suppress_first_ids)] = float("-inf")

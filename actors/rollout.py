@@ -328,7 +328,8 @@ class HFRolloutEngine(_EngineBase):
             with self._autocast():
                 out.extend(sample(self.model, prompt_ids[start:start + per], n=n, max_new_tokens=max_new_tokens,
                                   temperature=temperature, top_p=top_p, eos_ids=self.eos_ids, pad_id=self.pad_id,
-                                  generator=gen, suppress_first_ids=suppress_first_ids, device=self.device))
+                                  generator=gen, suppress_first_ids=suppress_first_ids, device=self.device,
+                                  share_prefix=self.cfg.share_prompt_forward))
         return out
 
     def _prefill(self, ids: torch.Tensor, mask: torch.Tensor, n: int):

@@ -289,6 +289,28 @@ def prompt_groups(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     return first, inverse
 
 
+def shared_prefix_length(ids: torch.Tensor, mask: torch.Tensor) -> int:
+    """How many leading real tokens every row has in common (e.g. the chat template's system prompt).
+
+    ``ids`` / ``mask`` [U, C]: left-padded token rows (each row's real tokens are its last ``mask.sum()``
+    columns). Returns S <= the shortest row's length, 0 for fewer than two rows or when a row is not left padded.
+    """
+    U, C = ids.shape
+    if U < 2 or C == 0:
+        return 0
+    m = mask.long()
+    if bool((m[:, 1:] < m[:, :-1]).any()):   # a real token before a pad: not left padded
+        return 0
+    lengths = m.sum(1)
+    shortest = int(lengths.min())
+    if shortest == 0:
+        return 0
+    cols = (C - lengths)[:, None] + torch.arange(shortest, device=ids.device)[None]   # [U, shortest]
+    aligned = ids.gather(1, cols)                                                     # each row from its start
+    differs = (aligned != aligned[:1]).any(0)
+    return int(differs.long().argmax()) if bool(differs.any()) else shortest
+
+
 def group_permutation(batch: Batch, generator: Optional[torch.Generator] = None) -> torch.Tensor:
     """A random row order [B] that keeps the rows of each prompt together (in their order), so that micro batches
     of a shuffled epoch still hold whole prompt groups (:func:`actors.base.response_hidden_states` runs each

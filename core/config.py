@@ -457,8 +457,10 @@ class RLFHConfig(ServiceSettings):
         True, "Run the prompt once for all of its samples in every training and log-prob forward (policy, "
         "reference, critic): the n samples of a prompt share its keys and values, so a micro batch of n samples "
         "of one prompt costs one prompt + n responses instead of n prompts + n responses (~45% fewer tokens for "
-        "closed-book prompts, ~60% with passages). Same result as the full forward up to float rounding. Not "
-        "used with GRADIENT_CHECKPOINTING (transformers drops the key/value cache under checkpointing).",
+        "closed-book prompts, ~60% with passages). The tokens all prompts of a micro batch start with (the chat "
+        "template's system prompt) run once for all of them, there and in the kv-buffer rollout loop's prefill. "
+        "Same result as the full forward up to float rounding. Not used with GRADIENT_CHECKPOINTING "
+        "(transformers drops the key/value cache under checkpointing).",
         env="SHARE_PROMPT_FORWARD", group="optim")
 
     # ---------------------------------------------------------------- placement

@@ -43,17 +43,30 @@ def _through_first(ids, eos):
     return ids
 
 
-def test_greedy_kv_buffer_equals_transformers_generate(model_and_tok):
+@pytest.mark.parametrize("share_prefix", [True, False])
+def test_greedy_kv_buffer_equals_transformers_generate(model_and_tok, share_prefix):
     """Left padding, prompts of 48-122 tokens, rows ending at different steps (so rows are dropped mid-way): the
-    same tokens as ``model.generate`` with sdpa and a DynamicCache, and the model's attention setting restored."""
+    same tokens as ``model.generate`` with sdpa and a DynamicCache, and the model's attention setting restored.
+    ``share_prefix``: the chat template's system prompt, which all prompts start with, prefilled once."""
+    import os
+
     from actors.decode import sample
     model, tok = model_and_tok
     prompts = _prompts(tok)
     assert max(map(len, prompts)) > 2 * min(map(len, prompts))
+    assert len(os.path.commonprefix(prompts)) > 20
     eos = [tok.eos_token_id]
     ref = _hf_greedy(model, tok, prompts, 24, eos)
-    got = sample(model, prompts, n=1, max_new_tokens=24, temperature=0.0, top_p=1.0, eos_ids=eos,
-                 pad_id=tok.pad_token_id)
+    widths = []
+    hook = model.register_forward_pre_hook(lambda m, a, k: widths.append(k["input_ids"].shape), with_kwargs=True)
+    try:
+        got = sample(model, prompts, n=1, max_new_tokens=24, temperature=0.0, top_p=1.0, eos_ids=eos,
+                     pad_id=tok.pad_token_id, share_prefix=share_prefix)
+    finally:
+        hook.remove()
+    shared = len(os.path.commonprefix(prompts))
+    prefills = [(1, shared), (5, max(map(len, prompts)) - shared)] if share_prefix else [(5, max(map(len, prompts)))]
+    assert [tuple(w) for w in widths[:len(prefills)]] == prefills
     assert got == ref
     assert len({len(r) for r in ref}) > 1          # the rows really end at different steps
     assert model.config._attn_implementation == "sdpa"

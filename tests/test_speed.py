@@ -333,11 +333,16 @@ def test_eval_autocast_precision_keeps_fp32_weights_and_caches_their_casts(tiny_
 
 # ------------------------------------------------------------------------------------------------ shared prompts
 
-def _grouped_batch(tok, n: int = 3):
+#: A start all prompts share, as a chat template's system prompt is.
+SYSTEM = "You are a careful assistant. Answer briefly and say when you do not know.\n"
+
+
+def _grouped_batch(tok, n: int = 3, system: str = ""):
     """``n`` samples each of three prompts of different lengths (left padded), responses of different lengths
-    (right padded), prompt-major like a rollout."""
+    (right padded), prompt-major like a rollout. ``system``: text every prompt starts with."""
     from actors.types import RolloutSample, make_batch
-    prompts = ["Capital of France?", "Who wrote the play Hamlet, and in which year was it first staged?", "2+2?"]
+    prompts = [system + q for q in
+               ("Capital of France?", "Who wrote the play Hamlet, and in which year was it first staged?", "2+2?")]
     answers = [" Paris.", " Shakespeare, around 1600, at the Globe.", " 4", " I don't know.", " Lyon", " 5 or so"]
     samples = []
     for i, q in enumerate(prompts):
@@ -388,16 +393,18 @@ def _logprobs_and_grads(model, batch, share: bool):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("which", ["policy", "critic"])
-def test_shared_prompt_forward_equals_the_full_forward_with_gradients(tiny_model_path, which):
-    """SHARE_PROMPT_FORWARD: each prompt runs once for its samples; log-probs (policy) or values (critic) and the
-    gradients of a loss on them equal the forward over every full row."""
+@pytest.mark.parametrize("which,system,n", [("policy", "", 3), ("critic", "", 3), ("policy", SYSTEM, 3),
+                                           ("critic", SYSTEM, 2), ("policy", SYSTEM, 1)])
+def test_shared_prompt_forward_equals_the_full_forward_with_gradients(tiny_model_path, which, system, n):
+    """SHARE_PROMPT_FORWARD: each prompt runs once for its samples, and the prompts' common start (a system
+    prompt) once for all of them; log-probs (policy) or values (critic) and the gradients of a loss on them equal
+    the forward over every full row."""
     import actors.base as base
     from actors.critic import ValueModel, response_values
     from core.model_loader import load_causal_lm, load_tokenizer
     torch.manual_seed(0)
     tok = load_tokenizer(tiny_model_path)
-    batch = _grouped_batch(tok)
+    batch = _grouped_batch(tok, n=n, system=system)
     lm = load_causal_lm(tiny_model_path).train()
     if which == "policy":
         model, decoder = lm, lm.get_decoder()
@@ -416,7 +423,7 @@ def test_shared_prompt_forward_equals_the_full_forward_with_gradients(tiny_model
     shared, g_shared = run(True)
     full, g_full = run(False)
     mask = batch["action_mask"]
-    assert int(mask.sum()) > 20 and float(full[mask].abs().min()) > 0
+    assert int(mask.sum()) >= 20 and float(full[mask].abs().min()) > 0
     assert torch.allclose(shared, full, atol=1e-5, rtol=1e-5)
     _assert_same_grads(g_shared, g_full)
 
@@ -444,14 +451,43 @@ def test_shared_prompt_forward_is_not_used_under_gradient_checkpointing(tiny_mod
         assert base._can_share_prompt(model.get_decoder(), batch) is not None
 
 
-def test_shared_prompt_forward_skips_batches_without_a_repeated_prompt(tiny_model_path):
+def test_shared_prompt_forward_splits_only_batches_that_share_something(tiny_model_path):
+    """One full pass when no prompt repeats and the prompts share no start; a pass per shared part otherwise
+    (the common start, the distinct prompts, the responses)."""
     import actors.base as base
     from core.model_loader import load_causal_lm, load_tokenizer
     tok = load_tokenizer(tiny_model_path)
     model = load_causal_lm(tiny_model_path).eval()
-    assert base._can_share_prompt(model.get_decoder(), _varied_batch(tok)) is None   # six different prompts
-    assert base._can_share_prompt(model.get_decoder(), _grouped_batch(tok, n=1)) is None
-    assert base._can_share_prompt(model.get_decoder(), _grouped_batch(tok, n=2)) is not None
+    decoder = model.get_decoder()
+    calls = []
+    hook = decoder.register_forward_hook(lambda m, a, k, out: calls.append(1), with_kwargs=True)
+
+    def passes(batch) -> int:
+        calls.clear()
+        with torch.no_grad():
+            base.response_hidden_states(decoder, batch)
+        return len(calls)
+    try:
+        assert passes(_varied_batch(tok)) == 1                     # six different prompts, no common start
+        assert passes(_grouped_batch(tok, n=1)) == 1
+        assert passes(_grouped_batch(tok, n=2)) == 2               # prompts once, then the responses
+        assert passes(_grouped_batch(tok, n=1, system=SYSTEM)) == 3   # common start, prompts, responses
+        assert passes(_grouped_batch(tok, n=3, system=SYSTEM)) == 3
+    finally:
+        hook.remove()
+
+
+def test_shared_prefix_length_of_left_padded_rows():
+    from actors.types import shared_prefix_length
+    ids = torch.tensor([[0, 0, 5, 6, 7, 8], [5, 6, 7, 9, 9, 9], [0, 5, 6, 7, 8, 1]])
+    mask = (torch.arange(6)[None] >= torch.tensor([[2], [0], [1]])).long()
+    assert shared_prefix_length(ids, mask) == 3                      # 5 6 7, wherever each row starts
+    assert shared_prefix_length(ids[:1], mask[:1]) == 0              # one row: nothing is shared
+    assert shared_prefix_length(ids[[0, 0]], mask[[0, 0]]) == 4     # equal rows: the whole (shortest) row
+    same_start = torch.tensor([[5, 6, 7], [0, 5, 6]])
+    assert shared_prefix_length(same_start, torch.tensor([[1, 1, 1], [0, 1, 1]])) == 2   # capped by the shortest
+    assert shared_prefix_length(ids, torch.ones_like(ids)) == 0      # no common first token
+    assert shared_prefix_length(ids[:2], torch.tensor([[1, 0, 1, 1, 1, 1], [1] * 6])) == 0   # not left padded
 
 
 def test_zero3_with_several_ranks_runs_every_prompt_in_full(monkeypatch):

@@ -35,6 +35,16 @@ def cpu_has_fast_bf16() -> bool:
         return False
 
 
+def process_allocator(pid: Optional[int] = None) -> str:
+    """The malloc a process runs with: ``jemalloc`` when libjemalloc is mapped into it (ACTOR_ALLOCATOR),
+    ``system`` otherwise, ``unknown`` where /proc cannot tell (not Linux, another user's process)."""
+    try:
+        with open(f"/proc/{pid or 'self'}/maps") as f:
+            return "jemalloc" if any("libjemalloc" in line for line in f) else "system"
+    except OSError:
+        return "unknown"
+
+
 def cpu_summary() -> str:
     """One line for benchmark tables: cores, torch's CPU instruction set level and whether bf16 is native.
     Timings on CPU depend on both (fp32 on AVX2 vs bf16 on AVX512-BF16 differ by ~2x), so every table says it."""
@@ -243,7 +253,7 @@ class BaseActor:
 
     def ping(self) -> dict:
         return {"role": self.role, "rank": self.rank, "world_size": self.world_size, "pid": os.getpid(),
-                "device": str(self.device), "node_ip": node_ip()}
+                "device": str(self.device), "node_ip": node_ip(), "allocator": process_allocator()}
 
     def weights_version(self) -> int:
         return self._weights_version

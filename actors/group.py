@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
@@ -189,14 +190,49 @@ def _strategy(pg, bundle_index: Optional[int], capture_children: bool = False):
                                             placement_group_capture_child_tasks=capture_children)
 
 
-def actor_env(gpu: bool) -> dict[str, str]:
-    """Environment every model actor gets (CPU: DeepSpeed's cpu accelerator and no CUDA probing)."""
+#: Where Linux distributions and conda put libjemalloc (Debian/Ubuntu: the libjemalloc2 package).
+JEMALLOC_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
+                 "/usr/local/lib", "/opt/conda/lib")
+
+
+def find_jemalloc() -> Optional[str]:
+    """Path of a libjemalloc shared library on this machine (``$CONDA_PREFIX/lib`` first), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    dirs = ([os.path.join(os.environ["CONDA_PREFIX"], "lib")] if os.environ.get("CONDA_PREFIX") else []) + \
+        list(JEMALLOC_DIRS)
+    for d in dirs:
+        for name in ("libjemalloc.so.2", "libjemalloc.so"):
+            path = os.path.join(d, name)
+            if os.path.isfile(path):
+                return path
+    return None
+
+
+def allocator_env(allocator: str, gpu: bool) -> dict[str, str]:
+    """``{"LD_PRELOAD": ...}`` that makes an actor process use jemalloc (ACTOR_ALLOCATOR), or ``{}``."""
+    if allocator == "system" or (allocator == "auto" and gpu):
+        return {}
+    path = find_jemalloc()
+    if path is None:
+        if allocator == "jemalloc":
+            raise ValueError("ACTOR_ALLOCATOR=jemalloc: no libjemalloc found on this machine (looked in "
+                             f"{', '.join(JEMALLOC_DIRS)}). Install it (Debian/Ubuntu: apt install libjemalloc2) "
+                             "or set ACTOR_ALLOCATOR=auto or system.")
+        return {}
+    before = os.environ.get("LD_PRELOAD", "")
+    return {"LD_PRELOAD": f"{path}:{before}" if before and path not in before else (before or path)}
+
+
+def actor_env(gpu: bool, allocator: str = "system") -> dict[str, str]:
+    """Environment every model actor gets (CPU: DeepSpeed's cpu accelerator and no CUDA probing; ACTOR_ALLOCATOR)."""
     env = {"TOKENIZERS_PARALLELISM": "false"}
     if not gpu:
         env.update({"DS_ACCELERATOR": "cpu", "RLFH_FORCE_CPU": "1"})
     for k in ("RLFH_CACHE_DIR", "RLFH_TORCH_THREADS", "RLFH_LOG_LEVEL", "HF_HOME", "HF_HUB_OFFLINE"):
         if os.environ.get(k):
             env[k] = os.environ[k]
+    env.update(allocator_env(allocator, gpu))
     return env
 
 
@@ -232,7 +268,7 @@ class ActorGroup:
             raise ValueError(f"{role}: {len(bundle_indices)} bundle indices for {self._world_size} ranks")
         self.placement_group, self.bundle_indices = placement_group, bundle_indices
         remote_cls = actor_cls if hasattr(actor_cls, "remote") else ray.remote(actor_cls)
-        env = {"env_vars": actor_env(gpu)}
+        env = {"env_vars": actor_env(gpu, cfg.actor_allocator)}
         if runtime_env:
             env = {**runtime_env, "env_vars": {**env["env_vars"], **runtime_env.get("env_vars", {})}}
         self._env = env
@@ -326,7 +362,8 @@ def create_rollout_engines(cfg: RLFHConfig, placement: Optional[Placement] = Non
         num_gpus = 0.0
         if gpu:
             num_gpus = (rp.num_gpus_per_actor if rp is not None else 1.0) if tp == 1 else 0.0
-        opts = dict(num_cpus=cfg.num_cpus_per_actor, num_gpus=num_gpus, runtime_env={"env_vars": actor_env(gpu)})
+        opts = dict(num_cpus=cfg.num_cpus_per_actor, num_gpus=num_gpus,
+                    runtime_env={"env_vars": actor_env(gpu, cfg.actor_allocator)})
         if rp is not None and rp.placement_group is not None:
             opts["scheduling_strategy"] = _strategy(rp.placement_group, rp.bundle_indices[i * tp],
                                                     capture_children=tp > 1)

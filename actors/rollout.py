@@ -27,7 +27,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from actors.base import cpu_has_fast_bf16
+from actors.base import cpu_has_fast_bf16, process_allocator
 from actors.optional import VLLM_HINT, require_vllm, vllm_available
 from actors.types import Batch, RolloutSample, token_offsets
 from core.config import RLFHConfig
@@ -187,6 +187,7 @@ class _EngineBase:
     def info(self) -> dict:
         return {"backend": self.backend, "engine_index": self.engine_index, "model_path": self.model_path,
                 "weights_version": self._version, "pid": os.getpid(), "dtype": getattr(self, "dtype", ""),
+                "allocator": process_allocator(),
                 "shares_policy_weights": bool(getattr(self, "shares_policy_weights", False)),
                 **self.stats}
 

@@ -111,8 +111,9 @@ def _actor_rss(g, out: list) -> None:
             names.setdefault(int(p["pid"]), []).append(f"{grp.role}[{p['rank']}]")
     for i, info in enumerate(ray.get([e.info.remote() for e in g.rollout])):
         names.setdefault(int(info["pid"]), []).append(f"rollout[{i}] ({info.get('dtype', '')})")
+    from actors.base import process_allocator
     for pid, roles in names.items():
-        out.append((" + ".join(roles), pid, _vm_hwm_mb(pid)))
+        out.append((f"{' + '.join(roles)}, {process_allocator(pid)} malloc", pid, _vm_hwm_mb(pid)))
 
 
 def print_rss(rss: list[tuple[str, int, float]]) -> None:

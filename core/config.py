@@ -512,6 +512,13 @@ class RLFHConfig(ServiceSettings):
         "driver runs at the same time split them. 0: auto, every core of the machine unless other jobs keep it "
         "busy, then 1 (two OpenMP threads descheduled in turn wait for each other at every op).",
         env="CPU_THREADS", group="placement", ge=0)
+    actor_allocator: Literal["auto", "jemalloc", "system"] = setting(
+        "auto", "Memory allocator of the model actors (policy, critic, reference, rollout engines), Linux only. "
+        "jemalloc: preload libjemalloc (Debian/Ubuntu: apt install libjemalloc2) into them; glibc's malloc keeps "
+        "the freed activations of one train step fragmented and grows step by step (embedded model, 3 steps: "
+        "peak 4.5 GB with glibc, 3.7 GB with jemalloc, step time within 5%). auto: jemalloc for CPU actors when "
+        "the library is found on this machine, else the system allocator.",
+        env="ACTOR_ALLOCATOR", group="placement")
 
     # ---------------------------------------------------------------- checkpoints & logging
     save_step: int = setting(0, "Checkpoint every N steps (0: only at the end and on Ctrl-C).", env="SAVE_STEP",

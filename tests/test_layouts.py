@@ -31,6 +31,29 @@ def test_auto_layout_is_colocated_on_one_cpu_node_and_separate_elsewhere():
         resolve_layout(RLFHConfig(model_layout="colocated"), backend="vllm")
 
 
+def test_actor_allocator_preloads_jemalloc_only_where_asked_and_found(monkeypatch, tmp_path):
+    import actors.group as G
+    lib = tmp_path / "libjemalloc.so.2"
+    lib.write_bytes(b"")
+    monkeypatch.setattr(G, "JEMALLOC_DIRS", (str(tmp_path),))
+    monkeypatch.delenv("CONDA_PREFIX", raising=False)
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    assert G.find_jemalloc() == str(lib)
+    assert G.allocator_env("auto", gpu=False) == {"LD_PRELOAD": str(lib)}
+    assert G.allocator_env("auto", gpu=True) == {}                  # auto: CPU actors only
+    assert G.allocator_env("jemalloc", gpu=True) == {"LD_PRELOAD": str(lib)}
+    assert G.allocator_env("system", gpu=False) == {}
+    assert G.actor_env(False, "auto")["LD_PRELOAD"] == str(lib) and "LD_PRELOAD" not in G.actor_env(False)
+    monkeypatch.setenv("LD_PRELOAD", "/opt/other.so")                 # a user's own preload is kept
+    assert G.allocator_env("auto", gpu=False) == {"LD_PRELOAD": f"{lib}:/opt/other.so"}
+    lib.unlink()
+    assert G.find_jemalloc() is None and G.allocator_env("auto", gpu=False) == {}
+    with pytest.raises(ValueError, match="ACTOR_ALLOCATOR=jemalloc.*libjemalloc2"):
+        G.allocator_env("jemalloc", gpu=False)
+    with pytest.raises(ConfigError, match="ACTOR_ALLOCATOR"):
+        RLFHConfig.load({"ACTOR_ALLOCATOR": "tcmalloc"})
+
+
 # ------------------------------------------------------------------------------------------------ same update
 
 def _cfg(layout: str, autocast: str = "off") -> RLFHConfig:
@@ -46,7 +69,7 @@ def _one_step(layout: str, prompts: list[str], pad_id: int, batch=None, autocast
     (default: the layout's own rollout), sync, and return what the test compares."""
     import ray
 
-    from actors.group import create_groups
+    from actors.group import create_groups, find_jemalloc
     from actors.types import make_batch
     from actors.weight_sync import last_sync_stats, sync_weights
     g = create_groups(_cfg(layout, autocast))
@@ -68,8 +91,10 @@ def _one_step(layout: str, prompts: list[str], pad_id: int, batch=None, autocast
         version = sync_weights(g.policy, g.rollout)
         after_policy = g.policy.dispatch_cat("logprobs", batch)
         after_engine = ray.get(g.rollout[0].logprobs.remote(batch))
-        pids = {"policy": g.policy.run("ping")[0]["pid"], "reference": g.reference.run("ping")[0]["pid"],
-                "critic": g.critic.run("ping")[0]["pid"], "rollout": ray.get(g.rollout[0].info.remote())["pid"]}
+        pings = {"policy": g.policy.run("ping")[0], "reference": g.reference.run("ping")[0],
+                 "critic": g.critic.run("ping")[0], "rollout": ray.get(g.rollout[0].info.remote())}
+        pids = {role: p["pid"] for role, p in pings.items()}
+        assert {p["allocator"] for p in pings.values()} == {"jemalloc" if find_jemalloc() else "system"}
         return {"samples": samples, "batch": batch, "old": old, "ref": ref, "values": values, "pstats": pstats,
                 "cstats": cstats, "policy_fp": g.policy.run("weights_fingerprint")[0],
                 "critic_fp": g.critic.run("weights_fingerprint")[0], "after_policy": after_policy,

@@ -157,11 +157,13 @@ def _mean_dicts(dicts: Sequence[dict]) -> dict[str, float]:
     return {k: sum(v) / len(v) for k, v in out.items()}
 
 
-def _gather_timed(launched: dict[str, list], timer: PhaseTimer) -> dict[str, torch.Tensor]:
+def _gather_timed(launched: dict[str, list], timer: PhaseTimer, serial: bool = False) -> dict[str, torch.Tensor]:
     """Wait for concurrently launched per-rank calls; each phase's time runs from launch to its last rank's
-    answer (phases overlap, so their times add up to more than the wall time). Returns ``{phase: [B, ...]}``."""
+    answer (phases overlap, so their times add up to more than the wall time). ``serial``: the phases run one
+    after another in one process (the colocated layout), so each one's time runs from the previous phase's end.
+    Returns ``{phase: [B, ...]}``."""
     from actors import calls
-    t0 = time.perf_counter()
+    t0 = start = time.perf_counter()
     deadline = time.monotonic() + calls.timeout_s()
     owner = {ref: phase for phase, refs in launched.items() for ref in refs}
     left = {phase: len(refs) for phase, refs in launched.items()}
@@ -173,7 +175,9 @@ def _gather_timed(launched: dict[str, list], timer: PhaseTimer) -> dict[str, tor
             phase = owner[ref]
             left[phase] -= 1
             if left[phase] == 0:
-                timer.times[phase] = timer.times.get(phase, 0.0) + time.perf_counter() - t0
+                now = time.perf_counter()
+                timer.times[phase] = timer.times.get(phase, 0.0) + now - start
+                start = now if serial else t0
     return {phase: torch.cat(calls.get(refs, phase), 0) for phase, refs in launched.items()}
 
 
@@ -676,7 +680,7 @@ class Trainer:
             launched["reference"] = g.reference.dispatch_async("logprobs", batch, share=share)
         if "critic" in want:
             launched["critic"] = g.critic.dispatch_async("values", batch, share=share)
-        fwd = _gather_timed(launched, timer)
+        fwd = _gather_timed(launched, timer, serial=getattr(g, "layout", "") == "colocated")
         old_logprobs, ref_logprobs, values = fwd.get("policy_forward"), fwd.get("reference"), fwd.get("critic")
 
         # 4. KL and shaped per-token rewards: r_t = token reward - kl_coef * KL_t (REWARD_CLIP was applied where

@@ -335,3 +335,25 @@ def test_stratified_question_types_are_distinct_and_keep_their_order():
     assert len(got) == 80 and min(shares.values()) >= 0.25
     with pytest.raises(BaselineError, match="--type-share"):
         load_questions("halueval:train", 80, type_share=0.7)
+
+
+@pytest.mark.parametrize("serial", [False, True])
+def test_forward_phase_times_add_up_to_the_wall_time_when_phases_run_one_after_another(monkeypatch, serial):
+    """The colocated layout runs the reference, critic and policy forwards one after another in one process:
+    each phase's time then starts where the previous one ended (else the table shows cumulative times)."""
+    from actors import calls
+    from cluster.driver import PhaseTimer, _gather_timed
+    finish = {"ref_a": 0.05, "ref_b": 0.10}   # phase a's one call, then phase b's
+    t0 = time.perf_counter()
+
+    def wait_any(pending, deadline, what=""):
+        nxt = min(pending, key=finish.get)
+        time.sleep(max(0.0, t0 + finish[nxt] - time.perf_counter()))
+        return [nxt], [r for r in pending if r != nxt]
+    monkeypatch.setattr(calls, "wait_any", wait_any)
+    monkeypatch.setattr(calls, "get", lambda refs, what="": [torch.zeros(1, 2) for _ in refs])
+    timer = PhaseTimer()
+    out = _gather_timed({"a": ["ref_a"], "b": ["ref_b"]}, timer, serial=serial)
+    assert out["a"].shape == (1, 2)
+    assert timer.times["a"] == pytest.approx(0.05, abs=0.03)
+    assert timer.times["b"] == pytest.approx(0.05 if serial else 0.10, abs=0.03)

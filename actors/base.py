@@ -20,7 +20,7 @@ from typing import Any, Optional
 import torch
 
 from actors.types import (Batch, check_batch, pad_response, position_ids, prompt_groups, prompt_length, response_length,
-                          shared_prefix_length, trim_batch)
+                          shared_prefix_length, trim_batch, uses_sliding_window)
 from core.config import RLFHConfig
 
 log = logging.getLogger(__name__)
@@ -373,7 +373,7 @@ def _can_share_prompt(decoder, batch: Batch) -> Optional[tuple[torch.Tensor, tor
     config = getattr(decoder, "config", None)
     if prompt_length(batch) < 2 or getattr(config, "model_type", None) not in HEAD_ONLY_MODEL_TYPES:
         return None
-    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True) is not False:
+    if uses_sliding_window(config):
         return None
     if torch.is_grad_enabled() and decoder.training and any(
             getattr(m, "gradient_checkpointing", False) for m in decoder.modules()):

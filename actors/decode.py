@@ -33,6 +33,8 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 
+from actors.types import uses_sliding_window
+
 ATTENTION_NAME = "rlfh_kv_buffer"
 #: Drop finished rows once this share of the batch has finished (each drop copies the live part of the buffer).
 COMPACT_SHARE = 0.25
@@ -151,7 +153,7 @@ def kv_buffer_supported(model) -> tuple[bool, str]:
         return False, "not a transformers PreTrainedModel"
     if getattr(cfg, "is_encoder_decoder", False):
         return False, "encoder-decoder model"
-    if getattr(cfg, "sliding_window", None) and getattr(cfg, "use_sliding_window", True) is not False:
+    if uses_sliding_window(cfg):
         return False, "sliding-window attention"
     if getattr(cfg, "attn_logit_softcapping", None):
         return False, "attention-logit soft-capping"

@@ -298,7 +298,6 @@ class ActorGroup:
 
     def run(self, method: str, *args, **kwargs) -> list:
         """Call ``method`` on every rank, wait, return the results in rank order."""
-        import ray
         return calls.get(self.run_async(method, *args, **kwargs), f"{self.role}.{method}")
 
     def dispatch_async(self, method: str, batch: Batch, **kwargs) -> list:
@@ -308,7 +307,6 @@ class ActorGroup:
     def dispatch(self, method: str, batch: Batch, **kwargs) -> list:
         """Split ``batch`` into ``world_size`` contiguous shards (data parallel), call ``method(shard)`` on
         each rank, wait, return the results in rank order."""
-        import ray
         return calls.get(self.dispatch_async(method, batch, **kwargs), f"{self.role}.{method}")
 
     def dispatch_cat(self, method: str, batch: Batch, **kwargs) -> torch.Tensor:
@@ -432,7 +430,7 @@ class RoleView(ActorGroup):
     """An :class:`ActorGroup` (run / dispatch) over the ``role`` hosted by each rank of a colocated ``host``
     group. The processes belong to the host: shutting a view down kills nothing."""
 
-    def __init__(self, host: ActorGroup, role: str):   # noqa: super().__init__ would start actors
+    def __init__(self, host: ActorGroup, role: str):   # no super().__init__: it would start actors
         self.host, self.role, self.cfg = host, role, host.cfg
         self.num_nodes, self.num_gpus_per_node = host.num_nodes, host.num_gpus_per_node
         self._world_size = host.world_size
@@ -518,7 +516,6 @@ def create_groups(cfg: RLFHConfig, init_models: bool = True) -> Groups:
 def create_colocated_groups(cfg: RLFHConfig, init_models: bool = True) -> Groups:
     """The colocated layout: one :class:`actors.colocated.ColocatedActor` per policy rank (one bundle of
     NUM_CPUS_PER_ACTOR each) hosting policy, rollout engine, reference and critic; views for the other roles."""
-    import ray
 
     from actors.colocated import ColocatedActor
     t0 = time.time()

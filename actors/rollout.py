@@ -546,9 +546,9 @@ class VLLMRolloutEngine(_EngineBase):
 
     def logprobs(self, batch: Batch) -> torch.Tensor:
         """Response log-probs under the engine's weights [B, R] via vLLM prompt log-probs."""
-        from actors.types import prompt_length, response_length
+        from actors.types import response_length
         self._ensure_awake()
-        P, R = prompt_length(batch), response_length(batch)
+        R = response_length(batch)
         seqs = []
         for i in range(batch["sequences"].shape[0]):
             m = batch["attention_mask"][i].bool()
@@ -666,7 +666,6 @@ def generate_on_engines(engines: Sequence[Any], prompts: list[str], n: int, max_
 
     ``prompt_index`` of every returned sample indexes the full ``prompts`` list.
     """
-    import ray
     if not engines:
         raise ValueError("generate_on_engines: no rollout engines")
     k = min(len(engines), len(prompts))

@@ -289,6 +289,12 @@ def prompt_groups(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     return first, inverse
 
 
+def uses_sliding_window(config) -> bool:
+    """Whether a HF model config turns on sliding-window attention (its key/value cache then drops old
+    positions, so a cached prompt is not the full prompt)."""
+    return bool(getattr(config, "sliding_window", None)) and getattr(config, "use_sliding_window", True) is not False
+
+
 def shared_prefix_length(ids: torch.Tensor, mask: torch.Tensor) -> int:
     """How many leading real tokens every row has in common (e.g. the chat template's system prompt).
 

@@ -453,6 +453,11 @@ class RLFHConfig(ServiceSettings):
     lora_alpha: int = setting(16, "LoRA alpha.", env="LORA_ALPHA", group="optim", ge=1)
     gradient_checkpointing: bool = setting(False, "Gradient checkpointing for policy and critic.",
                                            env="GRADIENT_CHECKPOINTING", group="optim")
+    optim_state_dtype: Literal["fp32", "bf16"] = setting(
+        "fp32", "dtype of the AdamW moments of the policy and the critic. bf16 halves the optimizer state (8 -> 4 "
+        "bytes per parameter: 538 MB less per 135M-parameter model); parameters, gradients and the update "
+        "arithmetic stay fp32, and with betas (0.9, 0.95) every step moves a moment by 5-10%, far above bf16's "
+        "rounding. fp32 uses torch's fused AdamW.", env="OPTIM_STATE_DTYPE", group="optim")
     share_prompt_forward: bool = setting(
         True, "Run the prompt once for all of its samples in every training and log-prob forward (policy, "
         "reference, critic): the n samples of a prompt share its keys and values, so a micro batch of n samples "

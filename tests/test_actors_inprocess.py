@@ -108,7 +108,31 @@ def full_actors(tiny_model_path):
 
 
 def test_checkpoint_round_trip_restores_model_and_optimizer(full_actors, tmp_path):
-    pol, critic = full_actors
+    _check_checkpoint_round_trip(*full_actors, tmp_path)
+
+
+def test_bf16_optimizer_state_trains_and_round_trips(tiny_model_path, tmp_path):
+    """OPTIM_STATE_DTYPE=bf16: the AdamW moments of policy and critic are bf16 (half the bytes), and the
+    checkpoint round trip restores them exactly."""
+    from actors.critic import CriticActor
+    from actors.policy import PolicyActor
+    from core.config import RLFHConfig
+    cfg = RLFHConfig(model_path=tiny_model_path, train_autocast="off", optim_state_dtype="bf16",
+                     actor_lr=1e-2, critic_lr=1e-2, micro_train_batch_size=2, train_batch_size=4)
+    p, c = PolicyActor(cfg), CriticActor(cfg)
+    p.init_model()   # joins this module's process group (its fixtures' teardown destroys it)
+    c.init_model()
+    _check_checkpoint_round_trip(p, c, tmp_path)
+    batch = make_tiny_batch(c.tokenizer)
+    v = c.values(batch)
+    c.train_step(dict(batch, old_values=v, returns=v + 1))   # the round trip restored the critic's empty state
+    for actor in (p, c):
+        states = list(getattr(actor.optimizer, "optimizer", actor.optimizer).state.values())
+        assert states and all(st["exp_avg"].dtype == st["exp_avg_sq"].dtype == torch.bfloat16 for st in states)
+        assert all(param.dtype == torch.float32 for param in actor.module.parameters())
+
+
+def _check_checkpoint_round_trip(pol, critic, tmp_path):
     batch = make_tiny_batch(pol.tokenizer)
     lp0 = pol.logprobs(batch)
     adv = torch.where(batch["action_mask"], torch.linspace(-1, 1, lp0.numel()).view_as(lp0), 0.0)
@@ -229,13 +253,14 @@ def test_hf_export_of_policy_and_critic(full_actors, tmp_path):
 
 # ------------------------------------------------------------------------------------------------ ZeRO-3
 
-def test_zero3_policy_trains_exports_gathered_weights_and_checkpoints(tiny_model_path, tmp_path):
+@pytest.mark.parametrize("state_dtype", ["fp32", "bf16"])
+def test_zero3_policy_trains_exports_gathered_weights_and_checkpoints(tiny_model_path, tmp_path, state_dtype):
     from transformers import AutoModelForCausalLM
 
     from actors.base import causal_lm_response_logprobs
     from actors.policy import PolicyActor
     from core.config import RLFHConfig
-    cfg = RLFHConfig(model_path=tiny_model_path, train_autocast="off",
+    cfg = RLFHConfig(model_path=tiny_model_path, train_autocast="off", optim_state_dtype=state_dtype,
                      zero_stage=3, actor_lr=1e-2, micro_train_batch_size=2,
                      train_batch_size=4)
     pol = PolicyActor(cfg)

@@ -648,7 +648,6 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
             truth_ans, conf_ans = -1.0, 0.6
 
     # ---- evidence strength: the statement's entities against the evidence sentence that says the rest of it
-    explicit = answer is not None or stance is not None or option is not None
     # an answer the statement gives in so many words ("The answer is X", "Yes, ..."); an option merely
     # mentioned in a background fact is not one
     firm = answer is not None or (stance is not None and bool(_YESNO_RE.match(st_text)))

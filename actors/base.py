@@ -20,7 +20,8 @@ from typing import Any, Optional
 import torch
 
 from actors.types import (Batch, check_batch, pad_response, position_ids, prompt_groups, prompt_length, response_length,
-                          shared_prefix_length, trim_batch, uses_sliding_window)
+                          MIN_SHARED_PREFIX, columns_after_shared_prefix, shared_prefix_length, trim_batch,
+                          uses_sliding_window)
 from core.config import RLFHConfig
 
 log = logging.getLogger(__name__)
@@ -381,10 +382,6 @@ def _can_share_prompt(decoder, batch: Batch) -> Optional[tuple[torch.Tensor, tor
     return prompt_groups(batch)
 
 
-#: The prompts' common leading tokens run once per micro batch only when there are at least this many.
-MIN_SHARED_PREFIX = 4
-
-
 def response_hidden_states(decoder, batch: Batch, share_prompt: bool = True) -> torch.Tensor:
     """The decoder's last hidden states at positions ``P-1 .. P+R-2`` (those that predict the R response tokens).
 
@@ -408,8 +405,7 @@ def response_hidden_states(decoder, batch: Batch, share_prompt: bool = True) -> 
     S = 0
     if groups is not None:
         first = groups[0]
-        S = shared_prefix_length(seq[first, :P - 1], attn[first, :P - 1])
-        S = S if S >= MIN_SHARED_PREFIX else 0
+        S = shared_prefix_length(seq[first, :P - 1], attn[first, :P - 1], at_least=MIN_SHARED_PREFIX)
         if S == 0 and len(first) == B:
             groups = None
     if groups is None:
@@ -420,28 +416,25 @@ def response_hidden_states(decoder, batch: Batch, share_prompt: bool = True) -> 
     U, M = len(first), P - 1 - S
     # each distinct prompt without its shared start: its left padding, then its remaining tokens ([U, M]); the
     # shared start goes first in the cache, so padding sits between the two (masked; positions are explicit)
-    pads = (P - 1) - attn[first, :P - 1].long().sum(1)                       # [U] left padding in P-1 columns
-    col = torch.arange(M, device=seq.device)[None]
-    src = torch.where(col >= pads[:, None], col + S, col)                    # [U, M] source columns
+    src = columns_after_shared_prefix(attn[first, :P - 1], S)
     mid_ids, mid_attn, mid_pos = (t[first].gather(1, src) for t in (seq, attn, pos))
-    start = int(pads[0])
+    start = P - 1 - int(attn[first[0], :P - 1].sum())              # where the first prompt's real tokens begin
     # one embedding lookup for all passes: its backward builds one dense [vocab, H] gradient, not several
     embeds = decoder.get_input_embeddings()(torch.cat([seq[first[0], start:start + S], mid_ids.reshape(-1),
                                                        seq[:, P - 1:P + R - 1].reshape(-1)]))
     cache = DynamicCache(config=decoder.config)
-    ones = attn.new_ones((U, S))
+    prompt_keys = torch.cat([attn.new_ones((U, S)), mid_attn], 1)   # [U, P-1] in cache order
     if S:
-        decoder(inputs_embeds=embeds[:S][None], attention_mask=ones[:1], position_ids=pos.new_tensor(range(S))[None],
-                past_key_values=cache, use_cache=True)
+        decoder(inputs_embeds=embeds[:S][None], attention_mask=prompt_keys[:1, :S],
+                position_ids=pos.new_tensor(range(S))[None], past_key_values=cache, use_cache=True)
         cache.batch_repeat_interleave(U)
     if M:
-        decoder(inputs_embeds=embeds[S:S + U * M].view(U, M, -1), attention_mask=torch.cat([ones, mid_attn], 1),
+        decoder(inputs_embeds=embeds[S:S + U * M].view(U, M, -1), attention_mask=prompt_keys,
                 position_ids=mid_pos, past_key_values=cache, use_cache=True)
     cache.batch_select_indices(inverse)   # [U, ...] -> [B, ...] per layer
-    keys = torch.cat([ones, mid_attn], 1)[inverse]
     return decoder(inputs_embeds=embeds[S + U * M:].view(B, R, -1),
-                   attention_mask=torch.cat([keys, attn[:, P - 1:P + R - 1]], 1), position_ids=pos[:, P - 1:P + R - 1],
-                   past_key_values=cache, use_cache=True).last_hidden_state
+                   attention_mask=torch.cat([prompt_keys[inverse], attn[:, P - 1:P + R - 1]], 1),
+                   position_ids=pos[:, P - 1:P + R - 1], past_key_values=cache, use_cache=True).last_hidden_state
 
 
 def chunked_head_logprobs(head, hidden: torch.Tensor, labels: torch.Tensor, temperature: float = 1.0,

@@ -25,7 +25,6 @@ encoder-decoders) are refused by :func:`kv_buffer_supported`; the engine then us
 """
 from __future__ import annotations
 
-import os
 import threading
 from contextlib import contextmanager
 from typing import Optional, Sequence
@@ -33,13 +32,11 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from actors.types import uses_sliding_window
+from actors.types import MIN_SHARED_PREFIX, columns_after_shared_prefix, shared_prefix_length, uses_sliding_window
 
 ATTENTION_NAME = "rlfh_kv_buffer"
 #: Drop finished rows once this share of the batch has finished (each drop copies the live part of the buffer).
 COMPACT_SHARE = 0.25
-#: The prompts' common leading tokens are prefilled once only when there are at least this many.
-MIN_SHARED_PREFIX = 4
 
 _active = threading.local()   # the KVBuffer of the loop running in this thread (None outside it)
 
@@ -236,17 +233,20 @@ def sample(model, prompt_ids: Sequence[Sequence[int]], *, n: int, max_new_tokens
     device = device or next(model.parameters()).device
     b, plen = len(prompt_ids), max(len(p) for p in prompt_ids)
     rows, cap = b * n, plen + max_new_tokens
-    # the tokens every prompt starts with (a chat template's system prompt) are prefilled once for all rows,
-    # then each prompt's rest, left padded: buffer columns [shared | padding | rest of the prompt | generated]
-    shared = len(os.path.commonprefix([list(p) for p in prompt_ids])) if share_prefix and b > 1 else 0
-    shared = min(shared, min(len(p) for p in prompt_ids) - 1)
-    shared = shared if shared >= MIN_SHARED_PREFIX else 0
-    rest = plen - shared
-    ids = torch.full((b, rest), int(pad_id), dtype=torch.long)
-    real = torch.zeros((b, rest), dtype=torch.bool)
+    ids = torch.full((b, plen), int(pad_id), dtype=torch.long)
+    real = torch.zeros((b, plen), dtype=torch.bool)
     for i, p in enumerate(prompt_ids):
-        ids[i, rest - (len(p) - shared):] = torch.as_tensor(list(p)[shared:], dtype=torch.long)
-        real[i, rest - (len(p) - shared):] = True
+        ids[i, plen - len(p):] = torch.as_tensor(list(p), dtype=torch.long)
+        real[i, plen - len(p):] = True
+    # the tokens every prompt starts with (a chat template's system prompt; each prompt keeps at least its last
+    # token) are prefilled once for all rows, then each prompt's rest, left padded: buffer columns
+    # [shared | padding | rest of the prompt | generated]
+    shared = shared_prefix_length(ids[:, :-1], real[:, :-1], at_least=MIN_SHARED_PREFIX) if share_prefix else 0
+    first = ids[0, plen - len(prompt_ids[0]):][:shared].to(device)
+    if shared:
+        src = columns_after_shared_prefix(real, shared)
+        ids, real = ids.gather(1, src), real.gather(1, src)
+    rest = plen - shared
     ids, real = ids.to(device), real.to(device)
     key_mask = torch.ones((rows, cap), dtype=torch.bool, device=device)
     key_mask[:, shared:plen] = real.repeat_interleave(n, 0)
@@ -260,8 +260,7 @@ def sample(model, prompt_ids: Sequence[Sequence[int]], *, n: int, max_new_tokens
     live = torch.arange(rows, device=device)                 # original row of each buffer row
     with _kv_buffer_attention(model, buffer):
         if shared:
-            first = torch.as_tensor(list(prompt_ids[0])[:shared], dtype=torch.long, device=device)[None]
-            model(input_ids=first, position_ids=torch.arange(shared, device=device)[None], use_cache=False,
+            model(input_ids=first[None], position_ids=torch.arange(shared, device=device)[None], use_cache=False,
                   logits_to_keep=1)
             buffer.advance(shared, repeat=n)
         logits = model(input_ids=ids, position_ids=positions, use_cache=False, logits_to_keep=1).logits[:, -1]

@@ -295,11 +295,17 @@ def uses_sliding_window(config) -> bool:
     return bool(getattr(config, "sliding_window", None)) and getattr(config, "use_sliding_window", True) is not False
 
 
-def shared_prefix_length(ids: torch.Tensor, mask: torch.Tensor) -> int:
+#: The prompts' common leading tokens run once per micro batch (training forwards and rollout prefill) only when
+#: there are at least this many.
+MIN_SHARED_PREFIX = 4
+
+
+def shared_prefix_length(ids: torch.Tensor, mask: torch.Tensor, at_least: int = 1) -> int:
     """How many leading real tokens every row has in common (e.g. the chat template's system prompt).
 
     ``ids`` / ``mask`` [U, C]: left-padded token rows (each row's real tokens are its last ``mask.sum()``
-    columns). Returns S <= the shortest row's length, 0 for fewer than two rows or when a row is not left padded.
+    columns). Returns S <= the shortest row's length; 0 for fewer than two rows, when a row is not left padded,
+    or when S < ``at_least``.
     """
     U, C = ids.shape
     if U < 2 or C == 0:
@@ -314,7 +320,17 @@ def shared_prefix_length(ids: torch.Tensor, mask: torch.Tensor) -> int:
     cols = (C - lengths)[:, None] + torch.arange(shortest, device=ids.device)[None]   # [U, shortest]
     aligned = ids.gather(1, cols)                                                     # each row from its start
     differs = (aligned != aligned[:1]).any(0)
-    return int(differs.long().argmax()) if bool(differs.any()) else shortest
+    S = int(differs.long().argmax()) if bool(differs.any()) else shortest
+    return S if S >= at_least else 0
+
+
+def columns_after_shared_prefix(mask: torch.Tensor, S: int) -> torch.Tensor:
+    """Gather index [U, C - S] that drops each left-padded row's first ``S`` real tokens (``mask`` [U, C]) and keeps
+    the row left padded: its padding columns, then its remaining tokens."""
+    U, C = mask.shape
+    pads = C - mask.long().sum(1)                                   # [U] left padding
+    col = torch.arange(C - S, device=mask.device)[None]
+    return torch.where(col >= pads[:, None], col + S, col)
 
 
 def group_permutation(batch: Batch, generator: Optional[torch.Generator] = None) -> torch.Tensor:

@@ -36,7 +36,11 @@ from actors.types import MIN_SHARED_PREFIX, columns_after_shared_prefix, shared_
 
 ATTENTION_NAME = "rlfh_kv_buffer"
 #: Drop finished rows once this share of the batch has finished (each drop copies the live part of the buffer).
-COMPACT_SHARE = 0.25
+COMPACT_SHARE = 0.1   # 0.25 before: 300 evidence-mode eval answers at 64 rows, 120 -> 110 s
+#: Prompt tokens (padding included) per prefill forward. Decoding wants many rows per step (the weights are read
+#: once per step for all of them); a prefill wants few, similar-length prompts per forward (less padding, smaller
+#: activations), so a wide batch is prefilled in chunks into the one buffer.
+PREFILL_TOKENS = 2048
 
 _active = threading.local()   # the KVBuffer of the loop running in this thread (None outside it)
 
@@ -45,31 +49,36 @@ class KVBuffer:
     """Keys and values of every layer for ``rows`` sequences, ``capacity`` positions each, filled left to right.
 
     ``key_mask`` [rows, capacity] bool: which positions a query may attend to (False on left padding).
-    ``repeat``: rows per prefill row (each prompt prefilled once for its ``repeat`` samples).
-    ``length``: positions written so far (the same for every row; prompts are left padded to one length).
+    ``repeat``: buffer rows per row of the next forward (each prompt prefilled once for its ``repeat`` samples).
+    ``length``: the column the next forward writes from (the same for every row: prompts are left padded to one
+    length). ``rows``: the buffer rows the next forward writes (a prefill chunk; every row by default).
+    Buffers start zeroed: a chunk whose prompts are shorter than the batch's longest leaves padding columns
+    unwritten, and a masked key must still be a finite number (0 x NaN is NaN in the attention's weighted sum).
     """
 
     def __init__(self, key_mask: torch.Tensor, repeat: int = 1):
         self.key_mask = key_mask
         self.repeat = int(repeat)
         self.length = 0
+        self.rows = slice(None)
         self.keys: dict[int, torch.Tensor] = {}
         self.values: dict[int, torch.Tensor] = {}
 
     def write(self, layer: int, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store ``key``/``value`` [b, kv_heads, q, head_dim] at positions ``length .. length+q``; returns the
-        filled prefix of the layer's buffers, [rows, kv_heads, length+q, head_dim] (views, no copy)."""
+        """Store ``key``/``value`` [b, kv_heads, q, head_dim] at columns ``length .. length+q`` of ``rows``;
+        returns those rows' filled prefix of the layer's buffers, [rows, kv_heads, length+q, head_dim] (views)."""
         if self.repeat > 1:
             key, value = key.repeat_interleave(self.repeat, 0), value.repeat_interleave(self.repeat, 0)
         if layer not in self.keys:
             rows, cap = self.key_mask.shape
             shape = (rows, key.shape[1], cap, key.shape[3])
-            self.keys[layer] = key.new_empty(shape)
-            self.values[layer] = value.new_empty(shape[:3] + (value.shape[3],))
+            self.keys[layer] = key.new_zeros(shape)
+            self.values[layer] = value.new_zeros(shape[:3] + (value.shape[3],))
         end = self.length + key.shape[2]
-        self.keys[layer][:, :, self.length:end] = key
-        self.values[layer][:, :, self.length:end] = value
-        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+        keys, values = self.keys[layer][self.rows], self.values[layer][self.rows]
+        keys[:, :, self.length:end] = key
+        values[:, :, self.length:end] = value
+        return keys[:, :, :end], values[:, :, :end]
 
     def advance(self, q: int, repeat: int = 1) -> None:
         """After a forward over ``q`` new positions; the next forward writes ``repeat`` buffer rows per row."""
@@ -107,7 +116,7 @@ def kv_buffer_attention(module, query, key, value, attention_mask, dropout: floa
         start, end = buf.length, keys.shape[2]
         if start:   # after a shared prefix: this call's rows are every buffer row's ``repeat``-th one
             key, value = keys[::buf.repeat], values[::buf.repeat]
-        mask = buf.key_mask[::buf.repeat, :end]
+        mask = buf.key_mask[buf.rows][::buf.repeat, :end]
         causal = torch.arange(end, device=query.device)[None] <= start + torch.arange(q, device=query.device)[:, None]
         allowed = causal[None] & mask[:, None, :]
         allowed[:, :, start:] |= torch.eye(q, dtype=torch.bool, device=query.device)[None]
@@ -215,16 +224,36 @@ SAMPLE_BLOCK = 256
 
 
 @torch.no_grad()
+def prefill_chunks(lengths: Sequence[int], max_tokens: int) -> list[tuple[int, int, int]]:
+    """Consecutive chunks ``(lo, hi, width)`` of prompts with ``lengths`` tokens: ``width`` is the chunk's longest
+    prompt and ``(hi - lo) * width <= max_tokens`` unless one prompt alone is longer. Covers every prompt in order."""
+    if max_tokens < 1:
+        raise ValueError(f"prefill_tokens must be >= 1, got {max_tokens}")
+    out: list[tuple[int, int, int]] = []
+    lo, width = 0, 0
+    for i, length in enumerate(lengths):
+        wider = max(width, int(length))
+        if i > lo and (i + 1 - lo) * wider > max_tokens:
+            out.append((lo, i, width))
+            lo, wider = i, int(length)
+        width = wider
+    if lengths:
+        out.append((lo, len(lengths), width))
+    return out
+
+
 def sample(model, prompt_ids: Sequence[Sequence[int]], *, n: int, max_new_tokens: int, temperature: float,
            top_p: float, eos_ids: Sequence[int], pad_id: int, generator: Optional[torch.Generator] = None,
            suppress_first_ids: Sequence[int] = (), device: Optional[torch.device] = None,
-           share_prefix: bool = True) -> list[list[int]]:
+           share_prefix: bool = True, prefill_tokens: int = PREFILL_TOKENS) -> list[list[int]]:
     """``n`` continuations of each prompt (prompt-major: rows ``i*n .. i*n+n-1`` belong to prompt ``i``).
 
     ``prompt_ids``: token ids of each prompt (at least one each). Each continuation ends with its first token in
     ``eos_ids`` (kept) or after ``max_new_tokens`` tokens. ``suppress_first_ids``: tokens the first generated
     token may not be. ``pad_id`` only fills the padding of the prompt batch. ``share_prefix``: prefill the tokens
-    all prompts start with once (at least :data:`MIN_SHARED_PREFIX` of them). Returns the generated ids per row.
+    all prompts start with once (at least :data:`MIN_SHARED_PREFIX` of them). ``prefill_tokens``: the rest of the
+    prompts is prefilled in chunks of consecutive prompts of at most this many tokens, padding included (one
+    prompt at least; callers that sort prompts by length pad least). Returns the generated ids per row.
     """
     if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
         raise ValueError("sample: every prompt needs at least one token")
@@ -263,9 +292,14 @@ def sample(model, prompt_ids: Sequence[Sequence[int]], *, n: int, max_new_tokens
             model(input_ids=first[None], position_ids=torch.arange(shared, device=device)[None], use_cache=False,
                   logits_to_keep=1)
             buffer.advance(shared, repeat=n)
-        logits = model(input_ids=ids, position_ids=positions, use_cache=False, logits_to_keep=1).logits[:, -1]
-        buffer.advance(rest)
-        logits = logits.repeat_interleave(n, 0)
+        chunks = []
+        for lo, hi, width in prefill_chunks(real.sum(-1).tolist(), prefill_tokens):
+            # the chunk's prompts fill the last ``width`` columns before the reply; the rest is their padding
+            buffer.rows, buffer.length, buffer.repeat = slice(lo * n, hi * n), plen - width, n
+            chunks.append(model(input_ids=ids[lo:hi, rest - width:], position_ids=positions[lo:hi, rest - width:],
+                                use_cache=False, logits_to_keep=1).logits[:, -1])
+        buffer.rows, buffer.length, buffer.repeat = slice(None), plen, 1
+        logits = torch.cat(chunks).repeat_interleave(n, 0)
         if suppress_first_ids:
             logits[:, list(suppress_first_ids)] = float("-inf")
         for step in range(max_new_tokens):

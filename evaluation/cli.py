@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from core.prompts import ABSTAIN_TEXT   # a constant of a dependency-free module
-from evaluation.generate import EVAL_DTYPES   # no heavy imports at module level
+from evaluation.generate import EVAL_BATCH_SIZE, EVAL_DTYPES   # no heavy imports at module level
 
 EVAL_DESCRIPTION = """\
 Generate greedy answers with a model on a QA split and grade them for hallucination.
@@ -71,7 +71,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, default=0,
                    help="Evaluate a deterministic subset of N items (the N whose question hash sorts first: the "
                         "same subset for every model, so runs pair up). 0: all items.")
-    p.add_argument("--batch-size", type=int, default=16, help="Prompts per generate call (left padded). Default 16.")
+    p.add_argument("--batch-size", type=int, default=EVAL_BATCH_SIZE,
+                   help="Prompts decoded together (left padded; prefilled a few at a time). More rows per decode step "
+                        f"is more tokens per second, and a KV buffer of ~46 KB per row and token. Default "
+                        f"{EVAL_BATCH_SIZE}.")
     p.add_argument("--max-new-tokens", type=int, default=40,
                    help="Answer length cap in tokens (greedy decoding stops at EOS earlier). Default 40.")
     p.add_argument("--system", choices=["default", "may-abstain"], default="default",
@@ -190,7 +193,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "the base model's. RUN_DIR may be a model folder, e.g. the --out of `rlfh baseline "
                         "rtuning`.")
     s.add_argument("--threads", type=int, default=0, help="Torch CPU threads (0: auto, as for `rlfh eval`).")
-    s.add_argument("--batch-size", type=int, default=16, help="Prompts per generate call. Default 16.")
+    s.add_argument("--batch-size", type=int, default=EVAL_BATCH_SIZE,
+                   help=f"Prompts decoded together, as for `rlfh eval`. Default {EVAL_BATCH_SIZE}.")
     s.add_argument("--no-progress", dest="progress", action="store_false", help="Hide progress bars.")
     s.set_defaults(func=_cmd_select)
 

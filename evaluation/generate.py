@@ -32,6 +32,11 @@ class GenerationStats:
         return self.new_tokens / self.seconds if self.seconds > 0 else float("nan")
 
 
+#: `rlfh eval --batch-size`: prompts per sampling call. Each decode step reads every weight once for all its rows, so
+#: 64 rows decode about twice the tokens per second of 16 (2 cores, fp32); the prompts are still prefilled a few at a
+#: time (`actors.decode.PREFILL_TOKENS`). 300 evidence-mode dev questions, generate: 154 s at 16, 110 s at 64.
+EVAL_BATCH_SIZE = 64
+
 #: `rlfh eval --dtype`: weight dtypes, and ``autocast`` (fp32 weights, bf16 matmuls: :func:`inference_precision`).
 EVAL_DTYPES = ("fp32", "bf16", "fp16", "autocast")
 
@@ -67,7 +72,7 @@ def eval_engine(model, tokenizer, batch_size: int, prompt_max_len: int):
     return HFRolloutEngine(cfg, model=model, tokenizer=tokenizer, device=device)
 
 
-def generate_greedy(model, tokenizer, prompts: Sequence[str], batch_size: int = 16, max_new_tokens: int = 40,
+def generate_greedy(model, tokenizer, prompts: Sequence[str], batch_size: int = EVAL_BATCH_SIZE, max_new_tokens: int = 40,
                     prompt_max_len: int = 1024, progress: bool = True, desc: str = "generate",
                     suppress_first_ids: Sequence[int] = ()) -> tuple[list[Generation], GenerationStats]:
     """Greedy answers for ``prompts`` (chat-template text ending with the assistant turn).
@@ -77,7 +82,7 @@ def generate_greedy(model, tokenizer, prompts: Sequence[str], batch_size: int = 
             about half of the greedy answers of the embedded model, `rlfh bench drift`).
         tokenizer: its tokenizer.
         prompts: N prompt strings.
-        batch_size: prompts per ``generate`` call.
+        batch_size: prompts per sampling call (the decode batch).
         max_new_tokens: cap on generated tokens per answer.
         prompt_max_len: longer prompts are left-truncated to this many tokens.
         suppress_first_ids: token ids no answer may start with (empty: none).

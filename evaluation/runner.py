@@ -29,7 +29,7 @@ from typing import Any, Optional
 import numpy as np
 
 from core.prompts import ABSTAIN_TEXT
-from evaluation.generate import EVAL_DTYPES, inference_precision, weights_dtype
+from evaluation.generate import EVAL_BATCH_SIZE, EVAL_DTYPES, inference_precision, weights_dtype
 from evaluation.graders import CORRECT, GRADES, INCORRECT, NOT_ATTEMPTED, detect_abstention, grade_answer
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ class EvalConfig:
     mode: str = "closed"
     out: str = "runs/eval"
     limit: int = 0
-    batch_size: int = 16
+    batch_size: int = EVAL_BATCH_SIZE
     max_new_tokens: int = 40
     system: str = "default"
     dtype: str = "fp32"

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from evaluation.generate import EVAL_BATCH_SIZE
+
 log = logging.getLogger(__name__)
 
 _STEP_DIR = re.compile(r"global_step_(\d+)$")
@@ -197,7 +199,7 @@ def summarise_candidate(report: dict[str, Any], cand: Candidate, failures: list[
 
 def select_checkpoint(run_dir: str, *, data: str = "halueval:dev", modes: tuple[str, ...] = ("closed",),
                       limit: int = 200, base: Optional[str] = None, out: Optional[str] = None, threads: int = 0,
-                      batch_size: int = 16, progress: bool = True, abstain_sweep: bool = False,
+                      batch_size: int = EVAL_BATCH_SIZE, progress: bool = True, abstain_sweep: bool = False,
                       abstain_gate: bool = False) -> dict[str, Any]:
     """Evaluate every candidate of ``run_dir`` and the base model on ``data``; return selection.json's dict.
 

@@ -107,7 +107,7 @@ export TOKENIZERS_PARALLELISM=false
 EVAL_DATA="${EVAL_DATA:-halueval:test}"
 EVAL_LIMIT="${EVAL_LIMIT:-300}"
 EVAL_MAX_NEW_TOKENS="${EVAL_MAX_NEW_TOKENS:-40}"
-EVAL_BATCH_SIZE="${EVAL_BATCH_SIZE:-16}"
+EVAL_BATCH_SIZE="${EVAL_BATCH_SIZE:-64}"
 EVAL_MODES="${EVAL_MODES:-closed evidence}"
 # modes in which the demo must show the effect (the others are evaluated and reported too): in each, the trained
 # model must be *selective* (see the gate below).

@@ -43,14 +43,18 @@ def _through_first(ids, eos):
     return ids
 
 
-@pytest.mark.parametrize("share_prefix", [True, False])
-def test_greedy_kv_buffer_equals_transformers_generate(model_and_tok, share_prefix):
+@pytest.mark.parametrize("share_prefix,prefill_tokens,n", [(True, 4096, 1), (False, 4096, 1), (True, 250, 2),
+                                                             (False, 250, 1)])
+def test_greedy_kv_buffer_equals_transformers_generate(model_and_tok, share_prefix, prefill_tokens, n):
     """Left padding, prompts of 48-122 tokens, rows ending at different steps (so rows are dropped mid-way): the
     same tokens as ``model.generate`` with sdpa and a DynamicCache, and the model's attention setting restored.
-    ``share_prefix``: the chat template's system prompt, which all prompts start with, prefilled once."""
+    ``share_prefix``: the chat template's system prompt, which all prompts start with, prefilled once.
+    ``prefill_tokens=250``: the prompts' rest is prefilled in chunks of different widths (closed-book and evidence
+    prompts alternate), so some chunks leave padding columns of the buffer unwritten; ``n=2``: each chunk's
+    prompts fill two buffer rows each."""
     import os
 
-    from actors.decode import sample
+    from actors.decode import prefill_chunks, sample
     model, tok = model_and_tok
     prompts = _prompts(tok)
     assert max(map(len, prompts)) > 2 * min(map(len, prompts))
@@ -60,16 +64,28 @@ def test_greedy_kv_buffer_equals_transformers_generate(model_and_tok, share_pref
     widths = []
     hook = model.register_forward_pre_hook(lambda m, a, k: widths.append(k["input_ids"].shape), with_kwargs=True)
     try:
-        got = sample(model, prompts, n=1, max_new_tokens=24, temperature=0.0, top_p=1.0, eos_ids=eos,
-                     pad_id=tok.pad_token_id, share_prefix=share_prefix)
+        got = sample(model, prompts, n=n, max_new_tokens=24, temperature=0.0, top_p=1.0, eos_ids=eos,
+                     pad_id=tok.pad_token_id, share_prefix=share_prefix, prefill_tokens=prefill_tokens)
     finally:
         hook.remove()
-    shared = len(os.path.commonprefix(prompts))
-    prefills = [(1, shared), (5, max(map(len, prompts)) - shared)] if share_prefix else [(5, max(map(len, prompts)))]
+    shared = len(os.path.commonprefix(prompts)) if share_prefix else 0
+    chunks = prefill_chunks([len(p) - shared for p in prompts], prefill_tokens)
+    prefills = ([(1, shared)] if shared else []) + [(hi - lo, width) for lo, hi, width in chunks]
     assert [tuple(w) for w in widths[:len(prefills)]] == prefills
-    assert got == ref
+    assert (len(chunks) == 1) if prefill_tokens > 1000 else (1 < len(chunks) < len(prompts))
+    assert got == [r for r in ref for _ in range(n)]
     assert len({len(r) for r in ref}) > 1          # the rows really end at different steps
     assert model.config._attn_implementation == "sdpa"
+
+
+def test_prefill_chunks_cover_the_prompts_within_the_token_budget():
+    from actors.decode import prefill_chunks
+    assert prefill_chunks([10, 10, 10, 10], 40) == [(0, 4, 10)]
+    assert prefill_chunks([10, 30, 10, 10], 40) == [(0, 1, 10), (1, 2, 30), (2, 4, 10)]
+    assert prefill_chunks([50, 5, 5], 40) == [(0, 1, 50), (1, 3, 5)]    # one prompt alone may exceed the budget
+    assert prefill_chunks([], 40) == []
+    with pytest.raises(ValueError, match="prefill_tokens"):
+        prefill_chunks([3], 0)
 
 
 @pytest.mark.parametrize("compact_share,n", [(0.0, 1), (0.0, 3), (2.0, 3)])

@@ -5,7 +5,7 @@ import argparse
 import sys
 
 from core.prompts import ABSTAIN_TEXT   # a constant of a dependency-free module
-from evaluation.generate import EVAL_BATCH_SIZE, EVAL_DTYPES   # no heavy imports at module level
+from evaluation.generate import EVAL_BATCH_SIZE, EVAL_DTYPES  # no heavy imports at module level
 
 EVAL_DESCRIPTION = """\
 Generate greedy answers with a model on a QA split and grade them for hallucination.

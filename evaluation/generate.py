@@ -72,8 +72,8 @@ def eval_engine(model, tokenizer, batch_size: int, prompt_max_len: int):
     return HFRolloutEngine(cfg, model=model, tokenizer=tokenizer, device=device)
 
 
-def generate_greedy(model, tokenizer, prompts: Sequence[str], batch_size: int = EVAL_BATCH_SIZE, max_new_tokens: int = 40,
-                    prompt_max_len: int = 1024, progress: bool = True, desc: str = "generate",
+def generate_greedy(model, tokenizer, prompts: Sequence[str], batch_size: int = EVAL_BATCH_SIZE,
+                    max_new_tokens: int = 40, prompt_max_len: int = 1024, progress: bool = True, desc: str = "generate",
                     suppress_first_ids: Sequence[int] = ()) -> tuple[list[Generation], GenerationStats]:
     """Greedy answers for ``prompts`` (chat-template text ending with the assistant turn).
 

@@ -9,7 +9,8 @@ process:
   autocast instead of from a bf16 copy;
 * the reference (KL_COEF > 0 only): with LoRA the policy's module with its adapters switched off (again no
   copy), else a :class:`actors.reference.ReferenceActor` loaded next to the policy;
-* the critic (ADVANTAGE_ESTIMATOR=gae only): a :class:`actors.critic.CriticActor`.
+* the critic (ADVANTAGE_ESTIMATOR=gae only): a :class:`actors.critic.CriticActor`. With CRITIC_TRAIN_LAYERS its
+  frozen embeddings and lower layers are the reference's modules (both start from MODEL_PATH).
 
 The roles are the existing classes, not a second implementation: :meth:`ColocatedActor.call_role` forwards a
 method call to one of them, and :class:`actors.group.RoleView` / :class:`actors.group.RoleHandle` give the
@@ -89,7 +90,11 @@ class ColocatedActor(PolicyActor):
         if needs_critic(self.cfg):
             from actors.critic import CriticActor
             critic = CriticActor(*args)
-            out["critic"] = critic.init_model()
+            ref = self.roles.get("reference")
+            # CRITIC_TRAIN_LAYERS: the critic's frozen layers can be the reference's own (same initial weights)
+            share = (self.cfg.critic_train_layers and not self.cfg.critic_pretrain and self.cfg.zero_stage < 3
+                     and getattr(ref, "model", None) is not None)
+            out["critic"] = critic.init_model(frozen_from=ref.model.base_model if share else None)
             self.roles["critic"] = critic
         eng = HFRolloutEngine(self.cfg, self.rank, model=self.module, tokenizer=self.tokenizer,
                               device=str(self.device), autocast=resolve_rollout_dtype(self.cfg, self.device),

@@ -39,6 +39,54 @@ class ValueModel(nn.Module):
         return self.value_head(h.to(self.value_head.weight.dtype)).squeeze(-1).float()
 
 
+def decoder_layers(decoder: nn.Module) -> nn.ModuleList:
+    """The transformer blocks of a HF decoder (``config.num_hidden_layers`` of them, in order)."""
+    n = getattr(getattr(decoder, "config", None), "num_hidden_layers", None)
+    lists = [m for m in decoder.modules() if isinstance(m, nn.ModuleList) and len(m) == n]
+    if not lists:
+        raise ValueError(f"{type(decoder).__name__}: no ModuleList of num_hidden_layers={n} transformer layers; "
+                         "CRITIC_TRAIN_LAYERS needs a standard HF decoder (set CRITIC_TRAIN_LAYERS=0)")
+    return lists[0]
+
+
+def frozen_critic_modules(decoder: nn.Module, train_layers: int) -> list[tuple[nn.Module, str, nn.Module]]:
+    """``(parent, attribute name, module)`` of what CRITIC_TRAIN_LAYERS freezes: the input embeddings and every
+    transformer layer below the last ``train_layers``. ``decoder``: the backbone's base model (no LM head)."""
+    layers = decoder_layers(decoder)
+    if not 0 < train_layers <= len(layers):
+        raise ValueError(f"CRITIC_TRAIN_LAYERS={train_layers}: the critic has {len(layers)} transformer layers; "
+                         f"use 1..{len(layers)}, or 0 to train all of them")
+    embed = decoder.get_input_embeddings()
+    parent = next(m for m in decoder.modules() if any(c is embed for c in m.children()))
+    name = next(k for k, c in parent.named_children() if c is embed)
+    return [(parent, name, embed)] + [(layers, str(i), layers[i]) for i in range(len(layers) - train_layers)]
+
+
+def freeze_critic_below(backbone: nn.Module, train_layers: int, frozen_from: Optional[nn.Module] = None) -> bool:
+    """CRITIC_TRAIN_LAYERS: stop gradients to the embeddings and the layers below the last ``train_layers`` of
+    ``backbone`` (an AutoModel). ``frozen_from``: a frozen decoder of the same architecture (the reference's base
+    model); where its frozen modules hold exactly the critic's weights they replace the critic's own, so the two
+    roles keep one copy. Returns whether they were shared."""
+    frozen = frozen_critic_modules(backbone, train_layers)
+    shared = False
+    if frozen_from is not None:
+        theirs = frozen_critic_modules(frozen_from, train_layers)
+        same = len(theirs) == len(frozen) and all(
+            type(a) is type(b) and all(torch.equal(x, y) for x, y in zip(a.state_dict().values(),
+                                                                         b.state_dict().values()))
+            for (_, _, a), (_, _, b) in zip(frozen, theirs))
+        if same:
+            for (parent, name, _), (_, _, module) in zip(frozen, theirs):
+                setattr(parent, name, module)
+            frozen, shared = theirs, True
+        else:
+            log.warning("critic: the reference's weights differ from the critic's initial ones; the frozen "
+                        "CRITIC_TRAIN_LAYERS part keeps its own copy")
+    for _, _, module in frozen:
+        module.requires_grad_(False)
+    return shared
+
+
 def response_values(model: nn.Module, batch: Batch, share_prompt: bool = True) -> torch.Tensor:
     """Values of the response positions [B, R] float32: column ``j`` is the value at position ``P + j - 1``.
 
@@ -63,7 +111,9 @@ class CriticActor(TrainableLMActor):
 
     role = "critic"
 
-    def init_model(self) -> dict:
+    def init_model(self, frozen_from: Optional[nn.Module] = None) -> dict:
+        """Load the backbone and value head and build the optimizer. ``frozen_from``: a frozen decoder with the
+        critic's initial weights (the colocated reference's) to take the CRITIC_TRAIN_LAYERS-frozen part from."""
         from safetensors.torch import load_file
         from transformers import AutoModel
 
@@ -74,6 +124,8 @@ class CriticActor(TrainableLMActor):
         backbone = AutoModel.from_pretrained(self.model_path, dtype=torch_dtype(self.cfg.dtype),
                                              attn_implementation="sdpa")
         hidden = backbone.config.hidden_size
+        train_layers = self.cfg.critic_train_layers
+        shares_reference = bool(train_layers) and freeze_critic_below(backbone, train_layers, frozen_from)
         self.lora = self.cfg.lora_rank > 0
         # new weights (value head, LoRA) drawn from SEED: the same critic whichever process or layout builds it
         with torch.random.fork_rng(devices=[]):
@@ -83,6 +135,9 @@ class CriticActor(TrainableLMActor):
                 lcfg = LoraConfig(r=self.cfg.lora_rank, lora_alpha=self.cfg.lora_alpha, lora_dropout=0.0,
                                   target_modules=lora_target_modules(backbone), bias="none")
                 backbone = get_peft_model(backbone, lcfg)
+            if self.lora and train_layers:   # the adapters of the frozen layers too
+                for _, _, module in frozen_critic_modules(backbone.get_base_model(), train_layers):
+                    module.requires_grad_(False)
             model = ValueModel(backbone, hidden).to(device=self.device)
         model.value_head.to(torch_dtype(self.cfg.dtype))
         head = os.path.join(self.model_path, VALUE_HEAD_FILE)
@@ -92,7 +147,8 @@ class CriticActor(TrainableLMActor):
             log.info("critic: value head loaded from %s", head)
         self._build_engine(model, self.cfg.critic_lr)
         info = {"model_path": self.model_path, "device": str(self.device), "load_s": round(time.time() - t0, 2),
-                "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+                "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
+                "shares_reference_weights": shares_reference}
         log.info("critic rank %d ready: %s", self.rank, info)
         return info
 

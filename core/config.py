@@ -310,6 +310,13 @@ class RLFHConfig(ServiceSettings):
     # ---------------------------------------------------------------- model & data
     critic_pretrain: str = setting(
         "", "Critic backbone (empty: same as MODEL_PATH).", env="CRITIC_PRETRAIN", group="model")
+    critic_train_layers: int = setting(
+        0, "Critic: train only its last N transformer layers (and the value head); the embeddings and the layers "
+        "below stay at their initial weights. 0: train all. Saves the frozen part's gradients and AdamW moments "
+        "(12 bytes a parameter in fp32) and its backward pass; in the colocated layout, when the critic and the "
+        "reference start from the same weights (CRITIC_PRETRAIN empty, ZERO_STAGE < 3), the frozen part IS the "
+        "reference's (one copy in memory). The embedded default with 4 of 30 layers and OPTIM_STATE_DTYPE=bf16 "
+        "fits in 4 GB (`rlfh bench train`).", env="CRITIC_TRAIN_LAYERS", group="model", ge=0)
     save_path: str = setting("runs/rlfh", "Output folder: final model, checkpoints/, metrics, plots.",
                              env="SAVE_PATH", group="model")
     ckpt_path: str = setting("", "Checkpoint folder to save into and resume from (empty: SAVE_PATH/checkpoints).",

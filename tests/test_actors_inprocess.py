@@ -316,3 +316,49 @@ def test_train_autocast_bf16_trains_fp32_weights_with_the_fp32_gradient(embedded
     drift = (lp16 - lp32)[batch["action_mask"]].abs()
     assert 0 < float(drift.mean()) <= 2 * BF16_LOGPROB_DRIFT["mean"], float(drift.mean())
     assert s16["grad_norm"] == pytest.approx(s32["grad_norm"], rel=0.02), (s16["grad_norm"], s32["grad_norm"])
+
+
+# ------------------------------------------------------------------------------------ CRITIC_TRAIN_LAYERS
+
+def test_critic_train_layers_freezes_the_lower_layers_and_shares_them_with_the_reference(tiny_model_path):
+    """CRITIC_TRAIN_LAYERS=1 in the colocated actor: the critic's embeddings and first layer ARE the reference's
+    modules (one copy), they get no gradient and no optimizer state, a train step moves only the last layer and
+    the value head, the reference's log-probs stay put, and before training the values are those of a critic
+    that trains everything (same weights, same value head)."""
+    from actors.colocated import ColocatedActor
+    from actors.critic import CriticActor, frozen_critic_modules
+    from core.config import RLFHConfig
+    cfg = RLFHConfig(model_path=tiny_model_path, train_autocast="off", advantage_estimator="gae", kl_coef=0.01,
+                     critic_lr=1e-2, micro_train_batch_size=2, train_batch_size=4, critic_train_layers=1)
+    host = ColocatedActor(cfg)
+    info = host.init_model()
+    critic, ref = host.roles["critic"], host.roles["reference"]
+    assert info["critic"]["shares_reference_weights"] is True
+    backbone = critic.module.backbone
+    ours = frozen_critic_modules(backbone, 1)
+    theirs = frozen_critic_modules(ref.model.base_model, 1)
+    assert len(ours) == 2 and all(a is b for (_, _, a), (_, _, b) in zip(ours, theirs))
+    trainable = {n for n, p in critic.module.named_parameters() if p.requires_grad}
+    assert trainable and all(n.startswith(("backbone.layers.1.", "backbone.norm.", "value_head.")) for n in trainable)
+    assert info["critic"]["trainable_params"] == sum(p.numel() for p in critic.module.parameters() if p.requires_grad)
+    optimised = {id(p) for g in critic.optimizer.param_groups for p in g["params"]}
+    assert optimised == {id(p) for p in critic.module.parameters() if p.requires_grad}
+
+    batch = make_tiny_batch(critic.tokenizer)
+    batch["returns"] = torch.randn(batch["action_mask"].shape) * batch["action_mask"]
+    batch["old_values"] = torch.zeros_like(batch["returns"])
+    full = CriticActor(cfg.model_copy(update={"critic_train_layers": 0}))
+    full.init_model()
+    torch.testing.assert_close(critic.values(batch), full.values(batch), atol=1e-6, rtol=0)
+
+    ref_before = ref.logprobs(batch)
+    frozen_before = {n: p.detach().clone() for n, p in critic.module.named_parameters() if not p.requires_grad}
+    top_before = critic.module.backbone.layers[1].mlp.up_proj.weight.detach().clone()
+    critic.train_step(batch)
+    assert all(torch.equal(p, frozen_before[n]) for n, p in critic.module.named_parameters() if not p.requires_grad)
+    assert all(p.grad is None for p in critic.module.parameters() if not p.requires_grad)
+    assert not torch.equal(critic.module.backbone.layers[1].mlp.up_proj.weight, top_before)
+    torch.testing.assert_close(ref.logprobs(batch), ref_before, atol=0, rtol=0)
+
+    with pytest.raises(ValueError, match="CRITIC_TRAIN_LAYERS=3"):
+        CriticActor(cfg.model_copy(update={"critic_train_layers": 3})).init_model()

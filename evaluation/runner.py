@@ -279,9 +279,10 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
         confidence: list[Optional[float]] = [None] * len(items)
         t_conf = 0.0
         if cfg.wants_confidence():
-            from evaluation.confidence import answer_confidence
+            from evaluation.confidence import SCORE_BATCH_SIZE, answer_confidence
             t0 = time.perf_counter()
-            confidence = answer_confidence(model, tok, prompts, [g.text for g in gens], batch_size=cfg.batch_size)
+            confidence = answer_confidence(model, tok, prompts, [g.text for g in gens],
+                                           batch_size=min(cfg.batch_size, SCORE_BATCH_SIZE))
             t_conf = time.perf_counter() - t0
         known: list[Optional[float]] = [None] * len(items)
         t_know = 0.0
@@ -366,7 +367,7 @@ def _generate_with_abstain_threshold(model, tok, prompts: list[str], cfg: EvalCo
     greedily with the abstention's first token blocked, so the model's decision is the threshold's, not greedy
     rounding's. With ``cfg.abstain_model`` that model's probability decides and ``model`` answers. Returns
     (generations, stats, P(abstain) per prompt)."""
-    from evaluation.confidence import abstain_probability
+    from evaluation.confidence import SCORE_BATCH_SIZE, abstain_probability
     from evaluation.generate import GenerationStats, generate_greedy
 
     t0 = time.perf_counter()
@@ -380,7 +381,8 @@ def _generate_with_abstain_threshold(model, tok, prompts: list[str], cfg: EvalCo
         gate = load_causal_lm(gate_dir, dtype=weights_dtype(cfg.dtype)).eval()
         if cfg.dtype == "autocast":
             gate.requires_grad_(True)   # see inference_precision: autocast caches the casts of trainable weights
-    p_abstain = abstain_probability(gate, tok, prompts, cfg.abstain_text, batch_size=cfg.batch_size)
+    p_abstain = abstain_probability(gate, tok, prompts, cfg.abstain_text,
+                                    batch_size=min(cfg.batch_size, SCORE_BATCH_SIZE))
     if gate is not model:
         del gate
     t_p = time.perf_counter() - t0

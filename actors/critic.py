@@ -148,7 +148,7 @@ class CriticActor(TrainableLMActor):
         self._build_engine(model, self.cfg.critic_lr)
         info = {"model_path": self.model_path, "device": str(self.device), "load_s": round(time.time() - t0, 2),
                 "trainable_params": sum(p.numel() for p in model.parameters() if p.requires_grad),
-                "shares_reference_weights": shares_reference}
+                "shares_reference_weights": shares_reference, "optim_state_dtype": self.optim_state_dtype}
         log.info("critic rank %d ready: %s", self.rank, info)
         return info
 

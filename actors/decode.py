@@ -169,16 +169,44 @@ def kv_buffer_supported(model) -> tuple[bool, str]:
     return True, ""
 
 
+def weight_major_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` computed as ``(weight @ x.T).T``: x [..., in], weight [out, in] -> [..., out].
+
+    Why: for the LM head of a decode step (a few rows against a [vocab, hidden] weight) MKL's sgemm runs the
+    weight-major product ~1.4x faster on 2 AVX2 cores (32 rows x 49,152 x 576: 26 ms instead of 37 ms; the
+    per-layer projections gain little, so only the head is swapped). Same sums, another order: equal up to float
+    rounding. The result is a transposed (non-contiguous) view.
+    """
+    flat = x.reshape(-1, x.shape[-1])
+    out = torch.matmul(weight, flat.t()).t()
+    if bias is not None:
+        out = out + bias
+    return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def _weight_major_head(model):
+    """The model's output embedding if it is a plain ``nn.Linear`` (its forward is then swapped for
+    :func:`weight_major_linear` while :func:`sample` runs), else None."""
+    get = getattr(_base_model(model), "get_output_embeddings", None)
+    head = get() if get is not None else None
+    return head if type(head) is torch.nn.Linear else None
+
+
 @contextmanager
 def _kv_buffer_attention(model, buffer: KVBuffer):
     base = _base_model(model)
     before = base.config._attn_implementation
     base.set_attn_implementation(ATTENTION_NAME)
+    head = _weight_major_head(model)
+    if head is not None:   # an instance attribute shadows nn.Linear.forward; removed again below
+        head.forward = lambda x: weight_major_linear(x, head.weight, head.bias)
     _active.buffer = buffer
     try:
         yield
     finally:
         _active.buffer = None
+        if head is not None:
+            del head.forward
         base.set_attn_implementation(before)
 
 

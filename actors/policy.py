@@ -37,7 +37,7 @@ class TrainableLMActor(BaseActor):
     def _build_engine(self, model, lr: float) -> None:
         import deepspeed
 
-        from core.optim import make_adamw
+        from core.optim import make_adamw, resolve_state_dtype
         self._init_distributed()
         if self.cfg.gradient_checkpointing:
             inner = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -50,7 +50,8 @@ class TrainableLMActor(BaseActor):
                 target.enable_input_require_grads()
         params = [p for p in model.parameters() if p.requires_grad]
         # our AdamW as DeepSpeed's client optimizer: no CPU-Adam compile, same maths (OPTIM_STATE_DTYPE)
-        optim = make_adamw(params, lr, self.cfg.optim_state_dtype)
+        self.optim_state_dtype = resolve_state_dtype(self.cfg.optim_state_dtype, self.device)
+        optim = make_adamw(params, lr, self.optim_state_dtype, self.device)
         self.ds_cfg = ds_config(self.cfg, self.world_size)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optim, config=self.ds_cfg,
                                                                  dist_init_required=False)
@@ -216,7 +217,8 @@ class PolicyActor(TrainableLMActor):
         self._build_engine(model, self.cfg.actor_lr)
         n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
         info = {"model_path": self.model_path, "trainable_params": n_train, "device": str(self.device),
-                "load_s": round(time.time() - t0, 2), "grad_accum": self.ds_cfg["gradient_accumulation_steps"]}
+                "load_s": round(time.time() - t0, 2), "grad_accum": self.ds_cfg["gradient_accumulation_steps"],
+                "optim_state_dtype": self.optim_state_dtype}
         log.info("policy rank %d ready: %s", self.rank, info)
         return info
 

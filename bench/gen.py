@@ -11,6 +11,11 @@ weights, bf16 matmuls under ``torch.autocast``); ``fp32`` is `rlfh eval`'s defau
 (a separate rollout engine with ROLLOUT_DTYPE=bf16).
 
 The defaults are the training bench's rollout: 8 closed-book dev prompts x 4 samples x <= 48 tokens, T=1.
+
+``--ceiling`` (default on) also times what no sampling loop can beat: every linear layer of the model (the
+projections of each block and the LM head) applied once to ``--batch`` rows, i.e. the matmuls of one decode step
+and nothing else, with the weights in fp32, in bf16, and as int8 with per-channel scales (torch's weight-only
+int8 kernel). ``--batch`` rows / that time is the tokens/s ceiling of a decode step in that format on this CPU.
 """
 from __future__ import annotations
 
@@ -36,6 +41,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeats", type=int, default=3, help="Timed calls per loop, alternating (default 3).")
     p.add_argument("--model", default="smollm2-135m-instruct", help="Model (default: the embedded one).")
     p.add_argument("--threads", type=int, default=0, help="Torch threads (0: CPU_THREADS rule, auto).")
+    p.add_argument("--ceiling", action=argparse.BooleanOptionalAction, default=True,
+                   help="Also time one decode step's matmuls alone in fp32 / bf16 / int8 weights: the tokens/s "
+                        "ceiling per weight format (default on; --no-ceiling skips it).")
     p.set_defaults(func=_cmd)
 
 
@@ -97,6 +105,72 @@ def measure(model: str = "smollm2-135m-instruct", n_prompts: int = 8, n: int = 4
     return out
 
 
+#: Weight formats :func:`matmul_ceiling` times.
+CEILING_FORMATS = ("fp32", "bf16", "int8-weight")
+
+
+def matmul_ceiling(lm, rows: int, formats=CEILING_FORMATS, repeats: int = 3) -> dict:
+    """One decode step's matmuls and nothing else: each ``nn.Linear`` of ``lm`` applied once to ``rows`` rows.
+
+    Per weight format the best of ``repeats`` passes: ``{format: {"ms": step ms, "tok_s": rows / step}}``, plus
+    ``"layers"`` (how many linears) and ``"gflop"`` (per step). bf16 multiplies bf16 rows by bf16 weights;
+    ``int8-weight`` keeps fp32 rows and int8 weights with one fp32 scale per output channel
+    (``torch.ops.aten._weight_int8pack_mm``). Formats this torch build cannot run are left out.
+    """
+    import time
+
+    import torch
+    import torch.nn.functional as F
+    weights = [m.weight.detach().float() for m in lm.modules() if isinstance(m, torch.nn.Linear)]
+    if not weights:
+        raise ValueError("matmul_ceiling: the model has no nn.Linear layers")
+    out: dict = {"layers": len(weights), "rows": rows,
+                 "gflop": 2 * rows * sum(w.numel() for w in weights) / 1e9}
+
+    def convert(fmt):
+        if fmt == "fp32":
+            return [(w, None) for w in weights], lambda x, w, s: F.linear(x, w)
+        if fmt == "bf16":
+            return [(w.bfloat16(), None) for w in weights], lambda x, w, s: F.linear(x.bfloat16(), w)
+        scales = [w.abs().amax(1).clamp(min=1e-12) / 127 for w in weights]
+        q = [(torch.round(w / sc[:, None]).to(torch.int8), sc) for w, sc in zip(weights, scales)]
+        return q, lambda x, w, s: torch.ops.aten._weight_int8pack_mm(x, w, s)
+
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for fmt in formats:
+            try:
+                packed, mm = convert(fmt)
+                xs = {w.shape[1]: torch.randn(rows, w.shape[1], generator=g) for w in weights}
+                best = float("inf")
+                for _ in range(repeats + 1):   # the first pass warms up
+                    t0 = time.perf_counter()
+                    for w, sc in packed:
+                        mm(xs[w.shape[1]], w, sc)
+                    best = min(best, time.perf_counter() - t0)
+                out[fmt] = {"ms": best * 1e3, "tok_s": rows / best}
+            except (RuntimeError, NotImplementedError) as e:   # a kernel this build lacks
+                out[fmt] = {"error": str(e).splitlines()[0][:120]}
+            finally:
+                packed = None
+    return out
+
+
+def print_ceiling(res: dict) -> None:
+    print(f"\nMatmul ceiling: the {res['layers']} linear layers once at {res['rows']} rows "
+          f"({res['gflop']:.2f} GFLOP, one decode step's matmuls and nothing else)")
+    print("| weights | ms/step | GFLOP/s | tok/s ceiling |")
+    print("|---|---|---|---|")
+    for fmt in CEILING_FORMATS:
+        r = res.get(fmt)
+        if r is None:
+            continue
+        if "error" in r:
+            print(f"| {fmt} | - | - | not available: {r['error']} |")
+        else:
+            print(f"| {fmt} | {r['ms']:.1f} | {res['gflop'] / r['ms'] * 1e3:.0f} | {r['tok_s']:.0f} |")
+
+
 def print_table(res: dict) -> None:
     from actors.base import cpu_summary
     print(f"\n{res['prompts']} {res['mode']} prompts ({res['prompt_tokens']} prompt tokens) x {res['n']} samples, "
@@ -122,4 +196,7 @@ def _cmd(args: argparse.Namespace) -> int:
         print(f"rlfh bench gen: {e}")
         return 2
     print_table(res)
+    if args.ceiling:
+        from core.model_loader import load_causal_lm, resolve_model_path
+        print_ceiling(matmul_ceiling(load_causal_lm(resolve_model_path(args.model), dtype="fp32"), args.batch))
     return 0

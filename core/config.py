@@ -315,8 +315,8 @@ class RLFHConfig(ServiceSettings):
         "below stay at their initial weights. 0: train all. Saves the frozen part's gradients and AdamW moments "
         "(12 bytes a parameter in fp32) and its backward pass; in the colocated layout, when the critic and the "
         "reference start from the same weights (CRITIC_PRETRAIN empty, ZERO_STAGE < 3), the frozen part IS the "
-        "reference's (one copy in memory). The embedded default with 4 of 30 layers and OPTIM_STATE_DTYPE=bf16 "
-        "fits in 4 GB (`rlfh bench train`).", env="CRITIC_TRAIN_LAYERS", group="model", ge=0)
+        "reference's (one copy in memory). The default GAE run of the embedded model with 4 of 30 layers peaks at "
+        "~1 GB less (`rlfh bench train`).", env="CRITIC_TRAIN_LAYERS", group="model", ge=0)
     save_path: str = setting("runs/rlfh", "Output folder: final model, checkpoints/, metrics, plots.",
                              env="SAVE_PATH", group="model")
     ckpt_path: str = setting("", "Checkpoint folder to save into and resume from (empty: SAVE_PATH/checkpoints).",
@@ -460,11 +460,13 @@ class RLFHConfig(ServiceSettings):
     lora_alpha: int = setting(16, "LoRA alpha.", env="LORA_ALPHA", group="optim", ge=1)
     gradient_checkpointing: bool = setting(False, "Gradient checkpointing for policy and critic.",
                                            env="GRADIENT_CHECKPOINTING", group="optim")
-    optim_state_dtype: Literal["fp32", "bf16"] = setting(
-        "fp32", "dtype of the AdamW moments of the policy and the critic. bf16 halves the optimizer state (8 -> 4 "
+    optim_state_dtype: Literal["auto", "fp32", "bf16"] = setting(
+        "auto", "dtype of the AdamW moments of the policy and the critic. bf16 halves the optimizer state (8 -> 4 "
         "bytes per parameter: 538 MB less per 135M-parameter model); parameters, gradients and the update "
         "arithmetic stay fp32, and with betas (0.9, 0.95) every step moves a moment by 5-10%, far above bf16's "
-        "rounding. fp32 uses torch's fused AdamW.", env="OPTIM_STATE_DTYPE", group="optim")
+        "rounding (30 steps stay within 2% of the fp32 trajectory, tested). It costs 0.27 s per optimizer step "
+        "of the embedded model on 2 cores instead of 0.10 s. fp32 uses torch's fused AdamW. auto: bf16 when the "
+        "model trains on CPU, fp32 on GPUs.", env="OPTIM_STATE_DTYPE", group="optim")
     share_prompt_forward: bool = setting(
         True, "Run the prompt once for all of its samples in every training and log-prob forward (policy, "
         "reference, critic): the n samples of a prompt share its keys and values, so a micro batch of n samples "

@@ -76,6 +76,36 @@ def test_greedy_kv_buffer_equals_transformers_generate(model_and_tok, share_pref
     assert got == [r for r in ref for _ in range(n)]
     assert len({len(r) for r in ref}) > 1          # the rows really end at different steps
     assert model.config._attn_implementation == "sdpa"
+    assert "forward" not in vars(model.get_output_embeddings())   # the weight-major LM head is swapped back
+
+
+def test_weight_major_linear_is_the_linear_layer_and_serves_the_head_inside_the_loop(model_and_tok):
+    """The decode loop's LM head, ``(W @ x.T).T``: F.linear's values (float rounding), with and without bias, for
+    decode-step and prefill shapes; inside :func:`sample` the model's head runs it, outside it does not."""
+    import torch.nn.functional as F
+
+    from actors.decode import KVBuffer, _kv_buffer_attention, weight_major_linear
+    g = torch.Generator().manual_seed(0)
+    w, b = torch.randn(300, 64, generator=g), torch.randn(300, generator=g)
+    for shape in ((32, 1, 64), (5, 64), (2, 7, 64)):
+        x = torch.randn(*shape, generator=g)
+        for bias in (None, b):
+            got, want = weight_major_linear(x, w, bias), F.linear(x, w, bias)
+            assert got.shape == want.shape
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    model, _ = model_and_tok
+    head, calls = model.get_output_embeddings(), []
+    import actors.decode as decode
+    real = decode.weight_major_linear
+    decode.weight_major_linear = lambda *a: calls.append(a[0].shape) or real(*a)
+    try:
+        with torch.no_grad(), _kv_buffer_attention(model, KVBuffer(torch.ones((1, 8), dtype=torch.bool))):
+            inside = model(input_ids=torch.tensor([[1, 2, 3]]), use_cache=False, logits_to_keep=1).logits
+        outside = model(input_ids=torch.tensor([[1, 2, 3]]), use_cache=False, logits_to_keep=1).logits
+    finally:
+        decode.weight_major_linear = real
+    assert calls == [(1, 1, head.in_features)]
+    torch.testing.assert_close(inside, outside, rtol=1e-4, atol=1e-4)
 
 
 def test_prefill_chunks_cover_the_prompts_within_the_token_budget():

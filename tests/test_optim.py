@@ -64,6 +64,31 @@ def test_bf16_state_round_trips_through_a_state_dict():
         assert torch.equal(a, b)
 
 
+def test_sliced_step_equals_the_whole_tensor_step(monkeypatch):
+    """The bf16 step works in slices of STEP_CHUNK elements (small fp32 working copies); every operation is
+    elementwise, so slicing changes nothing, bit for bit, also for a non-contiguous parameter (one whole slice)."""
+    import core.optim as optim
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(40, 30, generator=g)
+    results = []
+    for chunk in (1 << 18, 97):
+        monkeypatch.setattr(optim, "STEP_CHUNK", chunk)
+        params = [torch.nn.Parameter(base.clone()), torch.nn.Parameter(base.clone().t())]   # .t(): not contiguous
+        assert not params[1].is_contiguous()
+        results.append(_run(lambda ps: make_adamw(ps, 1e-2, "bf16"), 4, start=params)[0])
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
+def test_auto_state_dtype_is_bf16_on_cpu_and_fp32_on_accelerators():
+    from core.optim import resolve_state_dtype
+    assert resolve_state_dtype("auto", "cpu") == "bf16"
+    assert resolve_state_dtype("auto", torch.device("cuda", 0)) == "fp32"
+    assert resolve_state_dtype("fp32", "cpu") == "fp32" and resolve_state_dtype("bf16", "cuda") == "bf16"
+    assert isinstance(make_adamw(_params(), 1e-3, "auto"), AdamWLowPrecisionState)
+    assert type(make_adamw(_params(), 1e-3, "auto", device="cuda")) is torch.optim.AdamW   # built, not stepped
+
+
 def test_bad_state_dtype_names_the_setting():
     with pytest.raises(ValueError, match="OPTIM_STATE_DTYPE"):
         make_adamw(_params(), 1e-3, "fp8")

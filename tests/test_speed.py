@@ -311,6 +311,22 @@ def test_bench_gen_times_both_decode_loops_on_the_same_prompts(embedded_model_pa
         measure(embedded_model_path, repeats=0, progress=False)
 
 
+def test_matmul_ceiling_times_every_linear_layer_once_per_format(tiny_model_path, capsys):
+    """`rlfh bench gen --ceiling`: one decode step's matmuls alone, per weight format; the FLOP count is every
+    nn.Linear's weight once per row (the tied LM head once), and every format this torch has is timed."""
+    from bench.gen import CEILING_FORMATS, matmul_ceiling, print_ceiling
+    from core.model_loader import load_causal_lm
+    lm = load_causal_lm(tiny_model_path)
+    linears = [m for m in lm.modules() if isinstance(m, torch.nn.Linear)]
+    res = matmul_ceiling(lm, rows=4, repeats=1)
+    assert res["layers"] == len(linears)
+    assert res["gflop"] == 2 * 4 * sum(m.weight.numel() for m in linears) / 1e9
+    for fmt in CEILING_FORMATS:
+        assert res[fmt]["ms"] > 0 and res[fmt]["tok_s"] == pytest.approx(4 / res[fmt]["ms"] * 1e3)
+    print_ceiling(res)
+    assert "int8-weight" in capsys.readouterr().out
+
+
 def test_eval_autocast_precision_keeps_fp32_weights_and_caches_their_casts(tiny_model_path):
     """`rlfh eval --dtype autocast`: fp32 weights, matmuls in bf16 inside the context, weights marked trainable
     (autocast caches only those casts); other dtypes add no context."""

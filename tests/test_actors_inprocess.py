@@ -180,7 +180,9 @@ def test_single_update_without_old_logprobs_is_the_update_with_them(full_actors,
     reused = pol.train_step(dict(batch, advantages=adv))
     after_reused = pol.logprobs(batch)
     assert not torch.allclose(after_reused, lp0)  # it did train
-    torch.testing.assert_close(after_reused, after_with, atol=1e-6, rtol=0)
+    # A few float32 ulps: the two paths sum the same gradients in a different order, and the bf16 AdamW moments
+    # (OPTIM_STATE_DTYPE=auto on CPU) can round such a difference either way.
+    torch.testing.assert_close(after_reused, after_with, atol=1e-6, rtol=1e-6)
     assert reused["clipfrac"] == 0.0 and abs(reused["approx_kl"]) < 1e-9
     assert with_forward["policy_loss"] == pytest.approx(reused["policy_loss"], abs=1e-6)
 

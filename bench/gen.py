@@ -49,8 +49,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def measure(model: str = "smollm2-135m-instruct", n_prompts: int = 8, n: int = 4, max_new_tokens: int = 48,
             temperature: float = 1.0, mode: str = "closed", precision: str = "autocast", batch: int = 32,
-            repeats: int = 3, threads: int = 0, progress: bool = True) -> dict:
-    """The numbers ``rlfh bench gen`` prints: ``{loop: {"seconds": [...], "tokens": [...]}, ...}``."""
+            repeats: int = 3, threads: int = 0, progress: bool = True, ceiling: bool = False) -> dict:
+    """The numbers ``rlfh bench gen`` prints: ``{loop: {"seconds": [...], "tokens": [...]}, ...}``; with
+    ``ceiling`` also ``"ceiling"``: :func:`matmul_ceiling` of the same loaded model at ``batch`` rows."""
     import statistics
     import time
 
@@ -102,6 +103,8 @@ def measure(model: str = "smollm2-135m-instruct", n_prompts: int = 8, n: int = 4
         a, b = answers[LOOPS[0]], answers[LOOPS[1]]
         out["greedy_identical"] = sum(x == y for x, y in zip(a, b))
         out["greedy_total"] = len(a)
+    if ceiling:
+        out["ceiling"] = matmul_ceiling(lm, batch)
     return out
 
 
@@ -191,12 +194,11 @@ def print_table(res: dict) -> None:
 def _cmd(args: argparse.Namespace) -> int:
     try:
         res = measure(args.model, args.prompts, args.n, args.max_new_tokens, args.temperature, args.mode,
-                      args.precision, args.batch, args.repeats, args.threads)
+                      args.precision, args.batch, args.repeats, args.threads, ceiling=args.ceiling)
     except ValueError as e:
         print(f"rlfh bench gen: {e}")
         return 2
     print_table(res)
-    if args.ceiling:
-        from core.model_loader import load_causal_lm, resolve_model_path
-        print_ceiling(matmul_ceiling(load_causal_lm(resolve_model_path(args.model), dtype="fp32"), args.batch))
+    if "ceiling" in res:
+        print_ceiling(res["ceiling"])
     return 0

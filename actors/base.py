@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 import time
 from typing import Any, Optional
 
@@ -23,6 +22,7 @@ from actors.types import (Batch, check_batch, pad_response, position_ids, prompt
                           MIN_SHARED_PREFIX, columns_after_shared_prefix, shared_prefix_length, trim_batch,
                           uses_sliding_window)
 from core.config import RLFHConfig
+from core.ports import free_port
 
 log = logging.getLogger(__name__)
 
@@ -105,12 +105,6 @@ def node_ip() -> str:
     except Exception:
         pass
     return "127.0.0.1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def machine_cores() -> int:
@@ -214,7 +208,7 @@ class BaseActor:
         self.cfg = cfg if isinstance(cfg, RLFHConfig) else RLFHConfig(**cfg)
         self.rank, self.world_size = int(rank), int(world_size)
         if master_addr is None:
-            master_addr, master_port = node_ip(), free_port()
+            master_addr, master_port = node_ip(), free_port("")   # other nodes' ranks connect to it
         self.master_addr, self.master_port = master_addr, int(master_port)
         os.environ.update({
             "MASTER_ADDR": str(master_addr), "MASTER_PORT": str(master_port), "RANK": str(self.rank),
@@ -261,7 +255,7 @@ class BaseActor:
 
     def free_port(self) -> int:
         """A free TCP port on this actor's node (rendezvous for extra groups, e.g. the weight-sync group)."""
-        return free_port()
+        return free_port("")
 
     def device_uuid(self) -> str:
         """The GPU's UUID ("cpu" on CPU): matches colocated actors to vLLM workers on the same GPU."""

@@ -190,7 +190,8 @@ def _cmd(args: argparse.Namespace) -> int:
 
     from core.config import RLFHConfig
     from core.model_loader import load_tokenizer
-    from core.ray_bootstrap import free_port, start_ray
+    from core.ports import free_port
+    from core.ray_bootstrap import start_ray
     from reward_service.app import deploy
 
     console = Console()

@@ -28,9 +28,10 @@ from __future__ import annotations
 import logging
 import math
 import os
-import socket
 from dataclasses import dataclass, field
 from typing import Optional
+
+from core.ports import free_port, port_is_free  # noqa: F401 (re-exported: callers import them from here too)
 
 log = logging.getLogger(__name__)
 
@@ -74,22 +75,6 @@ def has_gpu() -> bool:
         return bool(torch.cuda.is_available())
     except Exception:
         return False
-
-
-def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-            return True
-        except OSError:
-            return False
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def worker_env(cfg) -> dict[str, str]:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import socket
 import subprocess
@@ -17,25 +16,9 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-# Ports for services a test starts come from 20000-32767: below Linux's ephemeral range (32768-60999, where the
-# kernel puts every bind to port 0, which Ray's GCS, raylet, agents and gRPC servers all do) and above Ray's
-# worker-port range (10002-19999). A port taken from the ephemeral range was free when asked for but could be
-# handed to one of Ray's own listeners before Serve's proxy bound it (seen in CI: "Failed to bind to address").
-_TEST_PORT_RANGE = (20000, 32767)
-_port_rng = random.Random(os.getpid() ^ time.time_ns())
-
-
-def free_port() -> int:
-    """A loopback TCP port that is free now and outside the ranges the kernel and Ray hand out on their own."""
-    for _ in range(200):
-        port = _port_rng.randint(*_TEST_PORT_RANGE)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {_TEST_PORT_RANGE} after 200 tries")
+# The one free_port (core/ports.py says why it draws from 20000-32767 and not from the kernel's ephemeral range);
+# tests import it from here as before.
+from core.ports import free_port  # noqa: E402,F401
 
 
 @pytest.fixture(scope="session")

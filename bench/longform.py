@@ -39,6 +39,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+from core.verify_schema import BAD_LABELS, GOOD_LABELS, LABELS
+
 HEDGES = ("I think ", "I believe ", "Probably, ", "If I remember correctly, ", "I'm fairly sure that ")
 FILLERS = (
     "That is a good question.",
@@ -53,8 +55,8 @@ _LOWER_FIRST = frozenset("The A An He She It They His Her Its Their This That Th
                          "Before During From By For With Since When While There Both Each".split())
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 
-GOOD = frozenset({"Correct", "Hedged correct"})
-BAD = frozenset({"Wrong", "Hedged wrong"})
+GOOD = GOOD_LABELS
+BAD = BAD_LABELS
 
 
 @dataclass
@@ -316,7 +318,7 @@ def sign_agreement(resp: LongResponse, res) -> tuple[int, int]:
 class LongformScore:
     """Accumulates the long-form metrics over (true response, verifier result) pairs."""
 
-    LABELS = ("Correct", "Hedged correct", "Vague", "Hedged wrong", "Wrong")
+    LABELS = LABELS     # the label set, in core.verify_schema's order (bench/verifier.py prints columns by it)
 
     def __init__(self, name: str):
         self.name = name

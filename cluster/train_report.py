@@ -17,7 +17,8 @@ from typing import Any, Optional
 from core.verify_schema import LABELS
 
 PHASES = ("generate", "reward", "reference", "critic", "policy_forward", "train", "sync")
-LABEL_ABBREV = {"Correct": "C", "Hedged correct": "HC", "Vague": "V", "Hedged wrong": "HW", "Wrong": "W"}
+#: C, HC, V, HW, W: each label's initials.
+LABEL_ABBREV = {lab: "".join(word[0].upper() for word in lab.split()) for lab in LABELS}
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

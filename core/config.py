@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from typing_extensions import Self   # typing.Self from Python 3.11; pydantic depends on typing_extensions
 
 from core.prompts import ABSTAIN_TEXT
-from core.verify_schema import INFO_SCORES, LABELS
+from core.verify_schema import INFO_SCORES, LABELS, Label
 
 # The reward settings (type, default, constraint, description) are defined once, in core.reward_settings;
 # RLFHConfig adds their environment variables and CLI flags (reward_type / reward_setting below).
@@ -242,7 +242,7 @@ class ServiceSettings(Settings):
                                      group="verifier", gt=0)
     judge_max_retries: int = setting(2, "Retries of a failed judge call before the fallback label.",
                                      env="JUDGE_MAX_RETRIES", group="verifier", ge=0, le=10)
-    judge_fallback_label: Literal["Correct", "Hedged correct", "Vague", "Hedged wrong", "Wrong"] = setting(
+    judge_fallback_label: Label = setting(
         "Vague", "Label used (and counted) when the judge fails after retries.",
         env="JUDGE_FALLBACK_LABEL", group="verifier")
 
@@ -542,6 +542,29 @@ class RLFHConfig(ServiceSettings):
         0, "Export the policy's weights (HF folder only, no optimizer state: about a quarter of a checkpoint) to "
         "SAVE_PATH/snapshots/step_N every N steps and keep them all, for `rlfh select` to choose the step on dev "
         "data (0: off).", env="SNAPSHOT_STEP", group="ckpt", ge=0)
+    dev_eval_step: int = setting(
+        0, "Every N steps the policy answers DEV_EVAL_SIZE dev questions greedily (also once before the first step); "
+        "metrics.jsonl, TensorBoard and the run summary get correct / incorrect / declined shares, accuracy on "
+        "attempted answers and the declined share per question type (yes/no, two-option, open), so a run that "
+        "learns nothing or declines at random shows it within a few steps. 0: off.", env="DEV_EVAL_STEP",
+        group="ckpt", ge=0)
+    dev_eval_data: str = setting(
+        "halueval:dev", "Questions of the in-loop dev evaluation (never the test split): 'halueval:dev' or a JSONL "
+        "path with question, knowledge and right_answer.", env="DEV_EVAL_DATA", group="ckpt", min_length=1)
+    dev_eval_size: int = setting(64, "Dev questions per in-loop evaluation (the same ones every time, chosen by "
+                                     "question hash).", env="DEV_EVAL_SIZE", group="ckpt", ge=1)
+    dev_eval_modes: Literal["closed", "evidence", "closed+evidence"] = setting(
+        "closed", "Prompt modes of the in-loop dev evaluation; the dev score (early stopping, FINAL_MODEL=best) is "
+        "the closed-book one when closed is among them.", env="DEV_EVAL_MODES", group="ckpt")
+    dev_eval_max_len: int = setting(40, "New tokens per greedy dev answer.", env="DEV_EVAL_MAX_LEN", group="ckpt",
+                                    ge=1)
+    early_stop_patience: int = setting(
+        0, "Stop training when this many in-loop dev evaluations in a row did not beat the best dev score (the "
+        "ternary outcome OUTCOME_CORRECT / OUTCOME_ABSTAIN / OUTCOME_WRONG of the greedy closed-book answers). "
+        "Needs DEV_EVAL_STEP. 0: off.", env="EARLY_STOP_PATIENCE", group="ckpt", ge=0)
+    final_model: Literal["last", "best"] = setting(
+        "last", "What SAVE_PATH/final holds: 'last' (the policy after the last step) or 'best' (the policy at the "
+        "in-loop dev evaluation with the best dev score; needs DEV_EVAL_STEP).", env="FINAL_MODEL", group="ckpt")
     actor_timeout_s: float = setting(
         1800.0, "Longest the driver waits on one actor call (generate, forward, train step, weight sync, save), "
         "seconds. An actor that dies is noticed at once; one that hangs, after this long. Either way the actor "
@@ -584,6 +607,10 @@ class RLFHConfig(ServiceSettings):
         if self.outcome_reward == "none" and self.token_reward_weight == 0 and not self.caution_reward:
             raise ValueError("TOKEN_REWARD_WEIGHT=0 with OUTCOME_REWARD=none leaves no reward at all; set "
                              "OUTCOME_REWARD=ternary or a positive TOKEN_REWARD_WEIGHT")
+        if (self.early_stop_patience or self.final_model == "best") and not self.dev_eval_step:
+            raise ValueError(
+                f"EARLY_STOP_PATIENCE={self.early_stop_patience} / FINAL_MODEL={self.final_model} read the in-loop "
+                "dev evaluation, which is off (DEV_EVAL_STEP=0); set DEV_EVAL_STEP (e.g. 4) or turn them off")
         if not self.system_prompt.strip():
             raise ValueError("SYSTEM_PROMPT is blank; use 'default', 'may-abstain' or a prompt text")
         if self.abstain_samples >= self.n_samples_per_prompt:

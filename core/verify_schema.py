@@ -10,10 +10,11 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-# The closed label set (DESIGN.md). Order runs from best to worst; code that
-# needs "is this label good" uses GOOD_LABELS rather than string tests.
+# The closed label set (DESIGN.md): the one place the five labels are spelled out; everything else imports
+# LABELS (or Label, its pydantic type). Order runs from best to worst; code that needs "is this label good" uses
+# GOOD_LABELS rather than string tests.
 LABELS: tuple[str, ...] = ("Correct", "Hedged correct", "Vague", "Hedged wrong", "Wrong")
-Label = Literal["Correct", "Hedged correct", "Vague", "Hedged wrong", "Wrong"]
+Label = Literal[LABELS]     # Literal[("a", "b")] is Literal["a", "b"]: the same enum in the OpenAPI schema
 GOOD_LABELS = frozenset({"Correct", "Hedged correct"})
 BAD_LABELS = frozenset({"Wrong", "Hedged wrong"})
 INFO_SCORES: tuple[int, ...] = (1, 2, 3, 4, 5)

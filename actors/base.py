@@ -21,7 +21,7 @@ import torch
 from actors.types import (Batch, check_batch, pad_response, position_ids, prompt_groups, prompt_length, response_length,
                           MIN_SHARED_PREFIX, columns_after_shared_prefix, shared_prefix_length, trim_batch,
                           uses_sliding_window)
-from core.config import RLFHConfig
+from core.config import ProcessSettings, RLFHConfig
 from core.ports import free_port
 
 log = logging.getLogger(__name__)
@@ -166,11 +166,11 @@ def phase_threads(cfg: RLFHConfig, share: int = 1, device: Optional[torch.device
     number of actors the driver runs at the same time in this phase (e.g. 2 when the critic and the policy
     train concurrently), at least 1. Ray starts fractional-CPU actors with ``OMP_NUM_THREADS=1``; without
     this the actor that works computes on one core while the idle ones hold the rest.
-    ``RLFH_TORCH_THREADS`` (environment) overrides everything.
+    ``RLFH_TORCH_THREADS`` (``cfg.torch_threads``, when > 0) overrides everything.
     """
-    forced = os.environ.get("RLFH_TORCH_THREADS")
+    forced = int(getattr(cfg, "torch_threads", 0) or 0)
     if forced:
-        return max(1, int(forced))
+        return forced
     total = int(getattr(cfg, "cpu_threads", 0) or 0) or auto_cores()
     return max(1, total // max(1, int(share)))
 
@@ -184,7 +184,7 @@ def set_threads(n: int) -> int:
 
 
 def pick_device() -> torch.device:
-    """cuda:0 when this process sees a GPU (Ray sets CUDA_VISIBLE_DEVICES per actor) and RLFH_FORCE_CPU != 1.
+    """cuda:0 when this process sees a GPU (Ray sets CUDA_VISIBLE_DEVICES per actor) and RLFH_FORCE_CPU is off.
 
     The device form of :func:`core.model_loader.default_device` (one rule for every loader and actor).
     """
@@ -221,12 +221,12 @@ class BaseActor:
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
         # Intra-op threads: Ray gives fractional-CPU actors OMP_NUM_THREADS=1; each phase (forward, train step)
         # sets its own count from CPU_THREADS (see :meth:`_phase_threads`). RLFH_TORCH_THREADS forces one.
-        if os.environ.get("RLFH_TORCH_THREADS"):
-            set_threads(int(os.environ["RLFH_TORCH_THREADS"]))
+        if self.cfg.torch_threads:
+            set_threads(self.cfg.torch_threads)
         self.model = None
         self.tokenizer = None
         self._weights_version = 0
-        logging.basicConfig(level=os.environ.get("RLFH_LOG_LEVEL", "INFO"),
+        logging.basicConfig(level=ProcessSettings.load().log_level,
                             format=f"%(asctime)s {self.role}[{self.rank}] %(levelname)s %(message)s")
 
     def _phase_threads(self, share: int = 1) -> int:
@@ -270,7 +270,7 @@ class BaseActor:
         if dist.is_initialized():
             return
         backend = "nccl" if self.device.type == "cuda" else "gloo"
-        if self.device.type == "cpu" and os.environ.get("RLFH_DS_SHM_COMM") != "1":
+        if self.device.type == "cpu" and not self.cfg.ds_shm_comm:
             # DeepSpeed JIT-compiles a shared-memory all-reduce op for CPU ranks (minutes of g++ on a fresh
             # machine). gloo does the same job; opt back in with RLFH_DS_SHM_COMM=1.
             try:

@@ -10,29 +10,31 @@ the called code, which is raised as it is.
 """
 from __future__ import annotations
 
-import os
 import time
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
-DEFAULT_TIMEOUT_S = 1800.0
-_timeout_s = float(os.environ.get("ACTOR_TIMEOUT_S") or DEFAULT_TIMEOUT_S)
+from core.config import RLFHConfig
+
+#: ACTOR_TIMEOUT_S of the run: the setting's default (core/config.py) until the driver sets the run's value
+#: with :func:`set_timeout_s` (``cfg.actor_timeout_s``: flag > environment > default). Not read from the
+#: environment here: core/config.py is the one place that does.
+_timeout_s: float = RLFHConfig.model_fields["actor_timeout_s"].default
 
 
-def timeout_s() -> float:
-    """Seconds one wait on actors may take (ACTOR_TIMEOUT_S)."""
-    return _timeout_s
+def timeout_s(cfg: Optional[RLFHConfig] = None) -> float:
+    """Seconds one wait on actors may take: ``cfg.actor_timeout_s``, or the run's (:func:`set_timeout_s`)."""
+    return float(cfg.actor_timeout_s) if cfg is not None else _timeout_s
 
 
-def start_timeout_s() -> float:
+def start_timeout_s(cfg: Optional[RLFHConfig] = None) -> float:
     """Seconds starting an actor (process, imports, model load) may take: ACTOR_TIMEOUT_S, at least 300."""
-    return max(_timeout_s, 300.0)
+    return max(timeout_s(cfg), 300.0)
 
 
 def set_timeout_s(seconds: float) -> None:
+    """Make ``seconds`` (the run's ACTOR_TIMEOUT_S) the default of every wait; checked like the setting."""
     global _timeout_s
-    if not seconds > 0:
-        raise ValueError(f"ACTOR_TIMEOUT_S must be > 0, got {seconds}")
-    _timeout_s = float(seconds)
+    _timeout_s = RLFHConfig.load({}, actor_timeout_s=seconds).actor_timeout_s   # ConfigError when not > 0
 
 
 def _timeout_error(what: str, seconds: float):

@@ -28,9 +28,6 @@ from core.config import RLFHConfig
 
 log = logging.getLogger(__name__)
 
-PG_READY_TIMEOUT_S = float(os.environ.get("RLFH_PG_READY_TIMEOUT_S", "120"))
-
-
 # ================================================================================================ placement
 
 
@@ -120,15 +117,17 @@ def _env_names(role: str) -> str:
             "rollout": "VLLM_NUM_ENGINES * VLLM_TENSOR_PARALLEL_SIZE"}[role]
 
 
-def plan_placement(cfg: RLFHConfig, create: bool = True, timeout_s: float = PG_READY_TIMEOUT_S) -> Placement:
+def plan_placement(cfg: RLFHConfig, create: bool = True, timeout_s: Optional[float] = None) -> Placement:
     """Placement groups and bundle indices per role, honouring COLOCATE_ACTOR_REF / COLOCATE_ALL_MODELS.
 
     Colocated roles share one placement group whose bundle ``i`` hosts rank ``i`` of each of them; on GPU
     each of the ``k`` sharing actors asks for ``1/k`` of the bundle's GPU. Colocated roles must have the
     same number of ranks on GPU (the error names the variables to fix). On CPU every bundle reserves
     ``NUM_CPUS_PER_ACTOR`` per actor placed on it (fractional: whole CPUs would not fit a laptop).
-    ``create=False`` plans without touching Ray (for printing / tests).
+    ``create=False`` plans without touching Ray (for printing / tests). ``timeout_s``: how long Ray may take
+    to reserve each placement group (default RLFH_PG_READY_TIMEOUT_S).
     """
+    timeout_s = cfg.pg_ready_timeout_s if timeout_s is None else timeout_s
     sizes = _role_sizes(cfg)
     gpu = any(g > 0 for _, _, g in sizes.values())
     cpu_each = cfg.num_cpus_per_actor
@@ -224,14 +223,19 @@ def allocator_env(allocator: str, gpu: bool) -> dict[str, str]:
     return {"LD_PRELOAD": f"{path}:{before}" if before and path not in before else (before or path)}
 
 
+#: Variables of this process's environment that every model actor gets as they are: process settings
+#: (core.config.ProcessSettings) and where Hugging Face keeps its files.
+FORWARDED_ENV = ("RLFH_CACHE_DIR", "RLFH_LOG_LEVEL", "HF_HOME", "HF_HUB_OFFLINE")
+
+
 def actor_env(gpu: bool, allocator: str = "system") -> dict[str, str]:
     """Environment every model actor gets (CPU: DeepSpeed's cpu accelerator and no CUDA probing; ACTOR_ALLOCATOR)."""
-    env = {"TOKENIZERS_PARALLELISM": "false"}
+    env = {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}
+    env["TOKENIZERS_PARALLELISM"] = "false"     # set for the actor processes only (they tokenize in one thread)
     if not gpu:
+        # set for the CPU actors only: DeepSpeed's CPU accelerator, and RLFH_FORCE_CPU (a process setting) so
+        # that they load on CPU even on a node with a GPU
         env.update({"DS_ACCELERATOR": "cpu", "RLFH_FORCE_CPU": "1"})
-    for k in ("RLFH_CACHE_DIR", "RLFH_TORCH_THREADS", "RLFH_LOG_LEVEL", "HF_HOME", "HF_HUB_OFFLINE"):
-        if os.environ.get(k):
-            env[k] = os.environ[k]
     env.update(allocator_env(allocator, gpu))
     return env
 
@@ -260,7 +264,7 @@ class ActorGroup:
         self._own_pg = None
         if placement_group is None and gpu and self._world_size > 1:
             self._own_pg = _make_pg([{"GPU": 1.0, "CPU": self.num_cpus_per_actor}] * self._world_size, [role],
-                                    PG_READY_TIMEOUT_S)
+                                    cfg.pg_ready_timeout_s)
             placement_group = self._own_pg
         if placement_group is not None and bundle_indices is None:
             bundle_indices = list(range(self._world_size))
@@ -282,9 +286,9 @@ class ActorGroup:
 
         t0 = time.time()
         first = make(0, None, None)
-        addr, port = calls.get(first.master_address.remote(), f"{role} rank 0 start", calls.start_timeout_s())
+        addr, port = calls.get(first.master_address.remote(), f"{role} rank 0 start", calls.start_timeout_s(cfg))
         self.actors = [first] + [make(r, addr, port) for r in range(1, self._world_size)]
-        calls.get([a.ping.remote() for a in self.actors], f"{role} ranks start", calls.start_timeout_s())
+        calls.get([a.ping.remote() for a in self.actors], f"{role} ranks start", calls.start_timeout_s(cfg))
         log.info("%s group: %d rank(s) up in %.1fs (master %s:%s)", role, self._world_size, time.time() - t0,
                  addr, port)
 
@@ -498,7 +502,7 @@ def create_groups(cfg: RLFHConfig, init_models: bool = True) -> Groups:
         if init_models:
             refs = {g.role: g.run_async("init_model") for g in groups.groups()}
             refs["rollout"] = [e.info.remote() for e in engines]
-            groups.init_info = {role: calls.get(r, f"{role} init_model", calls.start_timeout_s())
+            groups.init_info = {role: calls.get(r, f"{role} init_model", calls.start_timeout_s(cfg))
                                 for role, r in refs.items()}
     except Exception:
         for g in made:
@@ -521,7 +525,7 @@ def create_colocated_groups(cfg: RLFHConfig, init_models: bool = True) -> Groups
     t0 = time.time()
     ws, nodes, gpn = _role_sizes(cfg)["policy"]
     bundles = [{"CPU": cfg.num_cpus_per_actor, **({"GPU": 1.0} if gpn else {})} for _ in range(ws)]
-    pg = _make_pg(bundles, ["colocated"], PG_READY_TIMEOUT_S)
+    pg = _make_pg(bundles, ["colocated"], cfg.pg_ready_timeout_s)
     rp = RolePlacement(role="policy", world_size=ws, num_nodes=nodes, num_gpus_per_node=gpn,
                        num_gpus_per_actor=1.0 if gpn else 0.0, num_cpus_per_actor=cfg.num_cpus_per_actor,
                        placement_group=pg, bundle_indices=list(range(ws)),
@@ -537,7 +541,7 @@ def create_colocated_groups(cfg: RLFHConfig, init_models: bool = True) -> Groups
                         rollout=RoleView(policy, "rollout").actors, placement=placement, rollout_backend="hf",
                         layout="colocated")
         if init_models:
-            infos = calls.get(policy.run_async("init_model"), "colocated init_model", calls.start_timeout_s())
+            infos = calls.get(policy.run_async("init_model"), "colocated init_model", calls.start_timeout_s(cfg))
             groups.init_info = {role: [i[role] for i in infos] for role in infos[0]}
     except Exception:
         if policy is not None:

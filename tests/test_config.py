@@ -209,3 +209,52 @@ def test_the_services_read_only_their_section():
     assert config_from_args(args).granularity == "response"
     with pytest.raises(ConfigError, match="'ABSTAIN_SAMPLES' is a trainer setting; the reward service does not"):
         config_from_args({**args, "ABSTAIN_SAMPLES": "1"})
+
+
+def test_config_doc_is_generated_from_the_config():
+    """docs/CONFIG.md is `config_markdown()`: a setting added, removed or reworded in core/config.py without
+    regenerating it fails here, naming the command that does."""
+    from pathlib import Path
+
+    from core.config import CONFIG_DOC_COMMAND, config_markdown
+    doc = Path(__file__).resolve().parents[1] / "docs" / "CONFIG.md"
+    text = config_markdown()
+    assert doc.exists() and doc.read_text(encoding="utf-8") == text, (
+        f"docs/CONFIG.md differs from core/config.py: run `{CONFIG_DOC_COMMAND}` and commit docs/CONFIG.md")
+    for name in RLFHConfig.model_fields:          # every setting is in it, once
+        assert text.count(f"| `{env_name(name)}` |") == 1, env_name(name)
+
+
+def test_rlfh_config_markdown_prints_the_config_doc(capsys, monkeypatch):
+    from cluster.cli import main
+    from core.config import config_markdown
+    monkeypatch.setenv("ACTOR_LR", "3e-6")        # defaults, not the environment's values: the same on every machine
+    assert main(["config", "--format", "markdown"]) == 0
+    assert capsys.readouterr().out == config_markdown()
+
+
+def test_process_settings_come_from_the_environment_only():
+    """RLFH_CACHE_DIR, RLFH_FORCE_CPU, RLFH_LOG_LEVEL: typed settings every process reads from its own environment
+    (`rlfh config` lists them), with no CLI flag (a flag would reach one process only)."""
+    from core.config import ProcessSettings, has_flag
+    p = ProcessSettings.load({"RLFH_CACHE_DIR": "/tmp/c", "RLFH_FORCE_CPU": "1", "RLFH_LOG_LEVEL": "DEBUG"})
+    assert (p.cache_dir, p.force_cpu, p.log_level) == ("/tmp/c", True, "DEBUG")
+    assert ProcessSettings.load({}).model_dump() == {"cache_dir": "", "force_cpu": False, "log_level": "INFO"}
+    assert set(ProcessSettings.model_fields) < set(RLFHConfig.model_fields)
+    parser = argparse.ArgumentParser()
+    RLFHConfig.add_cli_args(parser)
+    dests = {a.dest for a in parser._actions}
+    assert not dests & set(ProcessSettings.model_fields) and {"torch_threads", "pg_ready_timeout_s"} <= dests
+    assert not has_flag("cache_dir") and has_flag("torch_threads")
+    with pytest.raises(ConfigError) as e:
+        ProcessSettings.load({"RLFH_LOG_LEVEL": "loud"})
+    assert "RLFH_LOG_LEVEL = 'loud'" in str(e.value) and "--" not in str(e.value)   # no flag to name
+
+
+def test_process_settings_reach_the_code(monkeypatch, tmp_path):
+    from core.assets import cache_dir
+    from core.model_loader import default_device
+    monkeypatch.setenv("RLFH_CACHE_DIR", str(tmp_path / "cache"))
+    assert cache_dir() == tmp_path / "cache" and cache_dir().is_dir()
+    monkeypatch.setenv("RLFH_FORCE_CPU", "true")
+    assert default_device() == "cpu"

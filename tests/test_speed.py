@@ -12,21 +12,19 @@ from core.config import RLFHConfig
 
 # ------------------------------------------------------------------------------------------------ threads
 
-def test_phase_threads_split_cpu_threads_over_concurrent_actors(monkeypatch):
+def test_phase_threads_split_cpu_threads_over_concurrent_actors():
     from actors.base import phase_threads
-    monkeypatch.delenv("RLFH_TORCH_THREADS", raising=False)
     cfg = RLFHConfig(cpu_threads=4)
     assert phase_threads(cfg) == 4
     assert phase_threads(cfg, share=2) == 2
     assert phase_threads(cfg, share=3) == 1
     assert phase_threads(cfg, share=8) == 1       # never 0
-    monkeypatch.setenv("RLFH_TORCH_THREADS", "3")  # the environment override wins
-    assert phase_threads(cfg, share=2) == 3
+    forced = RLFHConfig.load({"RLFH_TORCH_THREADS": "3"}, cpu_threads=4)   # the fixed count wins
+    assert phase_threads(forced, share=2) == 3
 
 
 def test_auto_threads_use_every_core_unless_the_machine_is_busy(monkeypatch):
     import actors.base as base
-    monkeypatch.delenv("RLFH_TORCH_THREADS", raising=False)
     monkeypatch.setattr(base, "machine_cores", lambda: 8)
     monkeypatch.setattr(base, "_probe", {})
     monkeypatch.setattr(base, "other_load", lambda window_s=0.2: 0.1)

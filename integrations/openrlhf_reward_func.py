@@ -1,18 +1,20 @@
 """OpenRLHF's in-process reward function, backed by the RLFH reward service.
 
-OpenRLHF loads a Python file given as ``--remote_rm_url`` and calls its ``reward_func(queries, prompts, labels)``
-once per rollout (in a worker thread)::
+OpenRLHF (0.11) loads a Python file given as ``--reward.remote_url`` and calls its
+``reward_func(queries, prompts, labels)`` once per rollout (in a worker thread)::
 
     REWARD_URL=http://127.0.0.1:8000 python -m openrlhf.cli.train_ppo_ray ... \\
-        --remote_rm_url $(python -c 'import integrations.openrlhf_reward_func as m; print(m.__file__)') \\
-        --label_key label
+        --reward.remote_url $(python -c 'import integrations.openrlhf_reward_func as m; print(m.__file__)') \\
+        --data.input_key question --data.label_key label
+
+(the whole command: docs/INTEGRATIONS.md).
 
 Each call goes to the service's ``/get_reward`` (the same parsing as OpenRLHF's HTTP mode: chat template and
 EOS in the query are handled), through :class:`reward_service.client.RewardClient`: every request has a
 timeout (``REWARD_TIMEOUT_S``), failures are retried ``REWARD_MAX_RETRIES`` times with back-off and counted,
 and a 4xx (bad input) raises at once with the server's message. ``REWARD_API_TOKEN`` is sent as a bearer token.
 
-Why use this rather than ``--remote_rm_url http://host:port/get_reward``: OpenRLHF's HTTP client retries
+Why use this rather than ``--reward.remote_url http://host:port/get_reward``: OpenRLHF's HTTP client retries
 every error (a 422 included) five times without a back-off cap or auth header; this one sends the token,
 does not retry bad input, and batches.
 

@@ -111,7 +111,7 @@ class RewardsResponse(BaseModel):
 
 
 class GetRewardRequest(BaseModel):
-    """OpenRLHF remote reward protocol (``--remote_rm_url http://host:port/get_reward``)."""
+    """OpenRLHF remote reward protocol (``--reward.remote_url http://host:port/get_reward``)."""
 
     model_config = ConfigDict(extra="ignore", json_schema_extra={"examples": [{
         "query": [f"{_EXAMPLE_QUESTION} It is in Delhi.<|im_end|>"], "prompts": [_EXAMPLE_QUESTION],

@@ -244,7 +244,7 @@ def run_execute(ex, tok, prompt, label, answer):
 @pytest.mark.slow
 def test_openrlhf_execute_http_and_reward_func_file(service, embedded_model_path, monkeypatch):
     """OpenRLHF's whole single-turn rollout (``execute``, stub engine) in both reward modes: the HTTP URL and
-    ``--remote_rm_url integrations/openrlhf_reward_func.py`` (in-process function calling the service)."""
+    ``--reward.remote_url integrations/openrlhf_reward_func.py`` (in-process function calling the service)."""
     import torch
 
     from core.model_loader import load_tokenizer
@@ -287,3 +287,84 @@ def test_get_reward_prompt_not_prefix_is_422_naming_the_item(service):
     assert r.status_code == 422, r.text
     err = r.json()
     assert err["item_index"] == 1 and err["detail"][0]["field"] == "prompts.1" and "prefix" in err["error"]
+
+
+# ------------------------------------------------------------------------------ the documented commands
+
+def openrlhf_cli_args(argv: list[str]):
+    """``argv`` parsed as ``python -m openrlhf.cli.train_ppo_ray`` parses it, and checked as it checks it.
+
+    OpenRLHF 0.11 builds its parser inline, under ``if __name__ == "__main__":`` of openrlhf/cli/train_ppo_ray.py,
+    and importing that module imports vLLM, DeepSpeed's GPU paths and the Ray trainer (not installed here: openrlhf
+    is installed ``--no-deps``). So this runs OpenRLHF's own code from that file without importing it: the
+    module's standard-library imports, then the statements of the ``__main__`` block up to ``train(args)``, with
+    ``parser.parse_args()`` given ``argv``. That is OpenRLHF's own parser (every flag, type, choice) and its own
+    argument checks (``hierarchize`` and the asserts before training). Returns the hierarchized namespace
+    OpenRLHF's ``train(args)`` would get; an unknown flag raises SystemExit (argparse), a failed check
+    AssertionError.
+    """
+    import ast
+    import importlib.util
+    import sys
+
+    spec = importlib.util.find_spec("openrlhf.cli.train_ppo_ray")       # imports the packages, not the module
+    assert spec is not None and spec.origin, "openrlhf is not installed: run `make setup`"
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    main = next(n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test))
+    stdlib = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) and all(
+        (getattr(n, "module", None) or a.name).split(".")[0] in sys.stdlib_module_names for a in n.names)]
+    body = []
+    for stmt in main.body:
+        if isinstance(stmt, ast.Expr) and ast.unparse(stmt) == "train(args)":
+            break
+        body.append(stmt)
+    else:
+        raise AssertionError("train_ppo_ray's __main__ block has no train(args): OpenRLHF changed; update this test")
+    calls = []
+
+    class GiveArgv(ast.NodeTransformer):
+        def visit_Call(self, node):
+            self.generic_visit(node)
+            if isinstance(node.func, ast.Attribute) and node.func.attr == "parse_args" and not node.args:
+                node.args = [ast.Name("ARGV", ast.Load())]
+                calls.append(node)
+            return node
+    module = ast.fix_missing_locations(GiveArgv().visit(ast.Module(body=stdlib + body, type_ignores=[])))
+    assert len(calls) == 1, "expected one parser.parse_args() in train_ppo_ray's __main__ block"
+    ns = {"__name__": "openrlhf_cli_check", "ARGV": list(argv)}
+    exec(compile(module, spec.origin, "exec"), ns)
+    return ns["args"]
+
+
+def test_openrlhf_is_011_and_its_parser_refuses_the_old_flags():
+    """The parser the next test uses is OpenRLHF 0.11's: the pre-0.10.2 flags are refused."""
+    from importlib.metadata import version
+    assert version("openrlhf").startswith("0.11."), version("openrlhf")
+    args = openrlhf_cli_args(["--actor.model_name_or_path", "m", "--reward.remote_url", "http://h/get_reward"])
+    assert args.actor.model_name_or_path == "m" and args.reward.remote_url == ["http://h/get_reward"]
+    for old in (["--pretrain", "m"], ["--remote_rm_url", "http://h/get_reward"], ["--prompt_data", "d.jsonl"]):
+        with pytest.raises(SystemExit):
+            openrlhf_cli_args(old)
+
+
+def test_documented_openrlhf_commands_parse():
+    """Both OpenRLHF commands of docs/INTEGRATIONS.md, as written, through OpenRLHF 0.11's parser and checks: the
+    reward URL (HTTP) or our reward-function file (in-process, with REWARD_URL), the dataset keys our labels use,
+    and the chat template reach OpenRLHF where it reads them."""
+    import doc_commands
+    cmds = doc_commands.commands("INTEGRATIONS.md", "openrlhf.cli.train_ppo_ray",
+                                 MODEL="/models/policy", DATA="/data/train.jsonl")
+    assert len(cmds) == 2, cmds
+    modes = {}
+    for prefix, argv in cmds:
+        args = openrlhf_cli_args(argv)
+        assert args.actor.model_name_or_path == "/models/policy"
+        assert args.data.prompt_dataset == "/data/train.jsonl"
+        assert (args.data.input_key, args.data.label_key, args.data.apply_chat_template) == ("question", "label", True)
+        url, = args.reward.remote_url
+        modes["file" if url.endswith(".py") else "http"] = (prefix, url)
+    assert set(modes) == {"http", "file"}
+    assert modes["http"][1].endswith("/get_reward")
+    prefix, path = modes["file"]
+    assert Path(path).resolve() == REWARD_FUNC_FILE.resolve()       # OpenRLHF loads reward_func from this file
+    assert prefix.get("REWARD_URL", "").startswith("http")          # which the file's client reads

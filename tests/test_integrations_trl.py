@@ -115,3 +115,48 @@ def test_grpo_trainer_one_step_on_cpu(service, embedded_model_path, halueval_tes
     changed = any(not torch.equal(before[n], p) for n, p in model.named_parameters() if n in before)
     tied = all(got[i] == got[i + 1] for i in (0, 2))
     assert changed or tied
+
+
+@pytest.mark.slow
+def test_documented_trl_snippet_runs(service, tiny_model_path, monkeypatch, tmp_path):
+    """The TRL block of docs/INTEGRATIONS.md, run as written against the real service. Only these change:
+    MODEL is a tiny random model, DATA a two-row file, the URL this test's service, and GRPOConfig gets CPU
+    options (use_cpu, no bf16: the snippet's defaults ask for bf16 on a GPU) and a one-step size."""
+    import json
+    import re
+
+    import torch
+    import trl
+
+    import doc_commands
+    snippet, = [b for b in doc_commands.blocks("INTEGRATIONS.md", "python") if "GRPOTrainer" in b]
+    data = tmp_path / "train.jsonl"
+    rows = [{"question": OBEROI["question"], "knowledge": OBEROI["knowledge"], "answer": OBEROI["gold"]},
+            {"question": "Is Delhi in India?", "knowledge": "Delhi is the capital of India.", "answer": "yes"}]
+    data.write_text("".join(json.dumps({**r, "prompt": [{"role": "user", "content": r["question"]}]}) + "\n"
+                            for r in rows), encoding="utf-8")
+    code = snippet
+    for name, value in (("MODEL", tiny_model_path), ("DATA", str(data))):
+        code, n = re.subn(rf'^{name} = "[^"]*"', f"{name} = {value!r}", code, flags=re.M)
+        assert n == 1, f"the snippet assigns {name} once"
+    assert code.count('"http://127.0.0.1:8000"') == 1
+    code = code.replace('"http://127.0.0.1:8000"', repr(service["url"]))
+
+    real_config = trl.GRPOConfig
+    cpu = dict(use_cpu=True, bf16=False, max_steps=1, per_device_train_batch_size=4, num_generations=2,
+               max_completion_length=8, logging_steps=1, save_strategy="no", report_to=[], seed=0,
+               dataloader_num_workers=0, disable_tqdm=True)
+    monkeypatch.setattr(trl, "GRPOConfig", lambda **kw: real_config(**{**kw, **cpu}))
+    monkeypatch.chdir(tmp_path)                      # output_dir="runs/trl" lands here
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    ns: dict = {"__name__": "__main__"}
+    try:
+        exec(compile(code, "docs/INTEGRATIONS.md (TRL block)", "exec"), ns)
+    finally:
+        torch.set_num_threads(threads)
+    trainer = ns["trainer"]
+    assert trainer.state.global_step == 1
+    reward = trainer.reward_funcs[0]
+    assert isinstance(reward, RLFHReward) and reward.calls == 1 and len(reward.last_rewards) == 4
+    assert any("rewards/rlfh_factuality/mean" in h for h in trainer.state.log_history)

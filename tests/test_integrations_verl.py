@@ -176,3 +176,28 @@ def test_compute_score_in_verl_reward_loop(service, tok):
     assert outs[0]["reward_score"] > outs[1]["reward_score"]
     with pytest.raises(ValueError, match="extra_info.question"):
         fn(data_source="x", solution_str="Delhi.", ground_truth="Delhi", extra_info={})
+
+
+def test_documented_verl_keys_exist():
+    """Every ``key=value`` of the verl command in docs/INTEGRATIONS.md is a key of the installed verl's PPO trainer
+    config (verl/trainer/config/_generated_ppo_trainer.yaml: ppo_trainer.yaml flattened, shipped with verl), and
+    the reward function it names is ours."""
+    import yaml
+
+    import doc_commands
+    import integrations.verl as rlfh_verl
+    import_verl()
+    cfg = yaml.safe_load((VERL_DIR / "verl" / "trainer" / "config" / "_generated_ppo_trainer.yaml").read_text())
+    (prefix, argv), = doc_commands.commands("INTEGRATIONS.md", "verl.trainer.main_ppo",
+                                             MODEL="/models/policy", TRAIN_PARQUET="/d/train.parquet",
+                                             VAL_PARQUET="/d/dev.parquet")
+    assert prefix.get("REWARD_URL", "").startswith("http")          # compute_score's client reads it
+    overrides = dict(a.split("=", 1) for a in argv)
+    assert len(overrides) == len(argv) and "reward.custom_reward_function.path" in overrides
+    for key in overrides:
+        node = cfg
+        for part in key.split("."):
+            assert isinstance(node, dict) and part in node, f"{key}: not a key of verl's PPO trainer config"
+            node = node[part]
+    assert Path(overrides["reward.custom_reward_function.path"]).resolve() == Path(rlfh_verl.__file__).resolve()
+    assert callable(getattr(rlfh_verl, overrides["reward.custom_reward_function.name"]))

@@ -683,7 +683,7 @@ class RLFHConfig(ServiceSettings, ProcessSettings):
 REWARD_FIELDS = tuple(RewardSettings.model_fields)
 
 
-#: The order settings are listed in (``rlfh config``, ``--help``, the README): by group, then as defined.
+#: The order settings are listed in (``rlfh config``, ``--help``, docs/CONFIG.md): by group, then as defined.
 GROUPS = ("model", "data", "reward", "verifier", "service", "algo", "optim", "placement", "ckpt", "process")
 
 

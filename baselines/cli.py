@@ -87,6 +87,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="Cap on pairs per question, taken round-robin over correct>wrong, correct>abstain, "
                         "abstain>wrong (0: all). Default 3.")
     d.set_defaults(func=_run("dpo"))
+    w = bsub.add_parser("warmstart", help="Abstention-prior warm start for RL: SFT on the model's own answers with "
+                                          "\"I don't know.\" on a RANDOM share of closed-book questions.",
+                        description="The RL recipe's first stage (baselines/warmstart.py): the base model answers "
+                                    "each question greedily; a seeded random share of the closed-book questions "
+                                    "(independent of the gold answer, which is never read) gets the abstention "
+                                    "as its target, the rest keep the model's own answer; one SFT epoch. The model "
+                                    "learns that it may decline, not when: RL learns when. Cached: the same "
+                                    "settings re-use --out.")
+    _common(w, limit=320, epochs=1, lr=2e-5, batch=8)
+    w.add_argument("--abstain-share", type=float, default=0.5,
+                   help="Share of closed-book questions whose target is the abstention (random, by a seeded hash "
+                        "of the question). Default 0.5.")
+    w.add_argument("--abstain-share-evidence", type=float, default=0.0,
+                   help="The same for questions asked with their evidence passage. Default 0: with the passage "
+                        "the model keeps its own answers.")
+    w.add_argument("--no-reuse", dest="reuse", action="store_false",
+                   help="Rebuild even when --out holds a warm start made with the same settings.")
+    w.set_defaults(func=_run("warmstart"))
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1] if not getattr(args, "baseline", None) else 0)
 
 
@@ -96,6 +114,8 @@ def _run(name: str):
         try:
             if name == "rtuning":
                 from baselines.rtuning import run
+            elif name == "warmstart":
+                from baselines.warmstart import run
             else:
                 from baselines.dpo import run
             return run(args)

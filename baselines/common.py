@@ -194,15 +194,43 @@ class TrainHistory:
         return self.losses[-1] if self.losses else float("nan")
 
 
+def micro_batches(idx: Sequence[int], lengths: Sequence[int], micro_batch_size: int,
+                  token_budget: int = 0) -> list[list[int]]:
+    """Split one optimizer step's example indices into micro batches.
+
+    ``token_budget = 0``: consecutive chunks of ``micro_batch_size`` (the input order). ``> 0``: examples sorted
+    by length (longest first) and packed while ``rows x longest row <= token_budget`` and ``rows <=
+    micro_batch_size``, so a few long prompts (passages) do not pad a whole micro batch of short ones to their
+    length. Every index appears exactly once.
+    """
+    if token_budget <= 0:
+        return [list(idx[m:m + micro_batch_size]) for m in range(0, len(idx), micro_batch_size)]
+    out: list[list[int]] = []
+    cur: list[int] = []
+    for i in sorted(idx, key=lambda j: -lengths[j]):
+        longest = lengths[cur[0]] if cur else lengths[i]
+        if cur and (len(cur) >= micro_batch_size or (len(cur) + 1) * longest > token_budget):
+            out.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        out.append(cur)
+    return out
+
+
 def train_loop(model, examples: Sequence, step_loss: Callable, *, epochs: int, lr: float, batch_size: int,
                micro_batch_size: int, seed: int, max_norm: float = 1.0, progress: bool = True,
-               desc: str = "train") -> TrainHistory:
+               desc: str = "train", token_budget: int = 0, autocast: bool = False) -> TrainHistory:
     """AdamW over ``examples`` (shuffled each epoch with ``seed``), ``batch_size`` examples per optimizer step.
 
     ``step_loss(model, micro_examples, weight) -> (loss, metrics)`` returns the micro batch's share of the
     step's loss (``weight`` = micro size / step size); its gradient is accumulated, the norm clipped to
-    ``max_norm``, then one AdamW step.
+    ``max_norm``, then one AdamW step. ``token_budget``: length-aware micro batches (:func:`micro_batches`).
+    ``autocast``: bf16 autocast of the forward on a CPU with native bf16 (the trainer's TRAIN_AUTOCAST=auto
+    rule; weights, gradients and AdamW state stay fp32).
     """
+    import contextlib
+
     import torch
     from tqdm import tqdm
     check_positive("--epochs", epochs)
@@ -213,6 +241,14 @@ def train_loop(model, examples: Sequence, step_loss: Callable, *, epochs: int, l
         raise BaselineError("nothing to train on (no examples were built)")
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    lengths = [len(getattr(e, "prompt_token_ids", ())) + len(getattr(e, "response_token_ids", ())) for e in examples]
+    use_bf16 = False
+    if autocast and next(model.parameters()).device.type == "cpu":
+        from actors.base import cpu_has_fast_bf16
+        use_bf16 = cpu_has_fast_bf16()
+
+    def cast():
+        return torch.autocast("cpu", dtype=torch.bfloat16) if use_bf16 else contextlib.nullcontext()
     rng = random.Random(seed)
     hist = TrainHistory()
     steps_per_epoch = math.ceil(len(examples) / batch_size)
@@ -226,9 +262,10 @@ def train_loop(model, examples: Sequence, step_loss: Callable, *, epochs: int, l
                 idx = order[s * batch_size:(s + 1) * batch_size]
                 opt.zero_grad(set_to_none=True)
                 total, merged = 0.0, {}
-                for m in range(0, len(idx), micro_batch_size):
-                    micro = [examples[i] for i in idx[m:m + micro_batch_size]]
-                    loss, metrics = step_loss(model, micro, len(micro) / len(idx))
+                for part in micro_batches(idx, lengths, micro_batch_size, token_budget):
+                    micro = [examples[i] for i in part]
+                    with cast():
+                        loss, metrics = step_loss(model, micro, len(micro) / len(idx))
                     loss.backward()
                     total += float(loss.detach())
                     for k, v in metrics.items():

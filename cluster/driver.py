@@ -55,8 +55,8 @@ import torch
 
 from cluster.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, read_state, save_checkpoint
 from cluster.experience import (KeywordReward, SelfJudge, ServiceReward, SkipCounter, fetch_rewards, gold_outcomes,
-                                label_mix, inject_abstentions, last_token_rewards, reward_items, rewards_to_tensors)
-from cluster.train_report import PHASES, format_mix, plot_curves, print_summary, read_metrics
+                                label_mix, inject_abstentions, reward_items, rewards_to_tensors)
+from cluster.train_report import PHASES, format_mix, plot_curves, print_summary, read_dev, read_metrics
 from core import metrics
 from core.config import ConfigError, RLFHConfig
 from core.data import QAItem, load_items
@@ -277,6 +277,8 @@ class Trainer:
         self.last_checkpoint: Optional[str] = None
         self._saved_step = -1
         self._self_judge: Optional[SelfJudge] = None   # VERIFIER_BACKEND=self: the verifier replicas' engines
+        self.dev_eval = None               # cluster.dev_eval.DevEvaluator when DEV_EVAL_STEP > 0
+        self.stopped_early = False         # EARLY_STOP_PATIENCE ended the run
         self.actor_restarts = 0            # actor-group restarts in this process (all of them)
         self._restarts_since_save = 0      # ... since the last checkpoint was written (MAX_ACTOR_RESTARTS)
 
@@ -313,6 +315,11 @@ class Trainer:
             self._self_judge = SelfJudge(self.groups.rollout)
             self._connect_rewards(verifier_factory=self._self_judge)
         self._resume()
+        if cfg.dev_eval_step:
+            from cluster.dev_eval import DevEvaluator
+            self.dev_eval = DevEvaluator(cfg, self.tokenizer)
+            log.info("in-loop dev evaluation every %d steps: %d questions of %s (%s), greedy", cfg.dev_eval_step,
+                     len(self.dev_eval.items), cfg.dev_eval_data, cfg.dev_eval_modes)
         if self.reuses_train_logprobs:
             log.info("one policy update per rollout and no reference (KL_COEF=0): the update's own log-probs "
                      "serve as the old log-probs, so the policy forward before it is skipped")
@@ -519,9 +526,16 @@ class Trainer:
                 from tqdm.auto import tqdm
                 bar = tqdm(total=self.total_steps, initial=min(start_step, self.total_steps), desc="rlfh train",
                            unit="step", dynamic_ncols=True)
+            if self.dev_eval is not None and self.state.step == 0:
+                self._log_dev(self._evaluate_dev())   # the starting point, before any update
             while self.state.step < self.total_steps and not stop.requested:
                 try:
                     row = self.step()
+                    if self.dev_eval is not None and (self.state.step % cfg.dev_eval_step == 0
+                                                      or self.state.step == self.total_steps):
+                        dev = self._evaluate_dev()
+                        row.update(dev)
+                        self._log_dev(dev)
                     self.state.wall_time_s = wall_before + time.time() - t_start
                     self._log(row)
                     if cfg.save_step and self.state.step % cfg.save_step == 0:
@@ -540,13 +554,19 @@ class Trainer:
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix_str(self._postfix(row), refresh=True)
+                if self.dev_eval is not None and self.dev_eval.should_stop():
+                    log.warning("early stop at step %d: %d dev evaluations without a better dev score than %.3f "
+                                "(step %d; EARLY_STOP_PATIENCE=%d)", self.state.step, self.dev_eval.evals_since_best,
+                                self.dev_eval.best_score, self.dev_eval.best_step, cfg.early_stop_patience)
+                    self.stopped_early = True
+                    break
                 if self.skips.consecutive >= MAX_CONSECUTIVE_SKIPS:
                     self.save()
                     raise RuntimeError(
                         f"{self.skips.consecutive} batches in a row skipped: the reward service is unavailable "
                         f"({self.skips.last_error}). Checkpoint saved at step {self.state.step}; fix the service "
                         "(REWARD_URL / `rlfh serve`) and rerun to resume.")
-            completed = self.state.step >= self.total_steps
+            completed = self.state.step >= self.total_steps or self.stopped_early
         except KeyboardInterrupt:
             log.warning("aborted by a second Ctrl-C: no checkpoint written for the current step")
             raise
@@ -643,10 +663,8 @@ class Trainer:
                     row[f"abstain_rate/{m}"] = float(abstained[sel].float().mean())
         if cfg.log_samples:
             self._log_samples(step, prompts, modes, samples, results, injected)
-        if cfg.caution_reward:  # correct = 1; "I don't know" = 1 when no sample of the prompt is correct
-            token_rewards = last_token_rewards(algo.caution_rewards(is_correct, abstained, n), mask)
-        elif cfg.token_reward_weight != 1.0:
-            token_rewards = cfg.token_reward_weight * token_rewards
+        caution = algo.caution_rewards(is_correct, abstained, n) if cfg.caution_reward else None
+        outcome = None
         if cfg.outcome_reward == "ternary":  # right > abstain > wrong, on each response's last token
             o_correct, o_abst = ((is_correct, abstained) if cfg.outcome_judge == "verifier"
                                  else gold_outcomes(samples, prompts, is_correct, abstained))
@@ -658,13 +676,13 @@ class Trainer:
                     if bool(sel.any()):
                         row[f"gold_correct_rate/{m}"] = float(o_correct[sel].float().mean())
                         row[f"gold_abstain_rate/{m}"] = float(o_abst[sel].float().mean())
+            self._rollout_rates_by_type(row, prompts, samples, o_correct, o_abst, sampled)
             abstain_value: float | torch.Tensor = cfg.outcome_abstain
             if cfg.outcome_abstain_evidence is not None:  # per prompt mode: evidence prompts get their own price
                 with_passage = torch.tensor([modes[s.prompt_index] == "evidence" for s in samples])
                 abstain_value = torch.where(with_passage, cfg.outcome_abstain_evidence, cfg.outcome_abstain)
             outcome = algo.ternary_outcome_rewards(o_correct, o_abst, cfg.outcome_correct, abstain_value,
                                                    cfg.outcome_wrong)
-            token_rewards = token_rewards + last_token_rewards(outcome, mask)
 
         # 3. forwards: reference log-probs, values, old log-probs; different actors, so they run concurrently.
         # With one policy update per rollout and no KL term the old log-probs are the very log-probs the
@@ -683,15 +701,18 @@ class Trainer:
         fwd = _gather_timed(launched, timer, serial=getattr(g, "layout", "") == "colocated")
         old_logprobs, ref_logprobs, values = fwd.get("policy_forward"), fwd.get("reference"), fwd.get("critic")
 
-        # 4. KL and shaped per-token rewards: r_t = token reward - kl_coef * KL_t (REWARD_CLIP was applied where
-        # the reward was made, by the reward service; not again here)
+        # 4. the reward the policy trains on, composed in one pure function: verifier token rewards x
+        # TOKEN_REWARD_WEIGHT (or the caution reward), + the outcome reward on the last token, - KL_COEF * KL_t
+        # (REWARD_CLIP was applied where the token rewards were made, by the reward service; not again here)
+        kl = None
         if g.reference is not None:
             kl = algo.kl_penalty(old_logprobs, ref_logprobs, cfg.kl_estimator)
             kl = torch.where(mask, kl, torch.zeros(()))
-        else:
+        rewards, reward_totals = algo.compose_rewards(token_rewards, mask, token_weight=cfg.token_reward_weight,
+                                                      caution=caution, outcome=outcome, kl=kl,
+                                                      kl_coef=cfg.kl_coef)
+        if kl is None:
             kl = torch.zeros(mask.shape, dtype=torch.float32)
-        rewards = algo.shape_token_rewards(token_rewards, kl, mask, cfg.kl_coef)
-        reward_totals = token_rewards.sum(dim=1)   # [B], before KL
         row["reward_mean"] = float(reward_totals[sampled].mean())
         row["kl"] = _masked_mean(kl, mask)
         row["return_mean"] = float(rewards.sum(dim=1).mean())
@@ -836,10 +857,59 @@ class Trainer:
         log.info("snapshot of the policy at step %d: %s", self.state.step, out)
         return str(out)
 
+    @staticmethod
+    def _rollout_rates_by_type(row: dict[str, Any], prompts: list, samples: list, correct: torch.Tensor,
+                               abstained: torch.Tensor, sampled: torch.Tensor) -> None:
+        """Gold correct / abstain rates of the policy's own samples per question type (yes/no, choice, open):
+        the quantities an abstention recipe should move apart (``rollout/abstain/TYPE``, ``rollout/correct/TYPE``)."""
+        from core.questions import question_type
+        types = [question_type(prompts[s.prompt_index].question) for s in samples]
+        for t in ("yes_no", "choice", "open"):
+            sel = torch.tensor([x == t for x in types]) & sampled
+            if bool(sel.any()):
+                row[f"rollout/abstain/{t}"] = float(abstained[sel].float().mean())
+                row[f"rollout/correct/{t}"] = float(correct[sel].float().mean())
+
+    # ------------------------------------------------------------------ in-loop dev evaluation
+    def _evaluate_dev(self) -> dict[str, Any]:
+        """Greedy answers of the current policy to the dev set (DEV_EVAL_*); snapshots the best for FINAL_MODEL."""
+        step = self.state.step
+        dev, graded = self.dev_eval.run(self.groups.rollout, step)
+        if self.cfg.final_model == "best" and self.dev_eval.best_step == step:
+            out = self.save_path / "snapshots" / "best"
+            _replace_dir(out, out.with_name("best.tmp"), lambda tmp: self.groups.policy.run("save_hf", str(tmp)))
+            (out / "dev_eval.json").write_text(json.dumps({"step": step, **dev}, indent=1))
+        with open(self.save_path / "dev_answers.jsonl", "a", encoding="utf-8") as fh:
+            for a in graded:
+                fh.write(json.dumps({"step": step, **a.__dict__}, ensure_ascii=False) + "\n")
+        return dev
+
+    def _log_dev(self, dev: dict[str, Any]) -> None:
+        """SAVE_PATH/dev_eval.jsonl (one record per evaluation), TensorBoard and the dashboard's gauges."""
+        step = self.state.step
+        with open(self.save_path / "dev_eval.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"step": step, **dev}) + "\n")
+        for k, v in dev.items():
+            if k.startswith("dev/") and "/" in k[4:]:
+                mode, _, rest = k[4:].partition("/")
+                metrics.set_gauge("rlfh_dev_eval", v, {"mode": mode, "metric": rest})
+        if self._tb is not None:
+            for k, v in dev.items():
+                self._tb.add_scalar(k, v, step)
+            self._tb.flush()
+
     def _export_final(self) -> str:
-        """SAVE_PATH/final: the policy's HF folder of the last checkpoint (hard links when possible)."""
+        """SAVE_PATH/final: the policy's HF folder of the last checkpoint (hard links when possible), or with
+        FINAL_MODEL=best the snapshot of the best in-loop dev evaluation."""
         out = self.save_path / "final"
         src = Path(self.last_checkpoint) / "policy_hf" if self.last_checkpoint else None
+        best = self.save_path / "snapshots" / "best"
+        if self.cfg.final_model == "best" and (best / "config.json").is_file():
+            log.info("FINAL_MODEL=best: the final model is the policy of step %s (best dev score %.3f)",
+                     self.dev_eval.best_step if self.dev_eval else "?",
+                     self.dev_eval.best_score if self.dev_eval and self.dev_eval.best_score is not None
+                     else float("nan"))
+            src = best
 
         def write(tmp: Path) -> None:
             if src is not None and src.is_dir():
@@ -852,7 +922,8 @@ class Trainer:
 
     def _report(self, completed: bool, model_dir: Optional[str], ran: int, wall: float) -> TrainResult:
         rows = read_metrics(self.metrics_path) or self.history
-        png = plot_curves(rows, self.save_path / "training_curves.png")
+        dev_rows = read_dev(self.save_path) if self.cfg.dev_eval_step else []
+        png = plot_curves(rows, self.save_path / "training_curves.png", dev_rows)
         result = TrainResult(completed=completed, state=self.state, history=rows, model_dir=model_dir,
                              checkpoint=self.last_checkpoint, wall_time_s=self.state.wall_time_s,
                              curves_png=str(png) if png else None,
@@ -863,6 +934,7 @@ class Trainer:
                 "steps": self.state.step, "wall_time_s": self.state.wall_time_s,
                 "run_time_s": time.time() - self._t_created,
                 "skipped_batches": self.skips.total, "model_dir": model_dir, "checkpoint": self.last_checkpoint,
+                "dev_rows": dev_rows,
                 "metrics_path": str(self.metrics_path),
                 "tensorboard_dir": str(self.save_path / "tensorboard") if self.cfg.use_tensorboard else None,
                 "curves_png": result.curves_png, "dashboard_url": result.dashboard_url})

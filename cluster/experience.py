@@ -15,8 +15,6 @@ Ray, so every piece is unit-testable with plain tensors:
   retries" into a skipped, counted batch (never a zero reward);
 * :func:`rewards_to_tensors` places per-token rewards into ``[B, R]`` tensors
   aligned with the batch's ``action_mask``;
-* :func:`last_token_rewards` puts one scalar per response on its last token
-  (the caution reward);
 * :func:`label_mix` summarises the statement labels of a batch.
 
 Shapes: ``B`` responses (prompt-major: ``n`` samples per prompt in a row),
@@ -306,26 +304,6 @@ def rewards_to_tensors(results: Sequence[Any], action_mask: torch.Tensor) -> tup
     if not torch.isfinite(rewards).all():
         raise ValueError("reward service returned non-finite token rewards")
     return rewards, signs
-
-
-def last_token_rewards(values: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
-    """One scalar per response placed on its last valid token.
-
-    Args:
-        values: ``[B]``; action_mask: ``[B, R]`` bool.
-    Returns:
-        ``[B, R]`` float32 (rows without a valid token stay 0).
-    """
-    B, R = action_mask.shape
-    out = torch.zeros((B, R), dtype=torch.float32)
-    lengths = action_mask.long().sum(dim=1)
-    has = lengths > 0
-    # last valid column: the highest index where the mask is True
-    idx = torch.arange(R).expand(B, R)
-    last = torch.where(action_mask, idx, torch.full_like(idx, -1)).max(dim=1).values
-    rows = torch.nonzero(has).squeeze(1)
-    out[rows, last[rows]] = values[rows].to(torch.float32)
-    return out
 
 
 def label_mix(results: Sequence[Any]) -> tuple[dict[str, float], int]:

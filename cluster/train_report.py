@@ -82,6 +82,20 @@ def summary_rows(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[tuple
     if trained:
         out.append(("label mix (first)", format_mix(label_mix(trained[0]))))
         out.append(("label mix (last)", format_mix(label_mix(trained[-1]))))
+    dev = info.get("dev_rows") or []
+    if dev:
+        first, last = dev[0], dev[-1]
+        best = max(dev, key=lambda d: d.get("dev/score", float("-inf")))
+        mode = "closed" if "dev/closed/score" in first else "evidence"
+
+        def dev_line(d: dict) -> str:
+            return (f"step {d['step']}: correct {_pct(d.get(f'dev/{mode}/correct'))}, incorrect "
+                    f"{_pct(d.get(f'dev/{mode}/incorrect'))}, declined {_pct(d.get(f'dev/{mode}/abstain'))} (yes/no "
+                    f"{_pct(d.get(f'dev/{mode}/abstain/yes_no'))}, two-option {_pct(d.get(f'dev/{mode}/abstain/choice'))}"
+                    f", open {_pct(d.get(f'dev/{mode}/abstain/open'))})")
+        out.append((f"dev, greedy, {mode} (first)", dev_line(first)))
+        out.append((f"dev, greedy, {mode} (last)", dev_line(last)))
+        out.append(("dev score (best step)", f"{best['dev/score']:.3f} (step {best['step']})"))
     times = [r.get("time/total") for r in trained if r.get("time/total")]
     if times:
         out.append(("mean step time", f"{sum(times) / len(times):.1f} s"))
@@ -97,6 +111,10 @@ def summary_rows(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[tuple
     return out
 
 
+def _pct(v: Optional[float]) -> str:
+    return "-" if v is None else f"{100 * v:.0f}%"
+
+
 def print_summary(rows: list[dict[str, Any]], info: dict[str, Any], file=None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -108,8 +126,25 @@ def print_summary(rows: list[dict[str, Any]], info: dict[str, Any], file=None) -
     Console(file=file or sys.stdout, width=120).print(t)
 
 
-def plot_curves(rows: list[dict[str, Any]], out_png: str | Path) -> Optional[Path]:
-    """Reward, KL and label-mix curves over steps into ``out_png`` (matplotlib Agg). None when no step trained."""
+TYPE_NAMES = {"yes_no": "yes/no", "choice": "two-option", "open": "open"}
+
+
+def read_dev(path: str | Path) -> list[dict[str, Any]]:
+    """In-loop dev evaluations of a run (``dev_eval.jsonl``: step 0 = before training), in step order."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "dev_eval.jsonl"
+    return read_metrics(path)
+
+
+def plot_curves(rows: list[dict[str, Any]], out_png: str | Path,
+                dev_rows: Optional[list[dict[str, Any]]] = None) -> Optional[Path]:
+    """Training curves into ``out_png`` (matplotlib Agg). None when no step trained.
+
+    Top row: reward, KL, label mix (share of statements per verifier label). Bottom row, when the run has
+    them: the policy's own samples declined per question type (``rollout/abstain/TYPE``), and the in-loop dev
+    evaluation (``dev_rows``, greedy): correct / incorrect / declined and the declined share per question type.
+    """
     trained = [r for r in rows if not r.get("skipped")]
     if not trained:
         return None
@@ -118,7 +153,11 @@ def plot_curves(rows: list[dict[str, Any]], out_png: str | Path) -> Optional[Pat
     import matplotlib.pyplot as plt
 
     steps = [r["step"] for r in trained]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    dev_rows = [d for d in (dev_rows or []) if "dev/score" in d]
+    has_types = any(k.startswith("rollout/abstain/") for r in trained for k in r)
+    two_rows = has_types or bool(dev_rows)
+    fig, grid = plt.subplots(2 if two_rows else 1, 3, figsize=(15, 8 if two_rows else 4), squeeze=False)
+    axes = list(grid[0])
     ax = axes[0]
     ax.plot(steps, [r.get("reward_mean", float("nan")) for r in trained], marker="o", ms=3, label="total reward")
     if any("score_mean" in r for r in trained):
@@ -146,6 +185,47 @@ def plot_curves(rows: list[dict[str, Any]], out_png: str | Path) -> Optional[Pat
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
 
+    if two_rows:
+        type_colors = {"yes_no": "tab:blue", "choice": "tab:purple", "open": "tab:brown"}
+        ax = grid[1][0]
+        for t, name in TYPE_NAMES.items():
+            k = f"rollout/abstain/{t}"
+            if any(k in r for r in trained):
+                ax.plot(steps, [r.get(k, float("nan")) for r in trained], marker=".", ms=3, label=name,
+                        color=type_colors[t])
+        ax.set_title("rollouts: share declined, per question type")
+        ax.set_xlabel("step")
+        ax.set_ylim(-0.02, 1.02)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        dsteps = [d["step"] for d in dev_rows]
+        mode = "closed" if any("dev/closed/score" in d for d in dev_rows) else "evidence"
+        ax = grid[1][1]
+        for key, name, c in (("correct", "correct", "tab:green"), ("incorrect", "incorrect", "tab:red"),
+                             ("abstain", "declined", "tab:gray")):
+            ax.plot(dsteps, [d.get(f"dev/{mode}/{key}", float("nan")) for d in dev_rows], marker="o", ms=3,
+                    label=name, color=c)
+            if mode == "closed" and any("dev/evidence/correct" in d for d in dev_rows) and key != "abstain":
+                ax.plot(dsteps, [d.get(f"dev/evidence/{key}", float("nan")) for d in dev_rows], ls="--",
+                        color=c, alpha=0.6, label=f"{name} (with passage)")
+        ax.set_title(f"dev, greedy ({mode} book{'' if mode == 'closed' else ''})" if dev_rows else "dev: off")
+        ax.set_xlabel("step")
+        ax.set_ylim(-0.02, 1.02)
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+        ax = grid[1][2]
+        for t, name in TYPE_NAMES.items():
+            k = f"dev/{mode}/abstain/{t}"
+            if any(k in d for d in dev_rows):
+                ax.plot(dsteps, [d.get(k, float("nan")) for d in dev_rows], marker="o", ms=3, label=name,
+                        color=type_colors[t])
+        ax.set_title("dev, greedy: share declined per question type")
+        ax.set_xlabel("step")
+        ax.set_ylim(-0.02, 1.02)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+        axes += list(grid[1])
+
     skipped = [r["step"] for r in rows if r.get("skipped")]
     for a in axes:
         for s in skipped:
@@ -169,8 +249,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not rows:
         print(f"{save}: no metrics.jsonl records", file=sys.stderr)
         return 1
-    png = plot_curves(rows, save / "training_curves.png")
+    png = plot_curves(rows, save / "training_curves.png", read_dev(save))
     print_summary(rows, {"steps": rows[-1]["step"], "metrics_path": str(save / "metrics.jsonl"),
+                         "dev_rows": read_dev(save),
                          "curves_png": str(png) if png else None,
                          "skipped_batches": sum(1 for r in rows if r.get("skipped"))})
     return 0

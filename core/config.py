@@ -593,12 +593,13 @@ class RLFHConfig(ServiceSettings, ProcessSettings):
                                      "question hash).", env="DEV_EVAL_SIZE", group="ckpt", ge=1)
     dev_eval_modes: Literal["closed", "evidence", "closed+evidence"] = setting(
         "closed", "Prompt modes of the in-loop dev evaluation; the dev score (early stopping, FINAL_MODEL=best) is "
-        "the closed-book one when closed is among them.", env="DEV_EVAL_MODES", group="ckpt")
+        "the mean of the modes' ternary outcome scores.", env="DEV_EVAL_MODES", group="ckpt")
     dev_eval_max_len: int = setting(40, "New tokens per greedy dev answer.", env="DEV_EVAL_MAX_LEN", group="ckpt",
                                     ge=1)
     early_stop_patience: int = setting(
         0, "Stop training when this many in-loop dev evaluations in a row did not beat the best dev score (the "
-        "ternary outcome OUTCOME_CORRECT / OUTCOME_ABSTAIN / OUTCOME_WRONG of the greedy closed-book answers). "
+        "ternary outcome OUTCOME_CORRECT / OUTCOME_ABSTAIN / OUTCOME_WRONG of the greedy answers, averaged over "
+        "DEV_EVAL_MODES). "
         "Needs DEV_EVAL_STEP. 0: off.", env="EARLY_STOP_PATIENCE", group="ckpt", ge=0)
     final_model: Literal["last", "best"] = setting(
         "last", "What SAVE_PATH/final holds: 'last' (the policy after the last step) or 'best' (the policy at the "

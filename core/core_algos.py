@@ -51,14 +51,15 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
 
 __all__ = [
     "masked_mean", "masked_sum", "masked_var", "masked_whiten", "kl_penalty", "KL_ESTIMATORS",
-    "shape_token_rewards", "discounted_returns", "gae_advantages", "reinforce_plus_plus_advantages",
+    "shape_token_rewards", "last_token_values", "compose_rewards", "discounted_returns", "gae_advantages",
+    "reinforce_plus_plus_advantages",
     "grpo_advantages", "rloo_advantages", "dr_grpo_advantages", "ADVANTAGE_ESTIMATORS",
     "register_advantage_estimator", "compute_advantages", "fspo_flip", "caution_rewards", "ternary_outcome_rewards",
     "filter_by_outcome_variance", "aggregate_loss", "LOSS_AGG_MODES", "policy_loss", "value_loss",
@@ -288,6 +289,65 @@ def shape_token_rewards(token_rewards: Tensor, kl: Tensor, action_mask: Tensor, 
         raise ValueError(f"kl_coef must be a finite number >= 0, got {kl_coef!r}")
     r = token_rewards - kl_coef * kl
     return _zero_outside(r, _as_bool(action_mask))
+
+
+def last_token_values(values: Tensor, action_mask: Tensor) -> Tensor:
+    """One scalar per response placed on its last valid token.
+
+    Args:
+        values: ``[B]``; action_mask: ``[B, T]`` (non-zero = valid response token).
+    Returns:
+        ``[B, T]`` float32, 0 everywhere but each row's last valid token (rows without one stay 0).
+    """
+    _check_2d("action_mask", action_mask)
+    if values.shape != action_mask.shape[:1]:
+        raise ValueError(f"values must be [B] = [{action_mask.shape[0]}], got shape {list(values.shape)}")
+    m = _as_bool(action_mask)
+    B, T = m.shape
+    out = torch.zeros((B, T), dtype=torch.float32, device=m.device)
+    idx = torch.arange(T, device=m.device).expand(B, T)
+    last = torch.where(m, idx, torch.full_like(idx, -1)).max(dim=1).values
+    rows = torch.nonzero(last >= 0).squeeze(1)
+    out[rows, last[rows]] = values[rows].to(torch.float32)
+    return out
+
+
+def compose_rewards(verifier_rewards: Tensor, action_mask: Tensor, *, token_weight: float = 1.0,
+                    caution: Optional[Tensor] = None, outcome: Optional[Tensor] = None,
+                    kl: Optional[Tensor] = None, kl_coef: float = 0.0) -> tuple[Tensor, Tensor]:
+    """The reward the policy trains on, from its parts (the last hop of the reward path).
+
+    ``r_t = base_t + outcome * [t = last] - kl_coef * KL_t`` where ``base_t`` is
+    ``token_weight * verifier_t`` (the verifier's token-level rewards, already clipped by the reward service),
+    or, when ``caution`` is given, the caution reward on the last token instead of the verifier's rewards
+    (CAUTION_REWARD replaces them; TOKEN_REWARD_WEIGHT does not apply to it). The outcome reward (TruthRL's
+    ternary right / abstain / wrong) is added unclipped on the last token.
+
+    Args:
+        verifier_rewards: ``[B, T]`` token rewards from the reward service (0 on unrewarded tokens).
+        action_mask: ``[B, T]`` non-zero = valid response token.
+        token_weight: weight of ``verifier_rewards`` (TOKEN_REWARD_WEIGHT), finite and >= 0.
+        caution: ``[B]`` caution rewards (:func:`caution_rewards`) or None.
+        outcome: ``[B]`` outcome rewards (:func:`ternary_outcome_rewards`) or None.
+        kl: ``[B, T]`` per-token KL to the reference (:func:`kl_penalty`) or None (no KL term).
+        kl_coef: ``>= 0``.
+    Returns:
+        ``(rewards, totals_before_kl)``: ``[B, T]`` shaped per-token rewards (0 outside the mask) and ``[B]``
+        each response's reward summed over its tokens before the KL term (what the logs call the reward).
+    """
+    _check_same_shape(verifier_rewards=verifier_rewards, action_mask=action_mask)
+    if not (isinstance(token_weight, (int, float)) and math.isfinite(token_weight) and token_weight >= 0):
+        raise ValueError(f"token_weight must be a finite number >= 0, got {token_weight!r}")
+    m = _as_bool(action_mask)
+    base = (last_token_values(caution, m) if caution is not None
+            else float(token_weight) * verifier_rewards.to(torch.float32))
+    if outcome is not None:
+        base = base + last_token_values(outcome, m)
+    base = _zero_outside(base, m)
+    totals = base.sum(dim=1)
+    if kl is None:
+        kl = torch.zeros_like(base)
+    return shape_token_rewards(base, kl, m, kl_coef), totals
 
 
 # --------------------------------------------------------------------------------------------------

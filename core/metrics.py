@@ -54,6 +54,9 @@ CATALOGUE: dict[str, MetricSpec] = {m.name: m for m in [
                ("label", "source")),
     # --- training
     MetricSpec("rlfh_train_step", "gauge", "Current PPO step."),
+    MetricSpec("rlfh_dev_eval", "gauge", "In-loop dev evaluation (greedy answers, DEV_EVAL_STEP): shares of correct, "
+               "incorrect and declined answers, accuracy on attempted, declined share per question type, score.",
+               ("mode", "metric")),
     MetricSpec("rlfh_train_kl", "gauge", "Mean per-token KL to the reference (last step)."),
     MetricSpec("rlfh_train_policy_loss", "gauge", "Policy loss (last step)."),
     MetricSpec("rlfh_train_value_loss", "gauge", "Critic loss (last step)."),

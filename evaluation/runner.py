@@ -29,6 +29,7 @@ from typing import Any, Optional
 import numpy as np
 
 from core.prompts import ABSTAIN_TEXT
+from core.verify_schema import LABELS as VERIFIER_LABELS
 from evaluation.generate import EVAL_BATCH_SIZE, EVAL_DTYPES, inference_precision, weights_dtype
 from evaluation.graders import CORRECT, GRADES, INCORRECT, NOT_ATTEMPTED, detect_abstention, grade_answer
 
@@ -36,7 +37,6 @@ log = logging.getLogger(__name__)
 
 SYSTEMS = ("default", "may-abstain")  # core.prompts.SYSTEM_PROMPTS names
 MODES = ("closed", "evidence")
-VERIFIER_LABELS = ("Correct", "Hedged correct", "Vague", "Hedged wrong", "Wrong")
 
 
 @dataclass

@@ -221,3 +221,58 @@ def test_dpo_command_end_to_end(tmp_path):
     # the first step's policy equals the reference: DPO's loss there is log 2
     assert meta["loss_first"] == pytest.approx(math.log(2.0), abs=1e-3)
     _loads_and_generates(out)
+
+
+# ------------------------------------------------------------------------------------------------ warm start
+
+def test_warmstart_targets_ignore_correctness_and_keep_evidence_answers():
+    from baselines.warmstart import abstains, warmstart_targets
+    items = [QAItem(question=f"Who wrote book number {i}?", knowledge="k", right_answer="Ann", uid=str(i))
+             for i in range(400)]
+    modes = ["evidence" if i % 4 == 0 else "closed" for i in range(400)]
+    # every answer is right: a warm start that read the gold answer would never abstain here
+    answers = ["Ann wrote it."] * 400
+    t = warmstart_targets(items, ["p"] * 400, modes, answers, 0.5, 0.0, seed=3)
+    closed = [x for x in t if x.prompt_mode == "closed"]
+    share = sum(x.source == "abstain" for x in closed) / len(closed)
+    assert 0.4 < share < 0.6
+    assert all(x.target == IDK for x in closed if x.source == "abstain")
+    assert all(x.source == "own" and x.target == "Ann wrote it." for x in t if x.prompt_mode == "evidence")
+    # the choice reads the question text and the seed only: same question, same choice; other seed, other set
+    again = warmstart_targets(items, ["q"] * 400, modes, ["wrong"] * 400, 0.5, 0.0, seed=3)
+    assert [x.source for x in again] == [x.source for x in t]
+    assert [abstains(it.question, 0.5, 4) for it in items] != [abstains(it.question, 0.5, 3) for it in items]
+    # an empty answer is never a target
+    empty = warmstart_targets(items[:2], ["p", "p"], ["closed", "evidence"], ["", " "], 0.0, 0.0, seed=0)
+    assert [x.target for x in empty] == [IDK, IDK]
+    with pytest.raises(ValueError, match="one of each"):
+        warmstart_targets(items[:2], ["p"], ["closed"] * 2, ["a"] * 2, 0.5, 0.0, seed=0)
+
+
+def test_warmstart_command_builds_then_reuses(tmp_path, tiny_model_path):
+    out = tmp_path / "ws"
+    args = ("baseline", "warmstart", "--model", tiny_model_path, "--limit", "6", "--mode", "mixed",
+            "--abstain-share", "0.5", "--batch-size", "3", "--max-new-tokens", "6", "--no-progress", "--out", str(out))
+    r = _rlfh(*args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Warm start (abstention prior)" in r.stdout
+    meta = json.loads((out / "baseline.json").read_text())
+    assert meta["baseline"] == "warmstart" and sum(meta["targets"].values()) == 6
+    assert meta["settings"]["abstain_share"] == 0.5 and len(meta["losses"]) == 2
+    stamp = (out / "model.safetensors").stat().st_mtime_ns
+    r = _rlfh(*args)   # same settings: cached, nothing retrained
+    assert r.returncode == 0 and "re-using" in r.stdout
+    assert (out / "model.safetensors").stat().st_mtime_ns == stamp
+    r = _rlfh(*args[:-2], "--abstain-share", "1.5", "--out", str(out))
+    assert r.returncode == 2 and "--abstain-share must be in [0, 1]" in r.stderr
+
+
+def test_micro_batches_pack_by_length_and_keep_every_example():
+    from baselines.common import micro_batches
+    lengths = [100, 600, 100, 90, 700, 80, 100, 120]
+    parts = micro_batches(list(range(8)), lengths, 8, 2048)
+    assert sorted(i for p in parts for i in p) == list(range(8))
+    assert parts[0] == [4, 1]                    # the two passages together: 2 x 700 <= 2048 < 3 x 700
+    assert all(len(p) * max(lengths[i] for i in p) <= 2048 for p in parts)
+    assert micro_batches([5, 6, 7], lengths, 2, 0) == [[5, 6], [7]]   # no budget: plain chunks, input order
+    assert micro_batches([0, 1], [5000, 10], 4, 100) == [[0], [1]]    # a row longer than the budget still runs

@@ -585,3 +585,30 @@ def test_gradients_flow_only_through_valid_unclipped_tokens(seed):
     # advantages from detached rewards are constants
     adv2, _ = ca.gae_advantages(torch.randn(B, T, generator=g), vals.detach(), m, 1.0, 0.95)
     assert not adv2.requires_grad
+
+
+# ------------------------------------------------------------------------------------------------ compose_rewards
+
+def test_compose_rewards_by_hand():
+    from core.core_algos import compose_rewards
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)
+    verifier = torch.tensor([[0.0, 0.5, -1.0, 9.0], [1.0, 0.0, 7.0, 7.0]])   # junk outside the mask
+    kl = torch.tensor([[0.1, 0.2, 0.3, 5.0], [0.0, 0.4, 5.0, 5.0]])
+    # token weight 0.5, outcome on the last valid token, KL 0.1 per nat
+    r, totals = compose_rewards(verifier, mask, token_weight=0.5, outcome=torch.tensor([-1.0, 1.0]), kl=kl,
+                                kl_coef=0.1)
+    want = torch.tensor([[0.0 - 0.01, 0.25 - 0.02, -0.5 - 1.0 - 0.03, 0.0],
+                         [0.5 - 0.0, 0.0 + 1.0 - 0.04, 0.0, 0.0]])
+    assert torch.allclose(r, want, atol=1e-6)
+    assert torch.allclose(totals, torch.tensor([0.25 - 0.5 - 1.0, 0.5 + 1.0]))
+    # the caution reward replaces the verifier's rewards (weight does not apply); no KL term without kl
+    r2, t2 = compose_rewards(verifier, mask, token_weight=3.0, caution=torch.tensor([1.0, 0.0]),
+                             outcome=torch.tensor([0.5, -0.5]))
+    assert r2.tolist() == [[0, 0, 1.5, 0], [0, -0.5, 0, 0]] and t2.tolist() == [1.5, -0.5]
+    # weight 0: the outcome alone (TruthRL)
+    r3, _ = compose_rewards(verifier, mask, token_weight=0.0, outcome=torch.tensor([-0.6, 1.0]))
+    assert torch.allclose(r3, torch.tensor([[0, 0, -0.6, 0], [0, 1.0, 0, 0]]))
+    with pytest.raises(ValueError, match="token_weight"):
+        compose_rewards(verifier, mask, token_weight=-1.0)
+    with pytest.raises(ValueError, match=r"values must be \[B\]"):
+        compose_rewards(verifier, mask, outcome=torch.tensor([1.0]))

@@ -11,9 +11,10 @@ from actors.types import RolloutSample, make_batch, token_offsets
 from cluster.checkpoint import TrainerState
 from cluster.driver import epoch_order, load_prompts, next_prompt_indices, plan_steps
 from cluster.experience import (KeywordReward, RewardUnavailable, ServiceReward, SkipCounter,
-                                fetch_rewards, inject_abstentions, label_mix, last_token_rewards, reward_items,
+                                fetch_rewards, inject_abstentions, label_mix, reward_items,
                                 rewards_to_tensors)
 from core.config import ConfigError, RLFHConfig
+from core.core_algos import last_token_values
 from core.data import QAItem
 from conftest import free_port
 from reward_service.schemas import ItemReward
@@ -107,7 +108,7 @@ def test_rewards_to_tensors_refuses_a_length_mismatch():
 
 def test_last_token_rewards_places_one_value_on_the_last_valid_token():
     mask = torch.tensor([[True, True, False, False], [True, True, True, True], [False, False, False, False]])
-    out = last_token_rewards(torch.tensor([1.0, -2.0, 5.0]), mask)
+    out = last_token_values(torch.tensor([1.0, -2.0, 5.0]), mask)
     assert out.tolist() == [[0, 1.0, 0, 0], [0, 0, 0, -2.0], [0, 0, 0, 0]]
 
 

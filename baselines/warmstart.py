@@ -1,0 +1,166 @@
+"""Abstention-prior warm start: teach the model THAT it may decline, not WHEN (the RL recipe's first stage).
+
+A 135M instruct model never samples "I don't know." by itself, so on-policy RL has no abstention to weigh;
+injecting one off-policy candidate per group gives it a huge advantage in every all-wrong group and abstention
+spreads at random (docs/DEMO.md). This warm start makes abstention an ordinary on-policy action instead:
+
+1. The base model answers every training question greedily with the trainer's prompt.
+2. Closed-book questions get the abstention text as their target with probability ``abstain_share``, chosen
+   at random by a seeded hash of the question and **independently of whether the answer is right** (no gold
+   answer is read: the warm start knows nothing about what the model knows). The rest, and every question
+   asked with its evidence passage (``abstain_share_evidence``, default 0), keep the model's own answer.
+3. One epoch of SFT on those targets (loss on the response tokens).
+
+The result declines about ``abstain_share`` of closed-book questions *at random*; RL with a correctness
+reward then has to learn where declining pays. `rlfh eval` of the warm start alone is the row that shows
+what RL added. Results are cached: the same settings re-use the saved folder.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+from baselines.common import (BaselineError, DEFAULT_ABSTAIN_TEXT, check_positive, encode_example, eos_id,
+                              fmt_loss, load_model, load_questions, prepare_out, print_summary, set_seed,
+                              set_threads, train_loop, write_jsonl)
+
+log = logging.getLogger("baselines.warmstart")
+
+CACHE_KEYS = ("model", "data", "limit", "type_share", "mode", "evidence_share", "system", "abstain_text",
+              "abstain_share", "abstain_share_evidence", "epochs", "lr", "batch_size", "seed", "max_new_tokens")
+
+
+@dataclass
+class WarmTarget:
+    uid: str
+    question: str
+    prompt_mode: str   # closed | evidence
+    prompt: str
+    target: str        # what the model is trained to say
+    source: str        # "own" (its greedy answer) | "abstain" (the abstention text, chosen at random)
+    answer: str        # the base model's own greedy answer
+
+
+def abstains(question: str, share: float, seed: int) -> bool:
+    """Whether ``question`` gets the abstention target: a seeded hash in [0, 1) below ``share``.
+
+    Independent of the answer and of the gold label by construction: it reads the question text only.
+    """
+    if share <= 0:
+        return False
+    h = hashlib.sha256(f"warmstart:{seed}:{question}".encode()).digest()
+    return int.from_bytes(h[:8], "big") / 2 ** 64 < share
+
+
+def warmstart_targets(items: Sequence, prompts: Sequence[str], modes: Sequence[str], answers: Sequence[str],
+                      abstain_share: float, abstain_share_evidence: float, seed: int,
+                      abstain_text: str = DEFAULT_ABSTAIN_TEXT) -> list[WarmTarget]:
+    """One :class:`WarmTarget` per item, in input order.
+
+    Args:
+        items: N items (``question``, ``uid``); prompts, modes ("closed" | "evidence"), answers: N each.
+        abstain_share / abstain_share_evidence: share of closed / evidence questions whose target is
+            ``abstain_text`` (chosen by :func:`abstains`); the others keep the model's own answer.
+    """
+    n = len(items)
+    if not (len(prompts) == len(modes) == len(answers) == n):
+        raise ValueError(f"warmstart_targets: {n} items, {len(prompts)} prompts, {len(modes)} modes, "
+                         f"{len(answers)} answers (need one of each per item)")
+    out = []
+    for it, p, m, a in zip(items, prompts, modes, answers):
+        share = abstain_share_evidence if m == "evidence" else abstain_share
+        if abstains(it.question, share, seed) or not a.strip():
+            out.append(WarmTarget(it.uid, it.question, m, p, abstain_text, "abstain", a))
+        else:
+            out.append(WarmTarget(it.uid, it.question, m, p, a, "own", a))
+    return out
+
+
+def settings_of(args) -> dict:
+    return {k: getattr(args, k) for k in CACHE_KEYS}
+
+
+def cached(out: Path, settings: dict) -> bool:
+    """True when ``out`` already holds a warm start made with exactly ``settings``."""
+    meta = out / "baseline.json"
+    if not (meta.is_file() and (out / "config.json").is_file()):
+        return False
+    try:
+        return json.loads(meta.read_text()).get("settings") == json.loads(json.dumps(settings, default=str))
+    except (OSError, ValueError):
+        return False
+
+
+def run(args) -> int:
+    from baselines.rtuning import sft_step_loss
+    from core.prompts import prompt_mode_for, render_prompt, resolve_system
+    from evaluation.generate import generate_greedy
+    t_start = time.perf_counter()
+    for name in ("epochs", "batch_size", "micro_batch_size", "gen_batch_size", "max_new_tokens"):
+        check_positive("--" + name.replace("_", "-"), getattr(args, name))
+    check_positive("--lr", args.lr)
+    for name in ("abstain_share", "abstain_share_evidence"):
+        v = getattr(args, name)
+        if not 0.0 <= v <= 1.0:
+            raise BaselineError(f"--{name.replace('_', '-')} must be in [0, 1], got {v}")
+    settings = settings_of(args)
+    out_path = Path(args.out)
+    if getattr(args, "reuse", True) and cached(out_path, settings):
+        log.info("warm start: re-using %s (made with the same settings)", out_path)
+        print(f"warm start: re-using {out_path} (same settings; delete it to rebuild)")
+        return 0
+    items = load_questions(args.data, args.limit, args.type_share)
+    out = prepare_out(args.out, args.overwrite or getattr(args, "reuse", True))
+    threads = set_threads(args.threads)
+    set_seed(args.seed)
+    log.info("warm start: %d questions from %s, mode %s, abstain share %.2f (closed) / %.2f (evidence), "
+             "%d torch threads", len(items), args.data, args.mode, args.abstain_share,
+             args.abstain_share_evidence, threads)
+    path, model, tok = load_model(args.model)
+    model.eval()
+    system = resolve_system(args.system)
+    modes = [prompt_mode_for(it.question, args.mode, args.evidence_share) for it in items]
+    prompts = [render_prompt(tok, it.question, it.knowledge_text, m, system=system) for it, m in zip(items, modes)]
+
+    log.info("step 1/2: the base model answers %d questions (greedy, <= %d tokens)", len(items), args.max_new_tokens)
+    t0 = time.perf_counter()
+    gens, gstats = generate_greedy(model, tok, prompts, batch_size=args.gen_batch_size,
+                                   max_new_tokens=args.max_new_tokens, progress=args.progress, desc="answer")
+    answers = [g.text for g in gens]
+    t_gen = time.perf_counter() - t0
+    targets = warmstart_targets(items, prompts, modes, answers, args.abstain_share, args.abstain_share_evidence,
+                                args.seed, args.abstain_text)
+    counts = {f"{m}/{s}": sum(t.prompt_mode == m and t.source == s for t in targets)
+              for m in ("closed", "evidence") for s in ("own", "abstain")}
+    write_jsonl(out / "targets.jsonl", [asdict(t) for t in targets])
+
+    log.info("step 2/2: SFT, %d epochs x %d examples, lr %g, batch %d", args.epochs, len(targets), args.lr,
+             args.batch_size)
+    eos = eos_id(model, tok)
+    examples = [encode_example(tok, t.prompt, t.target, eos) for t in targets]
+    hist = train_loop(model, examples, sft_step_loss(tok.pad_token_id), epochs=args.epochs, lr=args.lr,
+                      batch_size=args.batch_size, micro_batch_size=args.micro_batch_size, seed=args.seed,
+                      max_norm=args.max_norm, progress=args.progress, desc="warm start",
+                      token_budget=args.micro_batch_size * 256, autocast=True)
+    meta = {"baseline": "warmstart", "base_model": args.model, "base_path": path, "settings": settings,
+            "targets": counts, "loss_first": hist.first, "loss_last": hist.last, "losses": hist.losses,
+            "seconds": {"generate": t_gen, "train": hist.seconds}}
+    from baselines.common import save_model
+    save_model(model, tok, out, json.loads(json.dumps(meta, default=str)))
+    total = time.perf_counter() - t_start
+    print_summary("Warm start (abstention prior)", [
+        ("questions", str(len(items))),
+        *[(f"{k} targets", str(v)) for k, v in counts.items()],
+        ("optimizer steps", str(len(hist.losses))),
+        ("loss first / last", f"{fmt_loss(hist.first)} / {fmt_loss(hist.last)}"),
+        ("answer time", f"{t_gen:.0f}s ({gstats.tokens_per_s:.0f} tok/s)"),
+        ("train time", f"{hist.seconds:.0f}s"),
+        ("total time", f"{total:.0f}s"),
+        ("saved", str(out)),
+    ])
+    return 0

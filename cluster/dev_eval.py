@@ -1,0 +1,144 @@
+"""In-loop dev evaluation: every DEV_EVAL_STEP steps the policy answers a fixed set of dev questions greedily.
+
+Why: a run's sampled rewards do not show what users get (greedy answers), and the two ways an abstention run
+fails (it learns nothing, or it declines everywhere at random) both look like a slowly moving reward curve.
+Greedy answers on held-out dev questions, graded against the gold answer and split by question type, show
+either failure within a few steps.
+
+The set is fixed for the whole run (the same ``DEV_EVAL_SIZE`` dev questions by question hash, so runs pair item by
+item) and asked in each of ``DEV_EVAL_MODES``. The score that early stopping and the best-step choice read is the
+ternary outcome (right ``OUTCOME_CORRECT``, declined ``OUTCOME_ABSTAIN``, wrong ``OUTCOME_WRONG``) averaged
+over the modes: the reward the recipe trains on, measured on questions it never trains on. With the passage in
+the prompt the model is right about half the time, so a policy that declines everywhere loses there what it
+gains closed book.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+log = logging.getLogger("rlfh.dev_eval")
+
+TYPES = ("yes_no", "choice", "open")
+
+
+@dataclass
+class DevAnswer:
+    """One greedy dev answer and its gold grade."""
+    question: str
+    qtype: str       # yes_no | choice | open (core.questions.question_type: question text only)
+    mode: str        # closed | evidence
+    answer: str
+    correct: bool
+    abstained: bool
+
+
+def dev_items(spec: str, size: int) -> list:
+    """``size`` items of ``spec`` with a gold answer, chosen by question hash (the same for every run)."""
+    from core.data import load_items, question_hash
+    if spec.startswith("halueval") and spec.partition(":")[2] == "test":
+        raise ValueError("DEV_EVAL_DATA=halueval:test is the held-out split: evaluate during training on "
+                         "halueval:dev (report on test only at the end)")
+    items = [it for it in load_items(spec) if (it.right_answer or "").strip()]
+    if not items:
+        raise ValueError(f"DEV_EVAL_DATA={spec}: no items with a gold answer (right_answer)")
+    ranked = sorted(items, key=lambda it: question_hash(it.question))
+    return ranked[:size]
+
+
+def grade_dev(items: Sequence, modes: Sequence[str], answers: Sequence[str]) -> list[DevAnswer]:
+    """Gold grades of ``answers[i]`` to ``items[i]`` asked in ``modes[i]`` (strict grader)."""
+    from core.questions import question_type
+    from evaluation.graders import CORRECT, grade_answer
+    out = []
+    for it, m, a in zip(items, modes, answers):
+        g = grade_answer(a, it.right_answer, it.question)
+        out.append(DevAnswer(it.question, question_type(it.question), m, a, g.grade == CORRECT,
+                             bool(g.abstained or g.reason == "empty")))
+    return out
+
+
+def dev_metrics(graded: Sequence[DevAnswer], outcome_correct: float = 1.0, outcome_abstain: float = -0.5,
+                outcome_wrong: float = -1.0) -> dict[str, float]:
+    """Flat ``dev/...`` metrics of graded answers, per mode and per question type.
+
+    Keys (MODE in closed / evidence, TYPE in yes_no / choice / open):
+      ``dev/MODE/correct``, ``dev/MODE/incorrect``, ``dev/MODE/abstain`` (shares of the mode's questions),
+      ``dev/MODE/acc_attempted`` (correct among the answered; absent when none answered),
+      ``dev/MODE/abstain/TYPE``, ``dev/MODE/correct/TYPE`` (shares within the type),
+      ``dev/MODE/score`` (mean ternary outcome), ``dev/score`` (the mean of the modes' scores).
+    """
+    out: dict[str, float] = {}
+    modes = list(dict.fromkeys(a.mode for a in graded))
+    for m in modes:
+        rows = [a for a in graded if a.mode == m]
+        n = len(rows)
+        c = sum(a.correct for a in rows)
+        ab = sum(a.abstained and not a.correct for a in rows)
+        w = n - c - ab
+        out[f"dev/{m}/correct"] = c / n
+        out[f"dev/{m}/incorrect"] = w / n
+        out[f"dev/{m}/abstain"] = ab / n
+        if c + w:
+            out[f"dev/{m}/acc_attempted"] = c / (c + w)
+        out[f"dev/{m}/score"] = (outcome_correct * c + outcome_abstain * ab + outcome_wrong * w) / n
+        for t in TYPES:
+            sub = [a for a in rows if a.qtype == t]
+            if sub:
+                out[f"dev/{m}/abstain/{t}"] = sum(a.abstained and not a.correct for a in sub) / len(sub)
+                out[f"dev/{m}/correct/{t}"] = sum(a.correct for a in sub) / len(sub)
+    if modes:   # every mode weighs the same: declining everywhere costs the evidence half its right answers
+        out["dev/score"] = sum(out[f"dev/{m}/score"] for m in modes) / len(modes)
+    return out
+
+
+class DevEvaluator:
+    """Greedy answers of the rollout engines to the fixed dev set, graded; one call per evaluation."""
+
+    def __init__(self, cfg, tokenizer):
+        from core.prompts import render_prompt, resolve_system
+        self.cfg = cfg
+        self.items = dev_items(cfg.dev_eval_data, cfg.dev_eval_size)
+        self.modes = cfg.dev_eval_modes.split("+")
+        system = resolve_system(cfg.system_prompt)
+        self.asked = [(it, m) for m in self.modes for it in self.items]
+        self.prompts = [render_prompt(tokenizer, it.question, it.knowledge_text, m, system=system)
+                        for it, m in self.asked]
+        self.best_score: Optional[float] = None
+        self.best_step: Optional[int] = None
+        self.evals_since_best = 0
+
+    def run(self, engines: Sequence[Any], step: int) -> tuple[dict[str, float], list[DevAnswer]]:
+        """Evaluate the engines' current weights; returns (``dev/...`` metrics, the graded answers)."""
+        from actors.rollout import generate_on_engines
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        samples = generate_on_engines(engines, self.prompts, 1, cfg.dev_eval_max_len, 0.0, 1.0, seed=0)
+        texts = [""] * len(self.prompts)
+        for s in samples:
+            texts[s.prompt_index] = s.response_text
+        graded = grade_dev([it for it, _ in self.asked], [m for _, m in self.asked], texts)
+        out = dev_metrics(graded, cfg.outcome_correct, cfg.outcome_abstain, cfg.outcome_wrong)
+        out["time/dev_eval"] = round(time.perf_counter() - t0, 3)
+        score = out["dev/score"]
+        if self.best_score is None or score > self.best_score + 1e-9:
+            self.best_score, self.best_step, self.evals_since_best = score, step, 0
+        else:
+            self.evals_since_best += 1
+        out["dev/best_score"] = self.best_score
+        out["dev/best_step"] = float(self.best_step)
+        closed = "closed" if "closed" in self.modes else self.modes[0]
+        log.info("dev eval at step %d (%d questions x %s, %.0fs): score %.3f (best %.3f at step %d); %s: correct "
+                 "%.1f%%, incorrect %.1f%%, declined %.1f%% (yes/no %.0f%%, choice %.0f%%, open %.0f%%)",
+                 step, len(self.items), "+".join(self.modes), out["time/dev_eval"], score, self.best_score,
+                 self.best_step, closed, 100 * out[f"dev/{closed}/correct"], 100 * out[f"dev/{closed}/incorrect"],
+                 100 * out[f"dev/{closed}/abstain"], 100 * out.get(f"dev/{closed}/abstain/yes_no", 0.0),
+                 100 * out.get(f"dev/{closed}/abstain/choice", 0.0), 100 * out.get(f"dev/{closed}/abstain/open", 0.0))
+        return out, graded
+
+    def should_stop(self) -> bool:
+        """Early stopping: EARLY_STOP_PATIENCE evaluations in a row without a better dev score."""
+        p = self.cfg.early_stop_patience
+        return bool(p) and self.evals_since_best >= p

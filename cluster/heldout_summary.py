@@ -1,0 +1,108 @@
+"""The end of `make train`: did the RL-trained model get better on questions it never saw?
+
+Reads the report `rlfh compare` wrote for the base and the trained model on held-out questions (closed book and
+with the passage) and prints one table per prompt mode: correct, incorrect, not attempted and accuracy on the
+attempted answers for the base model, the trained model, the base model declining as many RANDOM questions as
+the trained one (what abstention alone buys) and the question-type rule (the base declining every open
+question: selectivity that needs no training), then the paired tests and the verdict:
+
+- closed book, the gate (`rlfh compare --expect trained`): significantly fewer incorrect answers, correct
+  answers not significantly fewer, accuracy on attempted answers significantly higher, more right answers kept
+  than random abstention;
+- with the passage: no significant loss of correct answers (declining where the passage does not help is
+  welcome, not required).
+
+    python -m cluster.heldout_summary SAVE_PATH/heldout/report/report.json
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+
+def _pct(v: Optional[float]) -> str:
+    return "-" if v is None else f"{100 * v:.1f}"
+
+
+def mode_rows(group: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """(row name, correct %, incorrect %, not attempted %, accuracy on attempted %) of one prompt mode."""
+    rows = []
+    for m in group["models"]:
+        gd = m["metrics"]["gold"]
+        rows.append((m["name"], _pct(gd["correct"]["value"]), _pct(gd["incorrect"]["value"]),
+                     _pct(gd["not_attempted"]["value"]), _pct(gd["accuracy_given_attempted"]["value"])))
+    sel = group.get("selectivity") or {}
+    for name, e in (sel.get("runs") or {}).items():
+        rnd = e["random"]
+        if name == sel.get("reference") or rnd["n_abstain"] == 0:
+            continue
+        rows.append((f"random abstention ({sel['reference']} declining {rnd['n_abstain']})", _pct(rnd["correct"]),
+                     _pct(rnd["incorrect"]), _pct(rnd["not_attempted"]), _pct(rnd["accuracy_given_attempted"])))
+    if sel.get("type_rule"):
+        tm = sel["type_rule"]["metrics"]
+        rows.append((f"question-type rule ({sel['reference']}, open questions declined)", _pct(tm["correct"]),
+                     _pct(tm["incorrect"]), _pct(tm["not_attempted"]), _pct(tm["accuracy_given_attempted"])))
+    return rows
+
+
+def verdicts(report: dict[str, Any], name: str = "trained") -> dict[str, tuple[bool, str]]:
+    """Per prompt mode: (passed, one line). Closed book: the gate; with the passage: correct answers kept."""
+    from evaluation.report import expectation_failures
+    out = {}
+    for gname, g in report["groups"].items():
+        mode = "evidence" if "evidence" in gname else "closed"
+        pair = next((p for p in g["pairs"] if p["b"] == name), None)
+        if pair is None:
+            continue
+        mc, mi = pair["mcnemar_correct"], pair["mcnemar_incorrect"]
+        tests = (f"incorrect {mi['a_only']} fewer / {mi['b_only']} more (p={mi['p_value']:.3g}); correct "
+                 f"{mc['a_only']} lost / {mc['b_only']} gained (p={mc['p_value']:.3g})")
+        if mode == "closed":
+            fails = expectation_failures(report, name, ["closed"])
+            out[gname] = (not fails, ("PASSED: selective, fewer hallucinations, right answers kept. " if not fails
+                                      else "FAILED: " + "; ".join(fails) + ". ") + tests)
+        else:
+            lost = mc["a_only"] > mc["b_only"] and mc["p_value"] < 0.05
+            out[gname] = (not lost, ("FAILED: significantly fewer correct answers. " if lost
+                                     else "PASSED: correct answers not significantly fewer. ") + tests)
+    return out
+
+
+def print_summary(report: dict[str, Any], file=None) -> bool:
+    """Print the tables and verdicts; True when every mode passed."""
+    from rich.console import Console
+    from rich.table import Table
+    con = Console(file=file or sys.stdout, width=140)
+    ok = True
+    v = verdicts(report)
+    for gname, g in report["groups"].items():
+        n = g["models"][0]["metrics"]["n"] if g["models"] else 0
+        t = Table(title=f"held-out, {gname} ({n} questions, greedy, gold-answer grader, %)")
+        for col in ("model", "correct", "incorrect", "not attempted", "accuracy on attempted"):
+            t.add_column(col, justify="left" if col == "model" else "right")
+        for r in mode_rows(g):
+            t.add_row(*r)
+        con.print(t)
+        if gname in v:
+            passed, line = v[gname]
+            ok &= passed
+            con.print(f"[{'green' if passed else 'red'}]{line}[/]")
+    return ok
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m cluster.heldout_summary REPORT_JSON", file=sys.stderr)
+        return 2
+    path = Path(argv[0])
+    if not path.is_file():
+        print(f"{path}: no report (run `rlfh compare` first)", file=sys.stderr)
+        return 2
+    return 0 if print_summary(json.loads(path.read_text())) else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

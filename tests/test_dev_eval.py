@@ -1,0 +1,96 @@
+"""In-loop dev evaluation (cluster/dev_eval.py): grading, per-type metrics, the best-step bookkeeping."""
+from __future__ import annotations
+
+import pytest
+
+from cluster.dev_eval import DevAnswer, dev_items, dev_metrics, grade_dev
+from core.data import QAItem
+
+
+def _a(qtype, mode="closed", correct=False, abstained=False):
+    return DevAnswer("q", qtype, mode, "a", correct, abstained)
+
+
+def test_dev_metrics_by_hand():
+    rows = [_a("yes_no", correct=True), _a("yes_no"), _a("open", abstained=True), _a("open"),
+            _a("choice", correct=True), _a("open", mode="evidence", correct=True), _a("open", mode="evidence")]
+    m = dev_metrics(rows, 1.0, -0.5, -1.0)
+    assert m["dev/closed/correct"] == pytest.approx(2 / 5)
+    assert m["dev/closed/incorrect"] == pytest.approx(2 / 5)
+    assert m["dev/closed/abstain"] == pytest.approx(1 / 5)
+    assert m["dev/closed/acc_attempted"] == pytest.approx(2 / 4)
+    assert m["dev/closed/abstain/open"] == pytest.approx(1 / 2)
+    assert m["dev/closed/abstain/yes_no"] == 0.0 and m["dev/closed/correct/yes_no"] == 0.5
+    assert m["dev/closed/score"] == pytest.approx((2 - 0.5 - 2) / 5)
+    assert m["dev/evidence/score"] == pytest.approx(0.0)
+    assert m["dev/score"] == pytest.approx((m["dev/closed/score"] + 0.0) / 2)
+    assert m["dev/evidence/correct"] == 0.5 and "dev/evidence/abstain/yes_no" not in m
+    # nothing attempted: no accuracy on attempted answers (not a silent 0)
+    assert "dev/closed/acc_attempted" not in dev_metrics([_a("open", abstained=True)])
+
+
+def test_grade_dev_uses_the_gold_grader_and_question_type():
+    items = [QAItem(question="Is Paris in France?", knowledge="", right_answer="yes", uid="1"),
+             QAItem(question="Who wrote Hamlet?", knowledge="", right_answer="William Shakespeare", uid="2"),
+             QAItem(question="Who painted the Mona Lisa?", knowledge="", right_answer="Leonardo da Vinci", uid="3")]
+    g = grade_dev(items, ["closed"] * 3, ["Yes, it is.", "I don't know.", "Michelangelo painted it."])
+    assert [(x.qtype, x.correct, x.abstained) for x in g] == [("yes_no", True, False), ("open", False, True),
+                                                              ("open", False, False)]
+
+
+def test_dev_items_fixed_subset_and_refuses_test():
+    a = dev_items("halueval:dev", 20)
+    assert len(a) == 20 and [x.question for x in a] == [x.question for x in dev_items("halueval:dev", 20)]
+    with pytest.raises(ValueError, match="held-out"):
+        dev_items("halueval:test", 5)
+
+
+def test_config_needs_dev_eval_for_early_stop_and_best():
+    from core.config import RLFHConfig
+    with pytest.raises(ValueError, match="DEV_EVAL_STEP"):
+        RLFHConfig(early_stop_patience=2)
+    with pytest.raises(ValueError, match="DEV_EVAL_STEP"):
+        RLFHConfig(final_model="best")
+    assert RLFHConfig(dev_eval_step=2, final_model="best", early_stop_patience=2).dev_eval_modes == "closed"
+
+
+@pytest.mark.slow
+def test_trainer_evaluates_dev_in_the_loop_and_keeps_the_best_step(tmp_path, tiny_model_path):
+    """The real loop (Ray actor groups, tiny random model: mechanics, not learning) with DEV_EVAL_STEP=1:
+    an evaluation before the first step and after each step, in metrics.jsonl / dev_eval.jsonl / the curves,
+    and FINAL_MODEL=best exports the snapshot of the best dev step."""
+    import json
+
+    from cluster.driver import Trainer
+    from cluster.experience import KeywordReward
+    from core.config import RLFHConfig
+    from core.ray_bootstrap import start_ray
+    cfg = RLFHConfig.load(
+        environ={}, model_path=tiny_model_path, save_path=str(tmp_path), prompt_data="halueval:train",
+        max_samples=32, rollout_batch_size=2, n_samples_per_prompt=2, generate_max_len=6, prompt_max_len=96,
+        train_batch_size=4, micro_train_batch_size=4, micro_rollout_batch_size=8, advantage_estimator="grpo",
+        kl_coef=0.0, actor_lr=1e-3, max_steps=2, seed=3, use_tensorboard=False, rollout_backend="hf",
+        dev_eval_step=1, dev_eval_size=4, dev_eval_modes="closed+evidence", dev_eval_max_len=4, final_model="best")
+    handle = start_ray(cfg, num_cpus=4, include_dashboard=False)
+    trainer = Trainer(cfg, reward_fn=KeywordReward("the"), show_progress=False)
+    try:
+        trainer.setup()
+        result = trainer.fit()
+    finally:
+        trainer.close()
+        handle.shutdown()
+    assert result.completed
+    dev = [json.loads(x) for x in (tmp_path / "dev_eval.jsonl").read_text().splitlines()]
+    assert [d["step"] for d in dev] == [0, 1, 2]
+    for d in dev:
+        for k in ("dev/closed/correct", "dev/closed/incorrect", "dev/closed/abstain", "dev/evidence/correct",
+                  "dev/score", "dev/best_step"):
+            assert k in d, k
+        assert d["dev/closed/correct"] + d["dev/closed/incorrect"] + d["dev/closed/abstain"] == pytest.approx(1.0)
+    assert all("dev/score" in r for r in result.history)           # merged into each evaluated step's record
+    answers = (tmp_path / "dev_answers.jsonl").read_text().splitlines()
+    assert len(answers) == 3 * 2 * 4                                 # 3 evaluations x 2 modes x 4 questions
+    best_step = int(dev[-1]["dev/best_step"])
+    assert json.loads((tmp_path / "snapshots" / "best" / "dev_eval.json").read_text())["step"] == best_step
+    assert (tmp_path / "final" / "config.json").is_file()
+    assert (tmp_path / "training_curves.png").stat().st_size > 10_000

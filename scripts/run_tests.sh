@@ -40,8 +40,10 @@ fi
 # project tools installed in the venv (hadolint, helm) must be found by the tests
 export PATH="$PWD/.venv/bin:$PATH"
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 DS_ACCELERATOR=cpu TOKENIZERS_PARALLELISM=false
+# The 25 slowest tests are printed at the end; every test's time (setup + call + teardown) goes to
+# .pytest-durations.json, slowest first (tests/conftest.py writes it), for whoever keeps the suite fast.
 set +e
-$BIN/python -m pytest "$@"
+$BIN/python -m pytest --durations=25 --durations-file=.pytest-durations.json "$@"
 rc=$?
 set -e
 if [[ $rc -eq 5 ]]; then echo "[tests] pytest collected no tests"; exit 1; fi

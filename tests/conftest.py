@@ -16,6 +16,35 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+# ------------------------------------------------------------------------------------------------ durations
+# `--durations-file PATH` (scripts/run_tests.sh passes .pytest-durations.json): every test's setup + call +
+# teardown seconds, slowest first, so the next maintainer sees where the suite's time goes without a rerun.
+
+def pytest_addoption(parser):
+    parser.addoption("--durations-file", default=None, metavar="PATH",
+                     help="write each test's seconds (setup + call + teardown) to PATH as JSON, slowest first")
+
+
+_durations: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session, exitstatus):
+    path = session.config.getoption("--durations-file", None)
+    if not path or not _durations:
+        return
+    import json
+    rows = sorted(_durations.items(), key=lambda kv: -kv[1])
+    doc = {"exitstatus": int(exitstatus), "tests": len(rows), "total_s": round(sum(_durations.values()), 2),
+           "durations_s": {k: round(v, 3) for k, v in rows}}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+
+
 # The one free_port (core/ports.py says why it draws from 20000-32767 and not from the kernel's ephemeral range);
 # tests import it from here as before.
 from core.ports import free_port  # noqa: E402,F401

@@ -102,6 +102,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--abstain-share-evidence", type=float, default=0.0,
                    help="The same for questions asked with their evidence passage. Default 0: with the passage "
                         "the model keeps its own answers.")
+    w.add_argument("--abstain-where", choices=["random", "wrong"], default="random",
+                   help="random (default): the abstention targets ignore correctness (no gold answer read); the "
+                        "model learns only that it may decline. wrong: only answers the gold grader marks wrong "
+                        "may become the abstention (each with probability --abstain-share), right ones are kept, "
+                        "as in R-Tuning: the warm start then already leans toward declining where it is wrong.")
     w.add_argument("--no-reuse", dest="reuse", action="store_false",
                    help="Rebuild even when --out holds a warm start made with the same settings.")
     w.set_defaults(func=_run("warmstart"))

@@ -23,7 +23,7 @@ import logging
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 from baselines.common import (BaselineError, DEFAULT_ABSTAIN_TEXT, check_positive, encode_example, eos_id,
                               fmt_loss, load_model, load_questions, prepare_out, print_summary, set_seed,
@@ -32,7 +32,7 @@ from baselines.common import (BaselineError, DEFAULT_ABSTAIN_TEXT, check_positiv
 log = logging.getLogger("baselines.warmstart")
 
 CACHE_KEYS = ("model", "data", "limit", "type_share", "mode", "evidence_share", "system", "abstain_text",
-              "abstain_share", "abstain_share_evidence", "epochs", "lr", "batch_size", "seed", "max_new_tokens")
+              "abstain_share", "abstain_share_evidence", "abstain_where", "epochs", "lr", "batch_size", "seed", "max_new_tokens")
 
 
 @dataclass
@@ -59,21 +59,28 @@ def abstains(question: str, share: float, seed: int) -> bool:
 
 def warmstart_targets(items: Sequence, prompts: Sequence[str], modes: Sequence[str], answers: Sequence[str],
                       abstain_share: float, abstain_share_evidence: float, seed: int,
-                      abstain_text: str = DEFAULT_ABSTAIN_TEXT) -> list[WarmTarget]:
+                      abstain_text: str = DEFAULT_ABSTAIN_TEXT,
+                      right: Optional[Sequence[bool]] = None) -> list[WarmTarget]:
     """One :class:`WarmTarget` per item, in input order.
 
     Args:
         items: N items (``question``, ``uid``); prompts, modes ("closed" | "evidence"), answers: N each.
         abstain_share / abstain_share_evidence: share of closed / evidence questions whose target is
             ``abstain_text`` (chosen by :func:`abstains`); the others keep the model's own answer.
+        right: None (``--abstain-where random``: the choice ignores correctness), or N booleans, the gold
+            grade of each answer (``--abstain-where wrong``: only wrong answers may be replaced, each with
+            probability ``abstain_share``; right answers are always kept, as in R-Tuning).
     """
     n = len(items)
-    if not (len(prompts) == len(modes) == len(answers) == n):
+    if not (len(prompts) == len(modes) == len(answers) == n) or (right is not None and len(right) != n):
         raise ValueError(f"warmstart_targets: {n} items, {len(prompts)} prompts, {len(modes)} modes, "
-                         f"{len(answers)} answers (need one of each per item)")
+                         f"{len(answers)} answers{'' if right is None else f', {len(right)} grades'} (need one "
+                         "of each per item)")
     out = []
-    for it, p, m, a in zip(items, prompts, modes, answers):
+    for i, (it, p, m, a) in enumerate(zip(items, prompts, modes, answers)):
         share = abstain_share_evidence if m == "evidence" else abstain_share
+        if right is not None and right[i] and a.strip():
+            share = 0.0
         if abstains(it.question, share, seed) or not a.strip():
             out.append(WarmTarget(it.uid, it.question, m, p, abstain_text, "abstain", a))
         else:
@@ -133,8 +140,14 @@ def run(args) -> int:
                                    max_new_tokens=args.max_new_tokens, progress=args.progress, desc="answer")
     answers = [g.text for g in gens]
     t_gen = time.perf_counter() - t0
+    right = None
+    if args.abstain_where == "wrong":   # R-Tuning-style: the gold grader decides which answers may be replaced
+        from baselines.common import grade_all
+        from evaluation.graders import CORRECT
+        right = [g.grade == CORRECT for g in grade_all(items, answers)]
+        log.info("gold grader: %d of %d answers right (always kept)", sum(right), len(right))
     targets = warmstart_targets(items, prompts, modes, answers, args.abstain_share, args.abstain_share_evidence,
-                                args.seed, args.abstain_text)
+                                args.seed, args.abstain_text, right)
     counts = {f"{m}/{s}": sum(t.prompt_mode == m and t.source == s for t in targets)
               for m in ("closed", "evidence") for s in ("own", "abstain")}
     write_jsonl(out / "targets.jsonl", [asdict(t) for t in targets])

@@ -677,10 +677,10 @@ class Trainer:
                         row[f"gold_correct_rate/{m}"] = float(o_correct[sel].float().mean())
                         row[f"gold_abstain_rate/{m}"] = float(o_abst[sel].float().mean())
             self._rollout_rates_by_type(row, prompts, samples, o_correct, o_abst, sampled)
-            abstain_value: float | torch.Tensor = cfg.outcome_abstain
+            abstain_value: float | torch.Tensor = self._abstain_price(row, o_abst, sampled, modes, samples)
             if cfg.outcome_abstain_evidence is not None:  # per prompt mode: evidence prompts get their own price
                 with_passage = torch.tensor([modes[s.prompt_index] == "evidence" for s in samples])
-                abstain_value = torch.where(with_passage, cfg.outcome_abstain_evidence, cfg.outcome_abstain)
+                abstain_value = torch.where(with_passage, cfg.outcome_abstain_evidence, abstain_value)
             outcome = algo.ternary_outcome_rewards(o_correct, o_abst, cfg.outcome_correct, abstain_value,
                                                    cfg.outcome_wrong)
 
@@ -856,6 +856,25 @@ class Trainer:
         _replace_dir(out, out.with_name(out.name + ".tmp"), lambda tmp: self.groups.policy.run("save_hf", str(tmp)))
         log.info("snapshot of the policy at step %d: %s", self.state.step, out)
         return str(out)
+
+    def _abstain_price(self, row: dict[str, Any], abstained: torch.Tensor, sampled: torch.Tensor, modes: list,
+                       samples: list) -> float:
+        """This step's abstention reward: OUTCOME_ABSTAIN, or with ABSTAIN_TARGET_RATE the adaptive price
+        (kept in the trainer state, so a resumed run goes on with it), moved after use by this step's rate."""
+        cfg = self.cfg
+        if cfg.abstain_target_rate is None:
+            return cfg.outcome_abstain
+        from core import core_algos as algo
+        price = float(self.state.extra.get("abstain_price", cfg.outcome_abstain))
+        closed = torch.tensor([modes[s.prompt_index] == "closed" for s in samples]) & sampled
+        sel = closed if bool(closed.any()) else sampled
+        rate = float(abstained[sel].float().mean())
+        margin = 0.05 * (cfg.outcome_correct - cfg.outcome_wrong)   # strictly between wrong and correct
+        self.state.extra["abstain_price"] = algo.adapt_abstain_price(
+            price, rate, cfg.abstain_target_rate, cfg.abstain_price_step, cfg.outcome_wrong + margin,
+            cfg.outcome_correct - margin)
+        row["abstain_price"] = price
+        return price
 
     @staticmethod
     def _rollout_rates_by_type(row: dict[str, Any], prompts: list, samples: list, correct: torch.Tensor,

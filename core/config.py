@@ -405,6 +405,16 @@ class RLFHConfig(ServiceSettings, ProcessSettings):
         "pays when p * OUTCOME_CORRECT + (1 - p) * OUTCOME_WRONG > OUTCOME_ABSTAIN (p: how often the model is "
         "right on that question), so -0.5 with +1/-1 keeps answers that are right more than a quarter of the time.",
         env="OUTCOME_ABSTAIN", group="reward")
+    abstain_target_rate: Optional[float] = setting(
+        None, "OUTCOME_REWARD=ternary: hold the share of sampled closed-book responses that decline near this rate "
+        "by adapting the abstention reward each step (dual ascent: the reward falls by ABSTAIN_PRICE_STEP x (rate - "
+        "target), starting from OUTCOME_ABSTAIN, kept inside (OUTCOME_WRONG, OUTCOME_CORRECT)). With a fixed reward "
+        "abstention drifts up or down on every question alike; holding the rate leaves RL the part that differs "
+        "between questions (decline where the answers are wrong). Empty: off, the fixed OUTCOME_ABSTAIN.",
+        env="ABSTAIN_TARGET_RATE", group="reward", ge=0, le=1)
+    abstain_price_step: float = setting(
+        1.0, "ABSTAIN_TARGET_RATE: how far the abstention reward moves per unit of rate error per step.",
+        env="ABSTAIN_PRICE_STEP", group="reward", ge=0)
     outcome_wrong: float = setting(-1.0, "OUTCOME_REWARD=ternary: reward of a wrong (not abstaining) response.",
                                    env="OUTCOME_WRONG", group="reward")
     outcome_abstain_evidence: Optional[float] = setting(
@@ -646,6 +656,9 @@ class RLFHConfig(ServiceSettings, ProcessSettings):
         if self.outcome_reward == "none" and self.token_reward_weight == 0 and not self.caution_reward:
             raise ValueError("TOKEN_REWARD_WEIGHT=0 with OUTCOME_REWARD=none leaves no reward at all; set "
                              "OUTCOME_REWARD=ternary or a positive TOKEN_REWARD_WEIGHT")
+        if self.abstain_target_rate is not None and self.outcome_reward != "ternary":
+            raise ValueError(f"ABSTAIN_TARGET_RATE={self.abstain_target_rate} adapts the abstention reward of "
+                             "OUTCOME_REWARD=ternary, which is off; set OUTCOME_REWARD=ternary or unset it")
         if (self.early_stop_patience or self.final_model == "best") and not self.dev_eval_step:
             raise ValueError(
                 f"EARLY_STOP_PATIENCE={self.early_stop_patience} / FINAL_MODEL={self.final_model} read the in-loop "

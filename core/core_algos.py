@@ -62,6 +62,7 @@ __all__ = [
     "reinforce_plus_plus_advantages",
     "grpo_advantages", "rloo_advantages", "dr_grpo_advantages", "ADVANTAGE_ESTIMATORS",
     "register_advantage_estimator", "compute_advantages", "fspo_flip", "caution_rewards", "ternary_outcome_rewards",
+    "adapt_abstain_price",
     "filter_by_outcome_variance", "aggregate_loss", "LOSS_AGG_MODES", "policy_loss", "value_loss",
     "entropy_from_logits", "logprobs_from_logits", "dpo_loss",
 ]
@@ -702,6 +703,33 @@ def ternary_outcome_rewards(is_correct: Tensor, abstained: Tensor, correct: floa
     out = torch.full(c.shape, float(wrong), dtype=torch.float32, device=c.device)
     out = torch.where(a, abstain_t.to(c.device), out)
     return torch.where(c, torch.full_like(out, float(correct)), out)
+
+
+def adapt_abstain_price(price: float, abstain_rate: float, target_rate: float, step_size: float,
+                        low: float, high: float) -> float:
+    """One dual-ascent step on the constraint "the policy declines ``target_rate`` of its samples".
+
+    The price of an abstention (the ternary outcome's ``abstain`` reward) falls when the policy declines more
+    than the target and rises when it declines less: ``price - step_size * (abstain_rate - target_rate)``,
+    clamped to ``[low, high]``. Why: with a fixed price the whole batch's pull on "I don't know" has one sign, so
+    abstention drifts up or down on every question alike (docs/DEMO.md: GRPO declined everywhere, RLOO nowhere);
+    holding the overall rate steady leaves the part of the gradient that differs between questions -- decline
+    where the model's answers are wrong, answer where they are right. The rule reads the abstention rate only,
+    never what the questions are.
+
+    Args:
+        price: the current abstention reward; abstain_rate: share of this step's sampled responses that
+            declined, in [0, 1]; target_rate in [0, 1]; step_size >= 0; low <= high: bounds of the price.
+    Returns:
+        The next price (float).
+    """
+    for k, v in {"abstain_rate": abstain_rate, "target_rate": target_rate}.items():
+        _check_unit_interval(k, v)
+    if not (math.isfinite(step_size) and step_size >= 0):
+        raise ValueError(f"step_size must be a finite number >= 0, got {step_size!r}")
+    if not (math.isfinite(low) and math.isfinite(high) and low <= high):
+        raise ValueError(f"need finite low <= high, got {low!r}, {high!r}")
+    return float(min(high, max(low, price - step_size * (abstain_rate - target_rate))))
 
 
 def filter_by_outcome_variance(scores: Tensor, n_samples_per_prompt: int, min_std: float) -> Tensor:

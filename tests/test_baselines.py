@@ -247,6 +247,13 @@ def test_warmstart_targets_ignore_correctness_and_keep_evidence_answers():
     assert [x.target for x in empty] == [IDK, IDK]
     with pytest.raises(ValueError, match="one of each"):
         warmstart_targets(items[:2], ["p"], ["closed"] * 2, ["a"] * 2, 0.5, 0.0, seed=0)
+    # --abstain-where wrong: right answers are always kept; wrong ones become the abstention with the share
+    right = [i % 2 == 0 for i in range(400)]
+    g = warmstart_targets(items, ["p"] * 400, ["closed"] * 400, answers, 1.0, 0.0, seed=3, right=right)
+    assert all(x.source == ("own" if ok else "abstain") for x, ok in zip(g, right))
+    g = warmstart_targets(items, ["p"] * 400, ["closed"] * 400, answers, 0.5, 0.0, seed=3, right=right)
+    replaced = [x.source == "abstain" for x, ok in zip(g, right) if not ok]
+    assert 0.35 < sum(replaced) / len(replaced) < 0.65 and all(x.source == "own" for x, ok in zip(g, right) if ok)
 
 
 def test_warmstart_command_builds_then_reuses(tmp_path, tiny_model_path):

@@ -612,3 +612,18 @@ def test_compose_rewards_by_hand():
         compose_rewards(verifier, mask, token_weight=-1.0)
     with pytest.raises(ValueError, match=r"values must be \[B\]"):
         compose_rewards(verifier, mask, outcome=torch.tensor([1.0]))
+
+
+def test_adapt_abstain_price_moves_against_the_rate_error_and_stays_in_bounds():
+    from core.core_algos import adapt_abstain_price
+    # declining too little (0.1 < 0.5): abstaining becomes cheaper to choose (its reward rises by 0.4)
+    assert adapt_abstain_price(-0.7, 0.1, 0.5, 1.0, -0.9, 0.9) == pytest.approx(-0.3)
+    # declining too much: its reward falls, down to the lower bound
+    assert adapt_abstain_price(-0.7, 0.9, 0.5, 1.0, -0.9, 0.9) == pytest.approx(-0.9)
+    assert adapt_abstain_price(0.8, 0.0, 0.5, 1.0, -0.9, 0.9) == pytest.approx(0.9)
+    assert adapt_abstain_price(-0.2, 0.5, 0.5, 3.0, -0.9, 0.9) == pytest.approx(-0.2)   # on target: unchanged
+    assert adapt_abstain_price(-0.2, 0.0, 0.5, 0.0, -0.9, 0.9) == pytest.approx(-0.2)   # step 0: fixed price
+    with pytest.raises(ValueError, match="abstain_rate"):
+        adapt_abstain_price(0.0, 1.5, 0.5, 1.0, -0.9, 0.9)
+    with pytest.raises(ValueError, match="low <= high"):
+        adapt_abstain_price(0.0, 0.5, 0.5, 1.0, 0.9, -0.9)

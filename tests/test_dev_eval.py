@@ -52,6 +52,9 @@ def test_config_needs_dev_eval_for_early_stop_and_best():
     with pytest.raises(ValueError, match="DEV_EVAL_STEP"):
         RLFHConfig(final_model="best")
     assert RLFHConfig(dev_eval_step=2, final_model="best", early_stop_patience=2).dev_eval_modes == "closed"
+    with pytest.raises(ValueError, match="ABSTAIN_TARGET_RATE"):
+        RLFHConfig(abstain_target_rate=0.5)
+    assert RLFHConfig(abstain_target_rate=0.5, outcome_reward="ternary").abstain_price_step == 1.0
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ import uuid
 import pytest
 import redis
 
+from conftest import HANG_S
 from core.config import RLFHConfig
 from reward_service.cache import MemoryCache, RedisCache, cache_key, make_cache
 
@@ -69,12 +70,19 @@ def test_redis_outage_degrades_counts_logs_once_and_recovers(private_redis, capl
 
     private_redis.stop()
     caplog.set_level(logging.WARNING, logger="reward_service.cache")
+    probes = []                                       # the calls that went to the network
+    for name in ("mget", "pipeline"):
+        real = getattr(c._client, name)
+        setattr(c._client, name, lambda *a, _real=real, _name=name, **k: (probes.append(_name), _real(*a, **k))[1])
     t0 = time.perf_counter()
     for _ in range(20):
         assert c.get_many(keys) == [None, None]       # never raises
         c.set_many({keys[1]: "v1"})                   # never raises
     elapsed = time.perf_counter() - t0
-    assert elapsed < 5.0, f"20 lookups during an outage took {elapsed:.1f}s: timeouts too long / no back-off"
+    # the back-off: 40 operations during the outage, only a few probes of the dead server (each a new failure
+    # doubles the wait); the rest answered at once without the network
+    assert 1 <= len(probes) < 20, probes
+    assert elapsed < HANG_S, f"20 lookups during an outage took {elapsed:.1f}s"   # a hang guard, not a benchmark
     s = c.stats()
     assert s["errors"] == 40 and not s["available"] and s["outages"] == 1 and s["set_errors"] >= 1
     unreachable = [r for r in caplog.records if "unreachable" in r.getMessage()]

@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from conftest import HANG_S
 from reward_service.client import RewardClient, RewardRequestError, RewardServiceUnavailable
 from reward_service.schemas import ItemReward
 
@@ -115,7 +116,7 @@ def test_retry_after_of_a_503_or_429_is_honoured_within_a_bound(server):
     c = RewardClient(url, timeout_s=5, max_retries=3, backoff_s=0.01, max_backoff_s=0.01, max_retry_after_s=0.3)
     t0 = time.perf_counter()
     assert len(c.rewards([ITEM])) == 1 and script.calls == 3
-    assert 0.3 <= time.perf_counter() - t0 < 5.0
+    assert 0.3 <= time.perf_counter() - t0 < HANG_S      # waited the cut 0.3 s, not the asked-for 3600 s
     # other 4xx stay unretried
     script = Script([(403, {"error": "bad token"}, {"Retry-After": "1"})])
     with pytest.raises(RewardRequestError):
@@ -186,9 +187,10 @@ def test_read_timeout_is_bounded(server):
     url = server(script)
     c = RewardClient(url, timeout_s=0.3, max_retries=1, backoff_s=0.01)
     t0 = time.perf_counter()
-    with pytest.raises(RewardServiceUnavailable, match="Timeout"):
-        c.rewards([ITEM])
-    assert time.perf_counter() - t0 < 2.0 and c.failures == 2
+    with pytest.raises(RewardServiceUnavailable, match="Timeout"):   # the server's answer after 2 s is a good one:
+        c.rewards([ITEM])                                            # only a timeout that fired can raise here
+    assert c.failures == 2                                           # one try + one retry, each cut
+    assert time.perf_counter() - t0 < HANG_S                         # a hang guard, not a benchmark
 
 
 def test_connection_refused():

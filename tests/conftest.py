@@ -33,6 +33,7 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    _stop_shared_service()          # a session cut short (-x, Ctrl-C) after a shared-service test
     path = session.config.getoption("--durations-file", None)
     if not path or not _durations:
         return
@@ -105,6 +106,48 @@ def private_redis():
     yield r
     r.stop()
     shutil.rmtree(r.dir, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------ shared service
+# The integration modules (tests/test_integrations_*.py) all test against the same reward service with the same
+# settings (tests/integration_service.py's defaults); none restarts, kills or reconfigures it. Starting Ray + Serve
+# once for all of them instead of once per module saves a Ray start and a Serve deploy per module. The service is
+# stopped as soon as the next test belongs to a module that does not use it (so no other module ever finds this
+# Ray running) and at the end of the session. A test that needs its own settings or breaks the service must start
+# its own (as tests/test_service_*.py do).
+
+SHARED_SERVICE_FIXTURE = "shared_reward_service"
+_shared_service: dict = {"cm": None, "value": None, "modules": frozenset()}
+
+
+def pytest_collection_modifyitems(session, config, items):
+    _shared_service["modules"] = frozenset(
+        str(it.path) for it in items if SHARED_SERVICE_FIXTURE in getattr(it, "fixturenames", ()))
+
+
+@pytest.fixture
+def shared_reward_service() -> dict:
+    """``{"url", "cfg"}`` of the reward service the integration modules share (started on first use)."""
+    if _shared_service["cm"] is None:
+        from integration_service import running_service
+        cm = running_service()
+        _shared_service["value"] = cm.__enter__()
+        _shared_service["cm"] = cm
+    return _shared_service["value"]
+
+
+def _stop_shared_service() -> None:
+    cm = _shared_service["cm"]
+    if cm is not None:
+        _shared_service["cm"] = _shared_service["value"] = None
+        cm.__exit__(None, None, None)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    if _shared_service["cm"] is not None and (nextitem is None
+                                              or str(nextitem.path) not in _shared_service["modules"]):
+        _stop_shared_service()
 
 
 @pytest.fixture(scope="session")

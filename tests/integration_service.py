@@ -1,7 +1,8 @@
 """The real reward service for the integration tests (tests/test_integrations_*.py).
 
 An embedded Ray with fractional CPUs, the Serve app with the real evidence Verifier, a private
-redis-server, on a free loopback port; no auth token (OpenRLHF's HTTP client sends none).
+redis-server, on a free loopback port; no auth token (OpenRLHF's HTTP client sends none). The integration modules
+share one (tests/conftest.py's ``shared_reward_service``).
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from integration_service import OBEROI, direct_rewards, running_service
+from integration_service import OBEROI, direct_rewards
 from reward_service.openrlhf_adapter import (GetRewardInputError, clean_response, parse_get_reward,
                                              question_from_prompt, response_after_prompt)
 
@@ -115,10 +115,10 @@ def test_parse_get_reward_names_the_bad_item():
 
 # ------------------------------------------------------------------------------ through the real service
 
-@pytest.fixture(scope="module")
-def service():
-    with running_service() as s:
-        yield s
+@pytest.fixture
+def service(shared_reward_service):
+    """The reward service the integration modules share (tests/conftest.py starts it once for all of them)."""
+    return shared_reward_service
 
 
 def executor(url_or_file: str):

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from integration_service import OBEROI, direct_rewards, running_service
+from integration_service import OBEROI, direct_rewards
 from integrations.trl import RLFHReward
 from reward_service.client import RewardClient, RewardServiceUnavailable
 
@@ -44,22 +44,24 @@ def test_unreachable_service_raises_or_gives_none_after_bounded_retries():
     assert rf.unavailable_batches == 1 and client.unavailable == 2
 
 
-@pytest.fixture(scope="module")
-def service():
-    with running_service() as s:
-        yield s
+@pytest.fixture
+def service(shared_reward_service):
+    """The reward service the integration modules share (tests/conftest.py starts it once for all of them)."""
+    return shared_reward_service
 
 
 @pytest.mark.slow
-def test_grpo_trainer_one_step_on_cpu(service, embedded_model_path, halueval_test_items, tmp_path):
+def test_grpo_trainer_one_step_on_cpu(service, tiny_model_path, halueval_test_items, tmp_path):
+    """TRL's GRPOTrainer calls RLFHReward for its completions and trains one step on the service's rewards (the
+    tiny random Llama: this is about the wiring, what TRL sends and gets, not what the model says)."""
     import torch
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
     from core.model_loader import load_causal_lm, load_tokenizer
 
-    tok = load_tokenizer(embedded_model_path)
-    model = load_causal_lm(embedded_model_path)
+    tok = load_tokenizer(tiny_model_path)
+    model = load_causal_lm(tiny_model_path)
     # train the last decoder layer only: a real update at a fraction of the backward + AdamW time
     for p in model.parameters():
         p.requires_grad_(False)

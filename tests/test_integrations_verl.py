@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from integration_service import OBEROI, running_service
+from integration_service import OBEROI
 from integrations.verl import RLFHRewardManager, dense_reward_tensor, response_text_and_offsets
 from reward_service.client import RewardClient
 
@@ -60,10 +60,10 @@ def test_response_offsets_cover_text_and_eos_is_zero_width(tok):
 
 # ------------------------------------------------------------------------------ verl's DataProto, real service
 
-@pytest.fixture(scope="module")
-def service():
-    with running_service() as s:
-        yield s
+@pytest.fixture
+def service(shared_reward_service):
+    """The reward service the integration modules share (tests/conftest.py starts it once for all of them)."""
+    return shared_reward_service
 
 
 def make_batch(tok, rows, width_prompt=96, width_resp=24):

@@ -15,6 +15,7 @@ from test_eval_cli import rlfh
 ABSTAIN = "I don't know."
 
 
+# real model: thresholds at the median of P(abstain) need a model whose P(abstain) differs by question
 @pytest.fixture(scope="module")
 def model_and_prompts(embedded_model_path, halueval_test_items):
     from core.model_loader import load_causal_lm, load_tokenizer

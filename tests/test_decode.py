@@ -7,6 +7,8 @@ import torch
 from core.config import RLFHConfig
 
 
+# real model: greedy equality with generate needs clear argmaxes and rows that end (EOS) at different steps;
+# the tiny random Llama never emits EOS and repeats one token
 @pytest.fixture(scope="module")
 def model_and_tok(embedded_model_path):
     from core.model_loader import load_causal_lm, load_tokenizer

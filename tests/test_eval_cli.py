@@ -117,6 +117,7 @@ def test_compare_hand_built_runs_mcnemar_and_verdict(tmp_path):
 
 
 @pytest.mark.slow
+# real model: the documented `rlfh eval --model smollm2-135m-instruct` run, graded and verified as a user runs it
 def test_eval_and_compare_with_real_model(tmp_path):
     runs = {}
     for name, system, mode in (("base", "default", "closed"), ("prompt-only", "may-abstain", "closed")):

@@ -57,6 +57,7 @@ def test_apply_grounding_gate_declines_only_ungrounded_answers_to_open_questions
             assert g.text == a and u is None, (q, a)
 
 
+# real model: the gate is checked on the real model's evidence answers (grounded and ungrounded ones)
 def test_eval_grounding_gate_on_reused_answers_with_real_model(tmp_path):
     base = tmp_path / "base"
     common = ["--model", "smollm2-135m-instruct", "--data", "halueval:test", "--mode", "evidence", "--limit", "6",

@@ -1,7 +1,8 @@
-"""Both model layouts on real Ray with the real SmolLM2-135M (issue 10): MODEL_LAYOUT=colocated (policy, rollout
-engine, reference and critic in one process, the engine sampling from the policy's own module) and
-MODEL_LAYOUT=separate (one actor group per role, weight sync through the object store) produce the same rollout,
-the same forwards and the same update for the same data and seed.
+"""Both model layouts on real Ray with the tiny random Llama of tests/conftest.py (issue 10; the layouts' equality
+is mechanics, not the model's behaviour): MODEL_LAYOUT=colocated (policy, rollout engine, reference and critic in
+one process, the engine sampling from the policy's own module) and MODEL_LAYOUT=separate (one actor group per
+role, weight sync through the object store) produce the same rollout, the same forwards and the same update for
+the same data and seed.
 """
 from __future__ import annotations
 
@@ -56,15 +57,16 @@ def test_actor_allocator_preloads_jemalloc_only_where_asked_and_found(monkeypatc
 
 # ------------------------------------------------------------------------------------------------ same update
 
-def _cfg(layout: str, autocast: str = "off") -> RLFHConfig:
+def _cfg(layout: str, model_path: str, autocast: str = "off") -> RLFHConfig:
     # GAE + KL: every role exists (policy, critic, reference, rollout). One thread: same float sums in both.
-    return RLFHConfig(model_layout=layout, micro_train_batch_size=2, train_batch_size=4, micro_rollout_batch_size=4,
-                      actor_lr=1e-4, critic_lr=1e-4, generate_max_len=GEN_TOKENS, prompt_max_len=128, seed=7,
-                      rollout_backend="hf", rollout_dtype="fp32", num_cpus_per_actor=0.25, kl_coef=0.05,
-                      advantage_estimator="gae", cpu_threads=1, train_autocast=autocast)
+    return RLFHConfig(model_path=model_path, model_layout=layout, micro_train_batch_size=2, train_batch_size=4,
+                      micro_rollout_batch_size=4, actor_lr=1e-4, critic_lr=1e-4, generate_max_len=GEN_TOKENS,
+                      prompt_max_len=128, seed=7, rollout_backend="hf", rollout_dtype="fp32", num_cpus_per_actor=0.25,
+                      kl_coef=0.05, advantage_estimator="gae", cpu_threads=1, train_autocast=autocast)
 
 
-def _one_step(layout: str, prompts: list[str], pad_id: int, batch=None, autocast: str = "off") -> dict:
+def _one_step(layout: str, model_path: str, prompts: list[str], pad_id: int, batch=None,
+              autocast: str = "off") -> dict:
     """Create the layout, sample, run every forward and one train step of policy and critic on ``batch``
     (default: the layout's own rollout), sync, and return what the test compares."""
     import ray
@@ -72,7 +74,7 @@ def _one_step(layout: str, prompts: list[str], pad_id: int, batch=None, autocast
     from actors.group import create_groups, find_jemalloc
     from actors.types import make_batch
     from actors.weight_sync import last_sync_stats, sync_weights
-    g = create_groups(_cfg(layout, autocast))
+    g = create_groups(_cfg(layout, model_path, autocast))
     try:
         assert g.layout == layout
         samples = ray.get(g.rollout[0].generate.remote(prompts, 2, GEN_TOKENS, 1.0, 1.0, 11))
@@ -105,19 +107,20 @@ def _one_step(layout: str, prompts: list[str], pad_id: int, batch=None, autocast
 
 @pytest.mark.slow
 @pytest.mark.parametrize("autocast", ["off", "bf16"])
-def test_colocated_and_separate_layouts_give_the_same_rollout_forwards_and_update(embedded_model_path, autocast):
+def test_colocated_and_separate_layouts_give_the_same_rollout_forwards_and_update(tiny_model_path, autocast):
     """fp32 forwards (TRAIN_AUTOCAST=off) and the CPU default's bf16 autocast: the same update in both layouts."""
     import ray
 
     from core.model_loader import load_tokenizer
     from core.prompts import render_prompt
-    tok = load_tokenizer(embedded_model_path)
+    tok = load_tokenizer(tiny_model_path)
     prompts = [render_prompt(tok, q) for q in QUESTIONS]
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              object_store_memory=1024 ** 3)
     try:
-        sep = _one_step("separate", prompts, tok.pad_token_id, autocast=autocast)
-        col = _one_step("colocated", prompts, tok.pad_token_id, batch=sep["batch"], autocast=autocast)
+        sep = _one_step("separate", tiny_model_path, prompts, tok.pad_token_id, autocast=autocast)
+        col = _one_step("colocated", tiny_model_path, prompts, tok.pad_token_id, batch=sep["batch"],
+                        autocast=autocast)
     finally:
         ray.shutdown()
 

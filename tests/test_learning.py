@@ -27,6 +27,7 @@ def word_stats(samples, word: str = WORD) -> tuple[float, float]:
     return sum(1 for c in counts if c) / len(counts), sum(counts) / len(counts)
 
 
+# real model: this checks learning (the word's rate rises), which a random model's samples cannot show
 def test_keyword_reward_raises_the_word_frequency(tmp_path):
     import ray
 

@@ -111,6 +111,7 @@ def test_bad_run_dirs_name_the_fix(tmp_path):
 
 
 @pytest.mark.slow
+# real model: `rlfh select` on the embedded model as users run it (its grades decide the exit status)
 def test_select_end_to_end_on_the_real_model(tmp_path):
     """A 'checkpoint' that is the embedded base model: evaluated for real, judged, not passing (exit 3)."""
     from core.model_loader import resolve_model_path
@@ -189,6 +190,7 @@ def test_abstain_sweep_derives_each_threshold_exactly_and_selects_a_selective_on
 
 
 @pytest.mark.slow
+# real model: the sweep needs P(abstain) spread over questions to choose a threshold in (0, 1)
 def test_select_abstain_sweep_end_to_end_with_a_gate_model_folder(tmp_path):
     """The embedded model as its own gate (a model folder as RUN_DIR), closed and evidence prompts: scored once
     per mode for real, every threshold judged, one threshold per mode chosen, its `rlfh eval` options printed."""

@@ -64,6 +64,7 @@ def test_ray_actor_phase_gets_cpu_threads_despite_omp_num_threads_1():
 # ------------------------------------------------------------------------------------------------ bf16 rollouts
 
 @pytest.mark.slow
+# real model: BF16_LOGPROB_DRIFT was measured on SmolLM2-135M; the bound holds for that model
 def test_bf16_rollout_logprobs_stay_within_the_measured_drift(embedded_model_path):
     """The default CPU rollout engine (bf16 weights where the CPU has native bf16) samples tokens whose log-probs
     differ from the fp32 policy's by no more than twice the drift measured by `rlfh bench drift`; a weight sync
@@ -109,6 +110,7 @@ def test_bf16_rollout_logprobs_stay_within_the_measured_drift(embedded_model_pat
 # ------------------------------------------------------------------------------------------------ one generation path
 
 @pytest.mark.slow
+# real model: greedy equality across code paths needs answers that end (EOS) and clear argmaxes
 def test_eval_generation_is_the_rollout_engines_greedy_generation(embedded_model_path):
     """`rlfh eval`'s generate_greedy runs on the rollout engine: same answers as the engine's own greedy
     ``generate`` (training's code path) and as a plain HF greedy ``generate``; input order kept after sorting."""
@@ -224,6 +226,7 @@ def test_length_bucketed_forward_micro_batches_give_the_rows_in_order(tiny_model
 
 
 @pytest.mark.slow
+# real model: greedy and seeded equality of two prefill paths needs clear argmaxes, not a random model's
 def test_prefill_once_for_n_samples_gives_the_same_samples(embedded_model_path):
     """``model.generate`` loop (HF_DECODE_LOOP=generate; the kv-buffer loop always prefills once, see
     tests/test_decode.py): each prompt is prefilled once and its KV cache repeated for the n samples, giving the
@@ -262,6 +265,7 @@ def test_bench_scaling_times_the_linear_passes_without_asserting_a_time():
 
 
 @pytest.mark.slow
+# real model: BF16_LOGPROB_DRIFT was measured on SmolLM2-135M; the bound holds for that model
 def test_colocated_engine_samples_the_fp32_policy_under_bf16_autocast_within_the_measured_drift(embedded_model_path):
     """The colocated rollout engine generates with the policy's own fp32 module under bf16 autocast (no bf16 copy
     of the weights): the autocast log-probs of what it samples stay within twice the measured bf16 drift of the
@@ -294,6 +298,7 @@ def test_colocated_engine_samples_the_fp32_policy_under_bf16_autocast_within_the
     assert engine.follow_weights(7) == 7 and engine.weights_version() == 7
 
 
+# real model: `rlfh bench gen`'s default model; its greedy answers must match token for token across loops
 def test_bench_gen_times_both_decode_loops_on_the_same_prompts(embedded_model_path):
     """`rlfh bench gen` runs both loops on the same prompts and, greedy, counts identical answers (here all:
     the kv-buffer loop is token for token model.generate's in fp32); it reports times, it asserts none."""

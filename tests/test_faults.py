@@ -37,6 +37,8 @@ import httpx
 import psutil
 import pytest
 
+from conftest import HANG_S
+
 pytestmark = pytest.mark.slow
 
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
@@ -481,7 +483,8 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
         assert [e["fault"] for e in events] == ["SIGKILL", "SIGSTOP", "SIGKILL", "SIGKILL"], events
         msg = str(info.value)
         assert "the policy" in msg and "MAX_ACTOR_RESTARTS=1" in msg and "global_step_00006" in msg, msg
-        assert t_stop - events[-1]["t"] < 120, "the driver took too long to give up"
+        # bounded: it gave up (the count of restarts below), and in hang-guard time, not a benchmark
+        assert t_stop - events[-1]["t"] < 10 * HANG_S, "the driver took too long to give up"
         assert trainer.actor_restarts == 4
         rows = _read_jsonl(metrics_path)
         steps = [r["step"] for r in rows]
@@ -493,8 +496,8 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
             again = rows[step - 1]
             for k in ("prompts", "epoch", "data_index", "rollout_digest"):
                 assert again[k] == lost[k], (step, k, again[k], lost[k])
-        # the hang was noticed after ACTOR_TIMEOUT_S, not never
-        assert events[1]["recovered_s"] < timeout_s + 120, events[1]["recovered_s"]
+        # the hang was noticed after ACTOR_TIMEOUT_S, not never (a hang guard: a loaded runner redoes step 5 slowly)
+        assert events[1]["recovered_s"] < timeout_s + 10 * HANG_S, events[1]["recovered_s"]
         restarts = [r["actor_restarts"] for r in rows]
         assert restarts == [0, 0, 1, 1, 2, 2], restarts
         print(f"\nactor faults: {len(events)} injected ({', '.join(e['fault'] + ' ' + e['role'] for e in events)}); "

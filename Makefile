@@ -32,10 +32,10 @@ test: setup  ## run the whole test suite (starts a real redis-server when REDIS_
 test-fast: setup  ## unit tests only (no Ray, no training)
 	bash scripts/run_tests.sh -m "not slow"
 
-train: setup  ## train the embedded default (SmolLM2-135M on HaluEval-QA) on this machine
+train: setup  ## train the embedded default (warm start + RL, SmolLM2-135M on HaluEval-QA), then a before/after table on held-out questions
 	bash scripts/train.sh
 
-demo: setup  ## train the abstention gate (DEMO_RECIPE=grpo: RL), evaluate base / prompt-only / gated on the held-out split, write the report
+demo: setup  ## the RL recipe (warm start + GRPO, as make train), evaluated against base / prompt-only on 300 held-out questions (DEMO_RECIPE=gate: the earlier gate recipe)
 	bash scripts/demo.sh
 
 serve: setup  ## start the verifier + reward services on an embedded Ray

@@ -177,3 +177,25 @@ def test_eval_and_compare_with_real_model(tmp_path):
     assert pair["n_paired"] == 4
     assert 0.0 <= pair["mcnemar_incorrect"]["p_value"] <= 1.0
     assert report["training"]["steps"] == 3
+
+
+def test_heldout_summary_tables_and_verdicts(tmp_path, capsys):
+    """`make train`'s last step (cluster/heldout_summary.py) on hand-built runs: a selective closed-book model
+    passes, an evidence-mode model that lost right answers fails, and the table has the random-abstention row."""
+    from cluster.heldout_summary import main as summary_main
+    qs = [(f"Which city hosts museum number {i}?", f"City{i}") for i in range(40)]
+    base = [(q, g, "It is Wrongville." if i < 30 else f"It is {g}.") for i, (q, g) in enumerate(qs)]
+    selective = [(q, g, "I don't know." if i < 24 else a) for i, (q, g, a) in enumerate(base)]
+    lost = [(q, g, "I don't know." if i >= 30 else a) for i, (q, g, a) in enumerate(base)]   # declines the right ones
+    runs = [_write_run(tmp_path / "bc", "base", "closed", base), _write_run(tmp_path / "tc", "trained", "closed", selective),
+            _write_run(tmp_path / "be", "base", "evidence", base), _write_run(tmp_path / "te", "trained", "evidence", lost)]
+    rep = tmp_path / "rep"
+    r = rlfh("compare", *map(str, runs), "--out", str(rep), "--n-boot", "100")
+    assert r.returncode == 0, r.stderr[-2000:]
+    rc = summary_main([str(rep / "report.json")])
+    out = capsys.readouterr().out
+    assert rc == 3                                             # the evidence half fails
+    assert "PASSED: selective" in out and "FAILED: significantly fewer correct answers" in out
+    assert "random abstention (base declining 24)" in out and "question-type rule" in out
+    assert "accuracy on attempted" in out
+    assert summary_main([str(tmp_path / "missing.json")]) == 2

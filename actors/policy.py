@@ -28,6 +28,21 @@ def lora_target_modules(model) -> list[str]:
     return sorted(names)
 
 
+
+def micro_batch_units(action_mask: torch.Tensor, micro: int, by_tokens: bool) -> list[float]:
+    """What each micro batch of ``micro`` rows contributes to a batch-wide mean: its valid tokens
+    (``by_tokens``: token-mean losses) or its sequences with at least one valid token (sequence means).
+
+    A micro batch's loss is a mean over its own units; weighted by ``units[m] / sum(units)`` the micro batches
+    of one optimizer step add up to the mean over all of the step's units.
+    """
+    m = action_mask.bool()
+    out = []
+    for i in range(0, m.shape[0], micro):
+        part = m[i:i + micro]
+        out.append(float(part.sum()) if by_tokens else float(part.any(dim=-1).sum()))
+    return out
+
 class TrainableLMActor(BaseActor):
     """DeepSpeed plumbing shared by the policy and critic: engine init, micro-batched PPO passes, checkpoints."""
 
@@ -94,7 +109,14 @@ class TrainableLMActor(BaseActor):
         grad_norms = []
         steps = 0
         groups = [list(range(i, min(i + gas, n_micro))) for i in range(0, n_micro, gas)]
+        # Each micro batch's loss is a mean over its own tokens (or sequences); weighting it by its share of the
+        # optimizer step's valid tokens (sequences) makes the step's loss the mean over ALL of the step's tokens
+        # (sequences) of this rank, as LOSS_AGG says, instead of a mean of per-micro-batch means (which gives the
+        # tokens of a micro batch of short answers more weight).
+        by_tokens = self.role != "policy" or self.cfg.effective_loss_agg == "token-mean"
+        units = micro_batch_units(batch["action_mask"], micro, by_tokens)
         for group in groups:
+            group_units = sum(units[m] for m in group if m < n_local)
             # One autocast region per optimizer step: autocast caches the bf16 casts of the fp32 weights inside a
             # region, so they are cast once per step instead of once per micro batch (TRAIN_AUTOCAST).
             with autocast_context(self.autocast, self.device):
@@ -110,7 +132,7 @@ class TrainableLMActor(BaseActor):
                     boundary = k == len(group) - 1
                     self.engine.set_gradient_accumulation_boundary(boundary)
                     loss, metrics = loss_fn(mb)
-                    weight = (1.0 if real else 0.0) / len(group)
+                    weight = (units[m] / group_units if group_units > 0 else 1.0 / len(group)) if real else 0.0
                     self.engine.backward(loss * weight, scale_wrt_gas=False)
                     if boundary and self.cfg.zero_stage < 2:
                         grad_norms.append(self._grad_norm())  # grads are full (and all-reduced) here

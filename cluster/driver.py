@@ -315,6 +315,10 @@ class Trainer:
             self._self_judge = SelfJudge(self.groups.rollout)
             self._connect_rewards(verifier_factory=self._self_judge)
         self._resume()
+        for name in ignored_by_layout(cfg, getattr(self.groups, "layout", "")):
+            log.warning("%s=%s is ignored by the %s layout (MODEL_LAYOUT; one process holds every role on one "
+                        "node); use MODEL_LAYOUT=separate for it to take effect", name.upper(),
+                        getattr(cfg, name), self.groups.layout)
         if cfg.dev_eval_step:
             from cluster.dev_eval import DevEvaluator
             self.dev_eval = DevEvaluator(cfg, self.tokenizer)
@@ -735,6 +739,8 @@ class Trainer:
         advantages, returns = algo.compute_advantages(
             cfg.advantage_estimator, rewards, mask, values=values, n_samples_per_prompt=n, gamma=cfg.gamma,
             lambd=cfg.lambd)
+        if cfg.advantage_whiten and cfg.advantage_estimator == "gae":   # the peers' default; off unless asked
+            advantages = algo.masked_whiten(advantages, mask)
         if cfg.fspo:
             advantages = algo.fspo_flip(advantages, label_signs)
         row["advantage_mean"] = _masked_mean(advantages, mask)
@@ -985,6 +991,20 @@ class Trainer:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+#: Settings the colocated layout (every role in one process on one node) has no use for.
+COLOCATED_IGNORES = ("vllm_num_engines", "vllm_tensor_parallel_size", "colocate_actor_ref", "colocate_all_models",
+                     "critic_num_nodes", "critic_num_gpus_per_node", "ref_num_nodes", "ref_num_gpus_per_node")
+
+
+def ignored_by_layout(cfg: RLFHConfig, layout: str) -> list[str]:
+    """The settings in :data:`COLOCATED_IGNORES` that differ from their defaults when ``layout`` is colocated
+    (the user set them, and they will do nothing); [] for other layouts."""
+    if layout != "colocated":
+        return []
+    fields = type(cfg).model_fields
+    return [n for n in COLOCATED_IGNORES if n in fields and getattr(cfg, n) != fields[n].default]
 
 
 def train(cfg: RLFHConfig, reward_fn: Optional[Callable] = None, groups=None, **kwargs) -> TrainResult:

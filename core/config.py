@@ -445,8 +445,14 @@ class RLFHConfig(ServiceSettings, ProcessSettings):
         None, "How the policy loss is reduced over tokens: token-mean (every token weighs the same), "
         "seq-mean-token-mean (each response's token mean, then the mean over responses: original GRPO) or "
         "seq-mean-token-sum-norm (each response's token sum divided by the constant GENERATE_MAX_LEN: Dr.GRPO, "
-        "no length normalisation). Empty: seq-mean-token-sum-norm for ADVANTAGE_ESTIMATOR=dr_grpo, token-mean "
-        "otherwise.", env="LOSS_AGG", group="algo")
+        "no length normalisation). The mean is over all of an optimizer step's tokens (responses) on a rank, "
+        "not a mean of micro-batch means. Empty: seq-mean-token-sum-norm for ADVANTAGE_ESTIMATOR=dr_grpo, "
+        "token-mean otherwise.", env="LOSS_AGG", group="algo")
+    advantage_whiten: bool = setting(
+        False, "ADVANTAGE_ESTIMATOR=gae: whiten the advantages over the batch's valid tokens (subtract the mean, "
+        "divide by the std) before the policy loss. verl and OpenRLHF whiten GAE advantages by default; this "
+        "trainer does not unless asked (its GAE runs were tuned without). The group estimators normalise per "
+        "prompt already.", env="ADVANTAGE_WHITEN", group="algo")
     value_clip: float = setting(0.2, "Critic value clip.", env="VALUE_CLIP", group="algo", gt=0)
     fspo: bool = setting(False, "FSPO: flip a token's advantage sign by its statement's label.", env="FSPO",
                          group="algo")

@@ -769,6 +769,9 @@ def aggregate_loss(loss_mat: Tensor, mask: Tensor, mode: str = "token-mean",
                    norm_length: int | None = None) -> Tensor:
     """Reduce a per-token loss to a scalar.
 
+    Over one tensor; the policy actor weights its micro batches by their share of the step's tokens (or
+    sequences) so an optimizer step's loss is this reduction over the whole step (``actors.policy``).
+
     * ``token-mean``: sum over all valid tokens / number of valid tokens (every token weighs the same).
     * ``seq-mean-token-mean``: mean over sequences of each sequence's token mean (original GRPO; short
       responses weigh more per token). Sequences without valid tokens are left out.

@@ -627,3 +627,24 @@ def test_adapt_abstain_price_moves_against_the_rate_error_and_stays_in_bounds():
         adapt_abstain_price(0.0, 1.5, 0.5, 1.0, -0.9, 0.9)
     with pytest.raises(ValueError, match="low <= high"):
         adapt_abstain_price(0.0, 0.5, 0.5, 1.0, 0.9, -0.9)
+
+
+def test_micro_batch_weights_make_the_token_mean_batch_wide():
+    """Weighting each micro batch's token mean by its share of the step's tokens gives the token mean over the
+    whole batch (the policy actor's _ppo_pass), not the mean of the micro batches' means."""
+    from actors.policy import micro_batch_units
+    from core.core_algos import aggregate_loss
+    torch.manual_seed(0)
+    loss = torch.randn(6, 5)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0], [1, 0, 0, 0, 0], [1, 1, 0, 0, 0],
+                         [0, 0, 0, 0, 0], [1, 1, 1, 0, 0]], dtype=torch.bool)
+    units = micro_batch_units(mask, 2, by_tokens=True)
+    assert units == [9.0, 3.0, 3.0]
+    weighted = sum(u / sum(units) * aggregate_loss(loss[i:i + 2], mask[i:i + 2], "token-mean")
+                   for u, i in zip(units, range(0, 6, 2)))
+    assert weighted == pytest.approx(float(aggregate_loss(loss, mask, "token-mean")), abs=1e-6)
+    seq_units = micro_batch_units(mask, 2, by_tokens=False)
+    assert seq_units == [2.0, 2.0, 1.0]
+    weighted = sum(u / sum(seq_units) * aggregate_loss(loss[i:i + 2], mask[i:i + 2], "seq-mean-token-mean")
+                   for u, i in zip(seq_units, range(0, 6, 2)))
+    assert weighted == pytest.approx(float(aggregate_loss(loss, mask, "seq-mean-token-mean")), abs=1e-6)

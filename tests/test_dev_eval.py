@@ -97,3 +97,12 @@ def test_trainer_evaluates_dev_in_the_loop_and_keeps_the_best_step(tmp_path, tin
     assert json.loads((tmp_path / "snapshots" / "best" / "dev_eval.json").read_text())["step"] == best_step
     assert (tmp_path / "final" / "config.json").is_file()
     assert (tmp_path / "training_curves.png").stat().st_size > 10_000
+
+
+def test_colocated_layout_names_the_settings_it_ignores():
+    from cluster.driver import ignored_by_layout
+    from core.config import RLFHConfig
+    cfg = RLFHConfig(vllm_num_engines=2, colocate_all_models=True, critic_num_nodes=1)
+    assert ignored_by_layout(cfg, "colocated") == ["vllm_num_engines", "colocate_all_models"]
+    assert ignored_by_layout(cfg, "separate") == []
+    assert ignored_by_layout(RLFHConfig(), "colocated") == []

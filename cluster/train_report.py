@@ -196,7 +196,8 @@ def plot_curves(rows: list[dict[str, Any]], out_png: str | Path,
         ax.set_title("rollouts: share declined, per question type")
         ax.set_xlabel("step")
         ax.set_ylim(-0.02, 1.02)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
         dsteps = [d["step"] for d in dev_rows]
         mode = "closed" if any("dev/closed/score" in d for d in dev_rows) else "evidence"
@@ -211,7 +212,8 @@ def plot_curves(rows: list[dict[str, Any]], out_png: str | Path,
         ax.set_title(f"dev, greedy ({mode} book{'' if mode == 'closed' else ''})" if dev_rows else "dev: off")
         ax.set_xlabel("step")
         ax.set_ylim(-0.02, 1.02)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
         ax = grid[1][2]
         for t, name in TYPE_NAMES.items():
@@ -222,7 +224,8 @@ def plot_curves(rows: list[dict[str, Any]], out_png: str | Path,
         ax.set_title("dev, greedy: share declined per question type")
         ax.set_xlabel("step")
         ax.set_ylim(-0.02, 1.02)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
         axes += list(grid[1])
 

@@ -31,6 +31,12 @@ def check_positive(name: str, value, allow_zero: bool = False) -> None:
         raise BaselineError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
 
 
+def check_sft_args(args) -> None:
+    """The size and rate options every self-labelled SFT / DPO command shares: each must be > 0."""
+    for name in ("epochs", "batch_size", "micro_batch_size", "gen_batch_size", "max_new_tokens", "lr"):
+        check_positive("--" + name.replace("_", "-"), getattr(args, name))
+
+
 def load_questions(spec: str, limit: int, type_share: float = 0.0) -> list:
     """Training items from ``--data`` (``halueval:SPLIT`` or a JSONL path); every item needs a gold answer.
 

@@ -16,8 +16,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
-from baselines.common import (BaselineError, DEFAULT_ABSTAIN_TEXT, check_positive, encode_example, eos_id,
-                              fmt_loss, grade_all, load_model, load_questions, prepare_out, print_summary,
+from baselines.common import (BaselineError, DEFAULT_ABSTAIN_TEXT, check_positive, check_sft_args, encode_example,
+                              eos_id, fmt_loss, grade_all, load_model, load_questions, prepare_out, print_summary,
                               render_prompts, sample_answers, save_model, sequence_logprobs, set_seed,
                               set_threads, train_loop, write_jsonl)
 
@@ -122,9 +122,9 @@ def reference_logprobs(model, samples: Sequence, pad_id: int, batch_size: int, p
 
 def run(args) -> int:
     t_start = time.perf_counter()
-    for name in ("epochs", "batch_size", "micro_batch_size", "gen_batch_size", "max_new_tokens", "lr", "beta",
-                 "temperature"):
-        check_positive("--" + name.replace("_", "-"), getattr(args, name))
+    check_sft_args(args)
+    for name in ("beta", "temperature"):
+        check_positive("--" + name, getattr(args, name))
     check_positive("--pairs-per-question", args.pairs_per_question, allow_zero=True)
     if args.samples < 2:
         raise BaselineError(f"--samples must be >= 2 (pairs need at least two answers per question), got {args.samples}")

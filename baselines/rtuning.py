@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
-from baselines.common import (BaselineError, DEFAULT_ABSTAIN_TEXT, check_positive, encode_example, eos_id,
+from baselines.common import (BaselineError, DEFAULT_ABSTAIN_TEXT, check_sft_args, encode_example, eos_id,
                               fmt_loss, grade_all, load_model, load_questions, prepare_out, print_summary,
                               render_prompts, response_logprobs, save_model, set_seed, set_threads, train_loop,
                               write_jsonl)
@@ -76,9 +76,7 @@ def sft_step_loss(pad_id: int):
 def run(args) -> int:
     from evaluation.generate import generate_greedy
     t_start = time.perf_counter()
-    for name in ("epochs", "batch_size", "micro_batch_size", "gen_batch_size", "max_new_tokens"):
-        check_positive("--" + name.replace("_", "-"), getattr(args, name))
-    check_positive("--lr", args.lr)
+    check_sft_args(args)
     items = load_questions(args.data, args.limit, args.type_share)
     out = prepare_out(args.out, args.overwrite)
     threads = set_threads(args.threads)

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from baselines.common import (BaselineError, DEFAULT_ABSTAIN_TEXT, check_positive, encode_example, eos_id,
+from baselines.common import (BaselineError, DEFAULT_ABSTAIN_TEXT, check_sft_args, encode_example, eos_id,
                               fmt_loss, load_model, load_questions, prepare_out, print_summary, set_seed,
                               set_threads, train_loop, write_jsonl)
 
@@ -108,9 +108,7 @@ def run(args) -> int:
     from core.prompts import prompt_mode_for, render_prompt, resolve_system
     from evaluation.generate import generate_greedy
     t_start = time.perf_counter()
-    for name in ("epochs", "batch_size", "micro_batch_size", "gen_batch_size", "max_new_tokens"):
-        check_positive("--" + name.replace("_", "-"), getattr(args, name))
-    check_positive("--lr", args.lr)
+    check_sft_args(args)
     for name in ("abstain_share", "abstain_share_evidence"):
         v = getattr(args, name)
         if not 0.0 <= v <= 1.0:
@@ -122,7 +120,10 @@ def run(args) -> int:
         print(f"warm start: re-using {out_path} (same settings; delete it to rebuild)")
         return 0
     items = load_questions(args.data, args.limit, args.type_share)
-    out = prepare_out(args.out, args.overwrite or getattr(args, "reuse", True))
+    # a folder holding an older warm start (other settings) is rebuilt in place; anything else needs --overwrite
+    older = (out_path / "baseline.json").is_file() and \
+        json.loads((out_path / "baseline.json").read_text()).get("baseline") == "warmstart"
+    out = prepare_out(args.out, args.overwrite or older)
     threads = set_threads(args.threads)
     set_seed(args.seed)
     log.info("warm start: %d questions from %s, mode %s, abstain share %.2f (closed) / %.2f (evidence), "

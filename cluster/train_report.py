@@ -137,6 +137,28 @@ def read_dev(path: str | Path) -> list[dict[str, Any]]:
     return read_metrics(path)
 
 
+TYPE_COLORS = {"yes_no": "tab:blue", "choice": "tab:purple", "open": "tab:brown"}
+
+
+def _finish_share_axis(ax, title: str, legend_size: int = 8) -> None:
+    ax.set_title(title)
+    ax.set_xlabel("step")
+    ax.set_ylim(-0.02, 1.02)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=legend_size)
+    ax.grid(alpha=0.3)
+
+
+def _per_type_panel(ax, steps: list, rows: list[dict[str, Any]], key: str, marker: str, title: str) -> None:
+    """One line per question type of ``key`` (a format with ``{t}``) over ``rows``; types absent are left out."""
+    for t, name in TYPE_NAMES.items():
+        k = key.format(t=t)
+        if any(k in r for r in rows):
+            ax.plot(steps, [r.get(k, float("nan")) for r in rows], marker=marker, ms=3, label=name,
+                    color=TYPE_COLORS[t])
+    _finish_share_axis(ax, title)
+
+
 def plot_curves(rows: list[dict[str, Any]], out_png: str | Path,
                 dev_rows: Optional[list[dict[str, Any]]] = None) -> Optional[Path]:
     """Training curves into ``out_png`` (matplotlib Agg). None when no step trained.
@@ -186,21 +208,10 @@ def plot_curves(rows: list[dict[str, Any]], out_png: str | Path,
     ax.grid(alpha=0.3)
 
     if two_rows:
-        type_colors = {"yes_no": "tab:blue", "choice": "tab:purple", "open": "tab:brown"}
-        ax = grid[1][0]
-        for t, name in TYPE_NAMES.items():
-            k = f"rollout/abstain/{t}"
-            if any(k in r for r in trained):
-                ax.plot(steps, [r.get(k, float("nan")) for r in trained], marker=".", ms=3, label=name,
-                        color=type_colors[t])
-        ax.set_title("rollouts: share declined, per question type")
-        ax.set_xlabel("step")
-        ax.set_ylim(-0.02, 1.02)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
         dsteps = [d["step"] for d in dev_rows]
         mode = "closed" if any("dev/closed/score" in d for d in dev_rows) else "evidence"
+        _per_type_panel(grid[1][0], steps, trained, "rollout/abstain/{t}", ".",
+                        "rollouts: share declined, per question type")
         ax = grid[1][1]
         for key, name, c in (("correct", "correct", "tab:green"), ("incorrect", "incorrect", "tab:red"),
                              ("abstain", "declined", "tab:gray")):
@@ -209,24 +220,9 @@ def plot_curves(rows: list[dict[str, Any]], out_png: str | Path,
             if mode == "closed" and any("dev/evidence/correct" in d for d in dev_rows) and key != "abstain":
                 ax.plot(dsteps, [d.get(f"dev/evidence/{key}", float("nan")) for d in dev_rows], ls="--",
                         color=c, alpha=0.6, label=f"{name} (with passage)")
-        ax.set_title(f"dev, greedy ({mode} book{'' if mode == 'closed' else ''})" if dev_rows else "dev: off")
-        ax.set_xlabel("step")
-        ax.set_ylim(-0.02, 1.02)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
-        ax = grid[1][2]
-        for t, name in TYPE_NAMES.items():
-            k = f"dev/{mode}/abstain/{t}"
-            if any(k in d for d in dev_rows):
-                ax.plot(dsteps, [d.get(k, float("nan")) for d in dev_rows], marker="o", ms=3, label=name,
-                        color=type_colors[t])
-        ax.set_title("dev, greedy: share declined per question type")
-        ax.set_xlabel("step")
-        ax.set_ylim(-0.02, 1.02)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
+        _finish_share_axis(ax, f"dev, greedy ({mode} book)" if dev_rows else "dev: off (DEV_EVAL_STEP=0)", 7)
+        _per_type_panel(grid[1][2], dsteps, dev_rows, f"dev/{mode}/abstain/{{t}}", "o",
+                        "dev, greedy: share declined per question type")
         axes += list(grid[1])
 
     skipped = [r["step"] for r in rows if r.get("skipped")]

@@ -73,6 +73,16 @@ def sft_step_loss(pad_id: int):
     return fn
 
 
+def sft_on_targets(model, tok, targets: Sequence, args, desc: str, **loop_kwargs):
+    """One SFT pass (``args.epochs``) on ``targets`` (each with ``prompt`` and ``target``): the response tokens
+    and EOS are the loss; AdamW with the command's size / rate options. Returns the :class:`TrainHistory`."""
+    eos = eos_id(model, tok)
+    examples = [encode_example(tok, t.prompt, t.target, eos) for t in targets]
+    return train_loop(model, examples, sft_step_loss(tok.pad_token_id), epochs=args.epochs, lr=args.lr,
+                      batch_size=args.batch_size, micro_batch_size=args.micro_batch_size, seed=args.seed,
+                      max_norm=args.max_norm, progress=args.progress, desc=desc, **loop_kwargs)
+
+
 def run(args) -> int:
     from evaluation.generate import generate_greedy
     t_start = time.perf_counter()
@@ -103,11 +113,7 @@ def run(args) -> int:
 
     log.info("step 3/3: SFT, %d epochs x %d examples, lr %g, batch %d", args.epochs, len(targets), args.lr,
              args.batch_size)
-    eos = eos_id(model, tok)
-    examples = [encode_example(tok, t.prompt, t.target, eos) for t in targets]
-    hist = train_loop(model, examples, sft_step_loss(tok.pad_token_id), epochs=args.epochs, lr=args.lr,
-                      batch_size=args.batch_size, micro_batch_size=args.micro_batch_size, seed=args.seed,
-                      max_norm=args.max_norm, progress=args.progress, desc="sft")
+    hist = sft_on_targets(model, tok, targets, args, "sft")
     meta = {"baseline": "rtuning", "base_model": args.model, "base_path": path, "data": args.data,
             "questions": len(items), "type_share": args.type_share, "mode": args.mode, "system": args.system,
             "abstain_text": args.abstain_text,

@@ -25,9 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from baselines.common import (BaselineError, DEFAULT_ABSTAIN_TEXT, check_sft_args, encode_example, eos_id,
-                              fmt_loss, load_model, load_questions, prepare_out, print_summary, set_seed,
-                              set_threads, train_loop, write_jsonl)
+from baselines.common import (BaselineError, DEFAULT_ABSTAIN_TEXT, check_sft_args, fmt_loss, load_model,
+                              load_questions, prepare_out, print_summary, set_seed, set_threads, write_jsonl)
 
 log = logging.getLogger("baselines.warmstart")
 
@@ -104,7 +103,7 @@ def cached(out: Path, settings: dict) -> bool:
 
 
 def run(args) -> int:
-    from baselines.rtuning import sft_step_loss
+    from baselines.rtuning import sft_on_targets
     from core.prompts import prompt_mode_for, render_prompt, resolve_system
     from evaluation.generate import generate_greedy
     t_start = time.perf_counter()
@@ -155,12 +154,8 @@ def run(args) -> int:
 
     log.info("step 2/2: SFT, %d epochs x %d examples, lr %g, batch %d", args.epochs, len(targets), args.lr,
              args.batch_size)
-    eos = eos_id(model, tok)
-    examples = [encode_example(tok, t.prompt, t.target, eos) for t in targets]
-    hist = train_loop(model, examples, sft_step_loss(tok.pad_token_id), epochs=args.epochs, lr=args.lr,
-                      batch_size=args.batch_size, micro_batch_size=args.micro_batch_size, seed=args.seed,
-                      max_norm=args.max_norm, progress=args.progress, desc="warm start",
-                      token_budget=args.micro_batch_size * 256, autocast=True)
+    hist = sft_on_targets(model, tok, targets, args, "warm start", token_budget=args.micro_batch_size * 256,
+                          autocast=True)
     meta = {"baseline": "warmstart", "base_model": args.model, "base_path": path, "settings": settings,
             "targets": counts, "loss_first": hist.first, "loss_last": hist.last, "losses": hist.losses,
             "seconds": {"generate": t_gen, "train": hist.seconds}}

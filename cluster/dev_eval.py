@@ -41,7 +41,12 @@ def dev_items(spec: str, size: int) -> list:
     if spec.startswith("halueval") and spec.partition(":")[2] == "test":
         raise ValueError("DEV_EVAL_DATA=halueval:test is the held-out split: evaluate during training on "
                          "halueval:dev (report on test only at the end)")
-    items = [it for it in load_items(spec) if (it.right_answer or "").strip()]
+    from core.data import DataError
+    try:
+        items = [it for it in load_items(spec) if (it.right_answer or "").strip()]
+    except (DataError, FileNotFoundError, ValueError) as e:
+        raise ValueError(f"DEV_EVAL_DATA={spec}: {e} (use 'halueval:dev' or a JSONL file with question, "
+                         "knowledge and right_answer)") from None
     if not items:
         raise ValueError(f"DEV_EVAL_DATA={spec}: no items with a gold answer (right_answer)")
     ranked = sorted(items, key=lambda it: question_hash(it.question))

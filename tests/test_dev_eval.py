@@ -43,6 +43,8 @@ def test_dev_items_fixed_subset_and_refuses_test():
     assert len(a) == 20 and [x.question for x in a] == [x.question for x in dev_items("halueval:dev", 20)]
     with pytest.raises(ValueError, match="held-out"):
         dev_items("halueval:test", 5)
+    with pytest.raises(ValueError, match="DEV_EVAL_DATA=/no/such.jsonl"):
+        dev_items("/no/such.jsonl", 5)
 
 
 def test_config_needs_dev_eval_for_early_stop_and_best():

@@ -440,9 +440,29 @@ def print_longform_table(lrows: list[dict], split: str, n: Optional[dict] = None
             for m in kinds))
 
 
+def _run_real(args: argparse.Namespace, cfg) -> int:
+    """``--real``: the hand-labelled real answers (:mod:`bench.real`) instead of the HaluEval tables."""
+    from bench import real as R
+    parts = R.PARTS if args.real_part == "both" else (args.real_part,)
+    try:
+        rows = R.run_real(args.real, parts=parts, cfg=cfg, with_llm=not args.no_llm, llm_limit=args.llm_limit)
+    except (R.RealDataError, FileNotFoundError) as e:
+        print(f"--real {args.real}: {e}", file=sys.stderr)
+        return 2
+    R.print_real_table(rows, args.real)
+    print("Timings: measured on this machine as it is (on a shared machine they vary with load).")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump({"real": str(args.real), "parts": list(parts), "rows": rows}, fh, indent=2)
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     from core.config import RLFHConfig
     cfg = RLFHConfig.from_args(args)
+    if args.real:
+        return _run_real(args, cfg)
     extra: dict = {}
     metrics = run_bench(split=args.split, limit=args.limit, with_llm=not args.no_llm, cfg=cfg,
                         longform=not args.no_longform, llm_limit=args.llm_limit, out=extra,
@@ -491,6 +511,17 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
                    help="llm rows with the gold answer, without it, or both (default).")
     p.add_argument("--no-longform", action="store_true",
                    help="Skip the (c) long-form table.")
+    from bench.real import DEFAULT_PATH
+    p.add_argument("--real", nargs="?", const=str(DEFAULT_PATH), default=None, metavar="PATH",
+                   help="Score the verifier on answers the policy really wrote, labelled fact by fact by hand "
+                        f"(default set: {DEFAULT_PATH.relative_to(DEFAULT_PATH.parents[2])}; guide: "
+                        "bench/data/REAL_ANSWERS_GUIDE.md): span precision / recall / F1, label accuracy per "
+                        "label, the answer fact's label against the gold grader, per-token reward sign agreement, "
+                        "ms per answer; each backend without and with the gold answer. Replaces the HaluEval "
+                        "tables.")
+    p.add_argument("--real-part", default="both", choices=["both", "tune", "heldout"],
+                   help="With --real: which part of the labelled set (heldout: the third kept out of all tuning, "
+                        "by a hash of the question; default: both, as separate rows).")
     # the rows are fixed (evidence without / with gold, llm when MODEL_URL is set): no backend choice
     RLFHConfig.add_cli_args(p, groups={"verifier"}, exclude=("verifier_backend",))
     p.set_defaults(func=_run)

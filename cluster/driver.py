@@ -25,13 +25,10 @@ progress bar, summary); it is never trained on as zero reward. After
 :data:`MAX_CONSECUTIVE_SKIPS` skipped batches in a row the run stops with a
 clear error (a checkpoint is written first).
 
-An actor that dies (policy, critic, reference or a rollout engine: Ray reports it at once) or hangs (no
-answer within ``ACTOR_TIMEOUT_S``; every wait on an actor is bounded, :mod:`actors.calls`) does not stop
-or hang the run: the driver shuts every actor group down, starts them again, loads the last checkpoint
-(step, data position, weights, optimizer, RNG) and goes on from there; the log lines of the steps after
-that checkpoint are dropped and those steps are redone. ``MAX_ACTOR_RESTARTS`` bounds the restarts
-between two checkpoints (``rlfh_actor_restarts_total``, ``actor_restarts`` in metrics.jsonl); past it the
-run stops with :class:`ActorGroupsFailed`, which says what failed and where a rerun resumes.
+An actor that dies or hangs does not stop or hang the run: the actor groups are restarted from the last
+checkpoint and the steps after it are redone, at most ``MAX_ACTOR_RESTARTS`` times between two checkpoints
+(past that the run stops with :class:`ActorGroupsFailed`). How the failed actor is named, the restart and the
+log rewind are :mod:`cluster.recovery`'s; the loop only hands the failure over (:meth:`Trainer._recover`).
 """
 from __future__ import annotations
 
@@ -40,7 +37,6 @@ import json
 import logging
 import math
 import os
-import re
 import signal
 import shutil
 import threading
@@ -53,9 +49,10 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from cluster.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, read_state, save_checkpoint
+from cluster.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
 from cluster.experience import (KeywordReward, SelfJudge, ServiceReward, SkipCounter, fetch_rewards, gold_outcomes,
                                 label_mix, inject_abstentions, reward_items, rewards_to_tensors)
+from cluster.recovery import ActorGroupsFailed, ActorRecovery, rewind_jsonl, set_aside_old_logs
 from cluster.train_report import PHASES, format_mix, plot_curves, print_summary, read_dev, read_metrics
 from core import metrics
 from core.config import ConfigError, RLFHConfig
@@ -66,14 +63,6 @@ log = logging.getLogger(__name__)
 MAX_CONSECUTIVE_SKIPS = 5
 __all__ = ["Trainer", "TrainResult", "train", "load_prompts", "epoch_order", "KeywordReward", "PHASES",
            "ActorGroupsFailed"]
-
-
-_ROLE_OF_CLASS = {"PolicyActor": "policy", "CriticActor": "critic", "ReferenceActor": "reference",
-                  "HFRolloutEngine": "rollout", "VLLMRolloutEngine": "rollout", "ColocatedActor": "policy+rollout"}
-
-
-class ActorGroupsFailed(RuntimeError):
-    """An actor died or hung more often than MAX_ACTOR_RESTARTS allows between two checkpoints."""
 
 
 # --------------------------------------------------------------------------------------
@@ -279,8 +268,7 @@ class Trainer:
         self._self_judge: Optional[SelfJudge] = None   # VERIFIER_BACKEND=self: the verifier replicas' engines
         self.dev_eval = None               # cluster.dev_eval.DevEvaluator when DEV_EVAL_STEP > 0
         self.stopped_early = False         # EARLY_STOP_PATIENCE ended the run
-        self.actor_restarts = 0            # actor-group restarts in this process (all of them)
-        self._restarts_since_save = 0      # ... since the last checkpoint was written (MAX_ACTOR_RESTARTS)
+        self.recovery = ActorRecovery(cfg)  # actor failures: restarts from the last checkpoint (MAX_ACTOR_RESTARTS)
 
     # ------------------------------------------------------------------ setup
     def setup(self) -> "Trainer":
@@ -360,12 +348,12 @@ class Trainer:
         self.reward_fn = self._service_reward
         log.info("rewards from the reward service at %s", url)
 
-    def _redeploy_self_judge(self) -> None:
+    def _redeploy_self_judge(self, groups) -> None:
         """After an actor-group restart: the same app, its verifier replicas handed the new rollout engines."""
         from ray import serve
 
         from reward_service.app import APP_NAME, build_app
-        self._self_judge = SelfJudge(self.groups.rollout)
+        self._self_judge = SelfJudge(groups.rollout)
         serve.run(build_app(self.cfg, self._self_judge), name=APP_NAME, route_prefix="/", blocking=False)
 
     def _deploy_reward_service(self, verifier_factory=None) -> str:
@@ -384,9 +372,7 @@ class Trainer:
         """Continue from the latest checkpoint in CKPT_PATH (same step, same data position), if any."""
         ckpt = latest_checkpoint(self.cfg.effective_ckpt_path)
         if ckpt is None:
-            for path in (self.metrics_path, self.save_path / "samples.jsonl"):
-                if path.exists():  # a fresh run in an old SAVE_PATH: start new logs
-                    path.rename(path.with_suffix(f".jsonl.{int(time.time())}.old"))
+            set_aside_old_logs(self._step_logs)   # a fresh run in an old SAVE_PATH: start new logs
             return
         self.state = load_checkpoint(ckpt, self.groups)
         self.skips.total = self.state.skipped_batches
@@ -400,112 +386,39 @@ class Trainer:
         log.info("resuming at step %d (epoch %d, prompt %d of the shuffled order) from %s",
                  self.state.step, self.state.epoch, self.state.index, ckpt)
 
-    def _rewind_logs(self, step: int) -> None:
-        """Drop the lines of steps after ``step`` from metrics.jsonl and samples.jsonl (those steps are redone);
-        every other line stays as it was and new steps are appended after them. A line cut short by a kill is
-        dropped too. The file is replaced atomically (a kill during the rewind loses nothing)."""
-        self.history = []
-        for path in (self.metrics_path, self.save_path / "samples.jsonl"):
-            if not path.exists():
-                continue
-            lines = path.read_text(encoding="utf-8").splitlines()
-            kept = []
-            for line in lines:
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(rec, dict) and rec.get("step", 0) <= step:
-                    kept.append(line)
-                    if path == self.metrics_path:
-                        self.history.append(rec)
-            if len(kept) != len(lines):
-                tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-                tmp.write_text("".join(x + "\n" for x in kept), encoding="utf-8")
-                os.replace(tmp, path)
-                log.info("%s: %d line(s) of steps after step %d dropped (they are redone)", path.name,
-                         len(lines) - len(kept), step)
-        self.history.sort(key=lambda r: r.get("step", 0))
+    @property
+    def _step_logs(self) -> tuple[Path, Path]:
+        """The logs with one line per step (or per sample of a step): rewound when steps are redone."""
+        return self.metrics_path, self.save_path / "samples.jsonl"
 
-    # ------------------------------------------------------------------ actor failures
-    def _failed_role(self, err: BaseException) -> str:
-        """Which role the failed actor had (policy, critic, reference, rollout), when it can be told."""
-        from actors import calls
-        what = str(getattr(err, "what", "") or "")
-        aid = calls.dead_actor_id(err)
-        g = self.groups
-        def hexid(h) -> str:  # an actor handle, or a colocated role's view of one (actors.group.RoleHandle)
-            h = getattr(h, "_handle", h)
-            a = getattr(h, "_actor_id", None)
-            return a.hex() if a is not None else ""
-        if aid and g is not None:
-            hits = [grp.role for grp in g.groups() if any(hexid(a) == aid for a in grp.actors)]
-            if any(hexid(e) == aid for e in g.rollout):
-                hits.append("rollout")
-            if hits:
-                return "+".join(hits)   # colocated: one process hosts several roles
-        for role in ("policy", "critic", "reference", "rollout"):
-            if what.startswith(role) or str(err).startswith(role):
-                return role
-        m = re.search(r"class_name: (\w+)", str(err))   # Ray names the dead actor's class
-        return _ROLE_OF_CLASS.get(m.group(1), m.group(1)) if m else "unknown"
+    @property
+    def actor_restarts(self) -> int:
+        """Actor-group restarts in this process (all of them)."""
+        return self.recovery.budget.total
+
+    def _rewind_logs(self, step: int) -> None:
+        """Drop the lines of the steps after ``step`` from the step logs (those steps are redone); the history
+        becomes what metrics.jsonl keeps (:func:`cluster.recovery.rewind_jsonl`)."""
+        metrics_log, *others = self._step_logs
+        self.history = sorted(rewind_jsonl(metrics_log, step), key=lambda r: r.get("step", 0))
+        for path in others:
+            rewind_jsonl(path, step)
 
     def _recover(self, err: BaseException) -> None:
-        """An actor died or hung: restart every actor group from the last checkpoint, or stop with a clear error
-        once MAX_ACTOR_RESTARTS restarts since the last checkpoint are used up."""
-        from ray.exceptions import GetTimeoutError
-
-        from actors import calls
-        from actors.group import create_groups
-        from actors.weight_sync import sync_weights
-        cfg = self.cfg
+        """An actor died or hung: go on from the last checkpoint with new actor groups
+        (:meth:`cluster.recovery.ActorRecovery.restart`), or stop with :class:`ActorGroupsFailed` once
+        MAX_ACTOR_RESTARTS restarts since the last checkpoint are used up."""
         t0 = time.monotonic()
-        while True:   # a failure while restarting counts as one more restart
-            role = self._failed_role(err)
-            reason = "hung" if isinstance(err, GetTimeoutError) else "died"
-            detail = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
-            self.actor_restarts += 1
-            self._restarts_since_save += 1
-            metrics.inc("rlfh_actor_restarts_total", 1, {"role": role, "reason": reason})
-            ckpt = latest_checkpoint(cfg.effective_ckpt_path)
-            where = (f"the last checkpoint {ckpt} (step {read_state(ckpt).step})" if ckpt is not None
-                     else "the start (no checkpoint yet; SAVE_STEP sets how often one is written)")
-            if self._restarts_since_save > cfg.max_actor_restarts:
-                # the logs end where the rerun resumes (the steps after the checkpoint will be redone)
-                self._rewind_logs(read_state(ckpt).step if ckpt is not None else 0)
-                raise ActorGroupsFailed(
-                    f"step {self.state.step}: the {role} actor {reason} ({type(err).__name__}: {detail}). The "
-                    f"actor groups were already restarted {self._restarts_since_save - 1} time(s) since the last "
-                    f"checkpoint (MAX_ACTOR_RESTARTS={cfg.max_actor_restarts}), so training stops here. Rerun the "
-                    f"same command to resume from {where}.") from err
-            log.error("step %d: the %s actor %s (%s: %s); restarting the actor groups from %s (restart %d of at "
-                      "most %d before the next checkpoint)", self.state.step, role, reason, type(err).__name__,
-                      detail, where, self._restarts_since_save, cfg.max_actor_restarts)
-            old, self.groups = self.groups, None
-            if old is not None:
-                from actors.group import kill_actors
-                # kill first: a hung rank would hold up a polite shutdown call until its timeout
-                kill_actors([a for grp in old.groups() for a in grp.actors] + list(old.rollout))
-                try:
-                    old.shutdown()
-                except Exception as e:  # noqa: BLE001 - the groups are broken; what matters is that they go
-                    log.warning("shutting the failed actor groups down: %s", e)
-            try:
-                self.groups = create_groups(cfg)
-                self._own_groups = True
-                if self._self_judge is not None:   # VERIFIER_BACKEND=self: the verifier judges with the new engines
-                    self._redeploy_self_judge()
-                if ckpt is not None:
-                    self.state = load_checkpoint(ckpt, self.groups)
-                    sync_weights(self.groups.policy, self.groups.rollout)
-                else:
-                    self.state = TrainerState()
-                break
-            except Exception as e:
-                if not calls.is_actor_failure(e):
-                    raise
-                log.error("restarting the actor groups failed: %s", e)
-                err = e
+        on_new_groups = self._redeploy_self_judge if self._self_judge is not None else None
+        try:
+            self.groups, self.state = self.recovery.restart(err, self.groups, self.state.step, on_new_groups)
+        except ActorGroupsFailed as e:
+            self._rewind_logs(e.resume_step)    # the logs end where the rerun resumes (later steps are redone)
+            raise
+        except BaseException:
+            self.groups = None                  # killed by the failed restart: nothing left to shut down
+            raise
+        self._own_groups = True
         self.skips.total = self.state.skipped_batches
         self.skips.consecutive = 0
         self._saved_step = self.state.step
@@ -853,7 +766,7 @@ class Trainer:
         path = save_checkpoint(self.cfg.effective_ckpt_path, self.state, self.groups, self.cfg, self.cfg.max_ckpt_num)
         self.last_checkpoint = str(path)
         self._saved_step = self.state.step
-        self._restarts_since_save = 0
+        self.recovery.budget.checkpoint_written()
         return self.last_checkpoint
 
     def snapshot(self) -> str:

@@ -49,7 +49,7 @@ from verifier_service.question import (ALL_HEADS, LOCATION_WORDS, ORG_WORDS, Ans
                                        analyze_question, predict_yesno)
 from verifier_service.retrieval import MaterialIndex
 
-ALGO_VERSION = "evidence-1.12"  # bump on any verdict change: cached verdicts of other versions are not reused
+ALGO_VERSION = "evidence-1.13"  # bump on any verdict change: cached verdicts of other versions are not reused
 
 # Without a gold answer, a candidate answer's label comes from its ranking margin against the other
 # entities of the evidence: P(correct) = sigmoid(SLOPE * (margin + OFFSET)). The offset leans towards
@@ -59,6 +59,9 @@ ALGO_VERSION = "evidence-1.12"  # bump on any verdict change: cached verdicts of
 # at 0.5 point of accuracy on HaluEval's own short right answers). What the label leaves equal, the
 # candidate's rank breaks (:func:`rank_informativeness`: 8% of those pairs keep equal rewards on dev).
 ANSWER_SLOPE, ANSWER_OFFSET = 0.9, 1.0
+# A statement whose words are, for this share of them, one unbroken stretch of the question restates it
+# (Vague). Tuned on the tune part of bench/data/real_answers.jsonl only.
+RESTATE_SHARE = 0.75
 OPTION_SLOPE, OPTION_OFFSET = 1.0, 1.0
 
 _TEMPLATE_RE = re.compile(
@@ -96,6 +99,9 @@ class _Ctx:
     gold_nums: set
     n_statements: int
     yn_pred: tuple[Optional[str], float]
+    # (start, end) of the last sentence when the reply stops without closing punctuation (cut off by the
+    # token limit), else None
+    cut_off: Optional[tuple[int, int]] = None
 
 
 class _PromptCache:
@@ -171,15 +177,17 @@ class EvidenceBackend:
 
     def verify(self, req: VerifyRequest) -> VerifyResult:
         t0 = time.perf_counter()
-        d = T.decompose(req.response)
+        d = T.decompose(req.response, req.question)
         n_st = sum(len(s) for s in d.statements)
         ctx = _make_ctx(req, n_st) if n_st else None
+        if ctx is not None and d.sentences and not re.search(r"[.!?][\"')\]\u201d\u2019]*\s*$", req.response):
+            ctx.cut_off = (d.sentences[-1].start, d.sentences[-1].end)
         sentences = []
         first = True
         for sent, sts, hedged in zip(d.sentences, d.statements, d.hedged):
             out = []
             for st, h in zip(sts, hedged):
-                v = judge(st.text, sent.text, first, ctx)
+                v = judge(st.text, sent.text, first, ctx, st.start)
                 first = False
                 out.append(Statement(text=st.text, start=st.start, end=st.end, label=label_of(v, h),
                                      informativeness=v.informativeness, evidence=v.evidence[:3],
@@ -513,8 +521,63 @@ def _fragment_check(ents: list, sent_text: str, idx: MaterialIndex, qi: Question
     return SlotCheck("elsewhere", scs.sentence, scs.context_share)  # shared=0: never "put in" by itself
 
 
-def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
-    """Verdict for one statement (see the module docstring for the rules)."""
+def _restates_question(st_text: str, qi: QuestionInfo, new_ents: list, new_nums: set, new_stems: list,
+                       stance: Optional[str], option: Optional[str]) -> bool:
+    """The statement adds no name, number or content word to the question (and is no yes/no stance or
+    chosen option: "Onew and Judith Durham are both singers" answers "Are ... both singers?")."""
+    if qi.qtype in ("yesno", "choice") or stance is not None or option is not None:
+        return False
+    if new_ents or new_nums or [w for w in new_stems if w not in FILLER_STEMS]:
+        return False
+    if not T.content_words(st_text) or _NEG_RE.search(st_text):
+        return False
+    # a copy of a stretch of the question, not the question's words rearranged: "The school is the The Hill
+    # School" puts a name of the question in the asked slot (an answer attempt), "Akeo Watanabe was a
+    # Japanese symphonic conductor" only repeats the question's premise
+    st = T.normalize(st_text).split()
+    return len(st) >= 3 and _longest_common_run(st, T.normalize(qi.text).split()) >= RESTATE_SHARE * len(st)
+
+
+def _longest_common_run(a: list[str], b: list[str]) -> int:
+    """Length of the longest run of words that ``a`` and ``b`` share (O(len(a) * len(b)): a sentence and a
+    question)."""
+    best, prev = 0, [0] * (len(b) + 1)
+    for x in a:
+        cur = [0] * (len(b) + 1)
+        for j, y in enumerate(b):
+            if x == y:
+                cur[j + 1] = prev[j] + 1
+                best = max(best, cur[j + 1])
+        prev = cur
+    return best
+
+
+_DANGLING_END_RE = re.compile(r"(?:\b(?:such\s+as|as|is|was|are|were|to|the|a|an|of|in|on|at|by|for|with|from|"
+                              r"and|or|but|that|who|which|had|has|have|her|his|their|its)|[\"(\-,:;])\s*$",
+                              re.IGNORECASE)
+
+
+def _contradicted_without(st_text: str, phrase: str, idx: MaterialIndex, qi: QuestionInfo) -> bool:
+    """The statement with ``phrase`` (the gold answer) blanked out still puts a wrong entity in a slot:
+    "Ringo Starr joined the Beatles in 1960" states the gold answer and a swapped year."""
+    i = st_text.lower().find(phrase.strip().lower())
+    if i < 0:
+        return True   # the gold is stated only loosely: keep the slot check's verdict
+    rest = st_text[:i] + " " * len(phrase.strip()) + st_text[i + len(phrase.strip()):]
+    sc = slot_check(rest, idx, qi) if T.entities(rest) else None
+    # only a number or date in another's slot counts: name slots are too loose to overrule the gold answer
+    # (on the tune part of the real answers they flagged right answers more often than swaps)
+    return sc is not None and sc.state == "contradicted" and bool(T.numbers(sc.conflict or ""))
+
+
+def _dangles(st_text: str) -> bool:
+    """A statement that stops mid-phrase (on a function word or an open quote / bracket)."""
+    return bool(_DANGLING_END_RE.search(st_text.rstrip()))
+
+
+def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx, st_start: int = -1) -> Verdict:
+    """Verdict for one statement (see the module docstring for the rules). ``st_start``: the statement's
+    offset in the response (-1: unknown), to tell the statement a cut-off reply ends in."""
     qi, idx = ctx.qi, ctx.idx
     # hedge cues ("I think", "probably") are not claims: they neither need nor get evidence
     st_text, sent_text = T.strip_hedges(st_text), T.strip_hedges(sent_text)
@@ -535,6 +598,14 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
     # evidence sentences for the statement
     hits = idx.search(stems + new_stems, k=2)
     evidence = [idx.sents[i].text for i, _ in hits]
+
+    if _restates_question(st_text, qi, new_ents, new_nums, new_stems, stance, option):
+        # every word, name and number of it is the question's: it claims nothing the question did not
+        # (restating the question earns no truth reward, right or wrong)
+        return Verdict(truth=0.0, confidence=0.7, informativeness=1, evidence=evidence, vague=True)
+    if ctx.cut_off is not None and ctx.cut_off[0] <= st_start < ctx.cut_off[1] and _dangles(st_text):
+        # the reply was cut off inside this statement ("known for her work in films such as"): no claim yet
+        return Verdict(truth=0.0, confidence=0.6, informativeness=1, evidence=evidence, vague=True)
 
     denial = bool(_NEG_RE.search(st_text)) and bool(set(stems) & qi.stems) and qi.qtype != "yesno"
     # content words count only when checkable: found in the question, the evidence or the gold answer
@@ -580,6 +651,7 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
 
     # ---- answer role & check
     truth_ans: Optional[float] = None   # signed, in [-1, 1]
+    gold_stated = False                 # the statement states the whole gold answer
     conf_ans = 0.5
     is_answer = answer is not None or stance is not None or option is not None or denial or slot_ent is not None
     ans_fit = 0.0
@@ -607,6 +679,7 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
                 truth_ans, conf_ans = -1.0, 0.9  # an entity given as the answer to a yes/no question
         else:
             gm = _gold_match(st_text, ctx)
+            gold_stated = gm >= 1.0
             negated = gm >= 0.6 and _negates(st_text, ctx.gold)
             if option is not None and ctx.qi.options:
                 opt_ok = _option_matches_gold(option, ctx) and not _mentions_all_options(st_text, qi)
@@ -658,7 +731,11 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx) -> Verdict:
             sc = _fragment_check(ents, sent_text, idx, qi)
     if sc is not None:
         evidence = [idx.sents[sc.sentence].text] + evidence
-    gold_ok = ctx.gold is not None and truth_ans is not None and truth_ans > 0 and firm
+    # the statement gives the gold answer where the question asks for it: a slot check on its other words
+    # does not overrule that ("took its name from a song by Puerto Rican singer Ricky Martin")
+    gold_ok = ctx.gold is not None and truth_ans is not None and truth_ans > 0 and (
+        firm or ((is_answer or (gold_stated and len(set(stems) & qi.stems) >= 2))
+                 and not _contradicted_without(st_text, ctx.gold, idx, qi)))
 
     # ---- combine
     no_evidence = False

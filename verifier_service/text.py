@@ -402,11 +402,14 @@ def _cut(text: str, s: int, e: int, cuts: list[tuple[int, int]]) -> list[tuple[i
     return out
 
 
-def split_statements(text: str, sent: Span) -> list[Span]:
-    """Split one sentence into atomic statements (clauses, predicate conjunctions, lists).
+def split_statements(text: str, sent: Span, question: str = "") -> list[Span]:
+    """Split one sentence into atomic statements (clauses, predicate conjunctions, lists, brackets,
+    appositives, relative and participle clauses, "born on DATE in PLACE"): one span per fact.
 
     Each returned span indexes ``text`` exactly. A sentence with one clause returns itself
-    (minus the final punctuation).
+    (minus the final punctuation). ``question`` (optional) keeps a restatement of the question's own
+    frame together with what it adds ("The playwright, who wrote X, was made Poet Laureate in 1668" is
+    one fact when the question asks about the playwright who wrote X).
     """
     s0, e0 = _trim(text, sent.start, sent.end)
     if e0 <= s0:
@@ -414,7 +417,7 @@ def split_statements(text: str, sent: Span) -> list[Span]:
     body = text[s0:e0]
     # 1) clause separators
     cuts = [(s0 + m.start(), s0 + m.end()) for m in _CLAUSE_SEP_RE.finditer(body)
-            if m.start() > 0 and m.end() < len(body)]
+            if m.start() > 0 and m.end() < len(body) and not _frame_relative(body, m, question)]
     pieces = _cut(text, s0, e0, cuts)
     out: list[Span] = []
     for ps, pe in pieces:
@@ -424,7 +427,8 @@ def split_statements(text: str, sent: Span) -> list[Span]:
             ps += m.end()
         if pe <= ps:
             continue
-        out.extend(_split_clause(text, ps, pe))
+        for fs, fe in split_facts(text, ps, pe, question):
+            out.extend(_split_clause(text, fs, fe))
     # merge fragments that carry no content into their neighbour
     merged: list[Span] = []
     for sp in out:
@@ -437,6 +441,149 @@ def split_statements(text: str, sent: Span) -> list[Span]:
         first = merged.pop(0)
         merged[0] = Span(first.start, merged[0].end, text[first.start:merged[0].end])
     return merged
+
+
+# ----------------------------------------------------------------------------- fact split
+
+# A finite verb (or a participle that heads a predicate): a piece without one is a noun phrase, never a
+# fact of its own after a comma split ("The person who defeated X was ..." stays whole).
+_VERB_RE = re.compile(
+    r"\b(?:is|was|are|were|be|been|being|has|had|have|became|becomes|become|won|wins|made|makes|took|takes|"
+    r"gave|wrote|writes|stars|starred|sings|sang|plays|played|serves|served|works|worked|lives|lived|died|"
+    r"features|featured|includes|included|contains|produces|produced|provided|provides|hosted|hosts|known|"
+    r"born|located|based|[a-z]{3,}ed)\b", re.IGNORECASE)
+_REL_WORDS = r"(?:who|which|that|whose|where)"
+# Comma-led dependents that state a fact of their own: relative clauses, participle phrases, "including",
+# "such as", "specifically", "now", and appositives ("X, a Y").
+_COMMA_DEP_RE = re.compile(
+    rf",\s+(?=(?:{_REL_WORDS}|including|such\s+as|specifically|especially|featuring|starring|with|"
+    r"now|currently|not|formerly|also\s+known|better\s+known|known|born|located|based|headquartered|"
+    r"released|founded|formed|directed|written|produced|created|established|owned|operated|built|"
+    r"(?:a|an|the)\s)\b)", re.IGNORECASE)
+# An appositive name closing the clause ("from the same country, North Korea").
+_COMMA_NAME_RE = re.compile(r",\s+(?=[A-Z][\w\-]*(?:\s+[A-Z][\w\-]*)*\s*$)")
+# Relative clauses and "such as" without a comma ("plants that are both ...", "cases such as X").
+_BARE_DEP_RE = re.compile(rf"\s+(?=(?:{_REL_WORDS}\s+(?:is|was|are|were|has|had|have|also|now|then|"
+                          r"[a-z]+ed)\b|such\s+as\b|including\b))", re.IGNORECASE)
+# A place after a date ("born on 14 November 1797, in a Scottish village"). (A date range after its
+# predicate, "was built from 1884 to 1889", stays with it: the predicate alone would restate the question.)
+_DATE_THEN_PLACE_RE = re.compile(r"(?<=\d)(?:,)?\s+(?=in\s+(?:(?:the|a|an)\s+)?[A-Z])")
+# "and" that starts a new clause with its own subject ("and Shifty Shellshock is ...", "and the actress is")
+# or a new object after a verb ("was a conductor and a Finnish composer").
+_AND_NEW_RE = re.compile(
+    r",?\s+and\s+(?=(?:(?:the|a|an)\s+\w+(?:\s+\w+){0,3}\s+(?:is|was|are|were|has|had)\b)|"
+    r"(?:[A-Z][\w\-.']*(?:\s+[A-Z][\w\-.']*){0,3}\s+(?:is|was|are|were|has|had|serving)\b)|"
+    r"(?:a|an)\s+[A-Za-z])")
+_PAREN_RE = re.compile(r"\(([^()]*)\)?")
+_ACRONYM_RE = re.compile(r"^[A-Z][A-Za-z0-9&.\-]{0,7}$")
+_PAREN_INNER_SEP_RE = re.compile(r"\s*[;\u2013\u2014]\s*|\s+-\s+|,\s+(?!\d)")
+_REL_START_RE = re.compile(_REL_WORDS + r"\b", re.IGNORECASE)
+_DET_START_RE = re.compile(r"(?:a|an|the)\s", re.IGNORECASE)
+
+
+def _has_verb(text: str) -> bool:
+    return bool(_VERB_RE.search(text))
+
+
+def _frame_only(piece: str, question: str) -> bool:
+    """The piece says nothing the question does not (all its content words are the question's)."""
+    cw = content_words(piece)
+    return bool(question) and bool(cw) and set(cw) <= set(content_words(question))
+
+
+def split_facts(text: str, s: int, e: int, question: str = "") -> list[tuple[int, int]]:
+    """Cut the clause ``text[s:e]`` into fact spans (half-open, absolute offsets, trimmed).
+
+    Cuts:
+
+    - brackets: "Peña (September 23, 1959 – October 14, 2014) was ..." -> "Peña", "September 23, 1959",
+      "October 14, 2014", "was ..." (an acronym in brackets, "(ALAAP)", stays with its name);
+    - comma-led dependents: relative clauses (", which ..."), participle phrases (", directed by ..."),
+      ", including / such as / specifically ...", appositives (", a low-cost airline", ", North Korea");
+    - bare relative clauses and "such as" ("plants that are ...", "cases such as X");
+    - "born on DATE in PLACE", "... from 2012": a place after a date, a date range after a predicate;
+    - "and" that starts a new clause or a new object ("and the actress is ...", "and a Finnish composer").
+
+    A cut is kept only where both sides say something and the left side is already a clause (it has a
+    verb; brackets excepted). A relative clause after a left side that only restates the question's frame
+    stays with it: "... the German composer who created X" is one fact, the answer.
+    """
+    body = text[s:e]
+    cuts: list[tuple[int, int]] = []   # separator spans, relative to body
+
+    # brackets (a bracket the clause split already cut in two leaves a lone "(" or ")": a cut too)
+    kept_parens: set = set()
+    in_paren = []
+    for m in _PAREN_RE.finditer(body):
+        inner = m.group(1).strip(" ;,")
+        if inner and _ACRONYM_RE.match(inner) and not inner.isdigit():
+            kept_parens.update((m.start(), m.end() - 1))
+            continue
+        in_paren.append((m.start(), m.end()))
+        for sm in _PAREN_INNER_SEP_RE.finditer(m.group(1)):
+            cuts.append((m.start(1) + sm.start(), m.start(1) + sm.end()))
+    for i, ch in enumerate(body):
+        if ch in "()" and i not in kept_parens:
+            cuts.append((i, i + 1))
+
+    def inside_paren(i: int) -> bool:
+        return any(a < i < b for a, b in in_paren)
+
+    def add(a: int, b: int, rel: bool = False) -> None:
+        if inside_paren(a):
+            return
+        prev = max([ce for _, ce in cuts if ce <= a], default=0)
+        piece = body[prev:a]
+        if not _has_verb(body[:a]):
+            return   # a noun phrase ("The person who defeated X was ..."), not a clause yet
+        if not any(ch.isalnum() for ch in body[b:]) or (not content_words(piece) and not numbers(piece)):
+            return
+        if rel and _frame_only(piece, question):
+            return   # "... the German composer who created X": the question's frame and its answer: one fact
+        cuts.append((a, b))
+
+    for m in _COMMA_DEP_RE.finditer(body):
+        nxt = body[m.end():]
+        left_words = body[:m.start()].split()
+        if _DET_START_RE.match(nxt) and left_words and _VERB_RE.fullmatch(left_words[-1]):
+            continue   # "who wrote, The Assignation": an object after its verb, not an appositive
+        add(m.start(), m.end(), rel=bool(_REL_START_RE.match(nxt)))
+    for m in _COMMA_NAME_RE.finditer(body):
+        left_words = body[:m.start()].split()
+        if left_words and left_words[-1][:1].islower():
+            add(m.start(), m.end())   # "from the same country, North Korea" (not "Winchester, Nevada")
+    for m in _BARE_DEP_RE.finditer(body):
+        add(m.start(), m.end(), rel=True)
+    for m in _DATE_THEN_PLACE_RE.finditer(body):
+        add(m.start(), m.end())
+    for m in _AND_NEW_RE.finditer(body):
+        if not re.search(r"\b(?:both|between|either|neither)\b", body[max(0, m.start() - 60):m.start()].lower()):
+            add(m.start(), m.end())
+
+    cuts.sort()
+    pieces, cur = [], 0
+    for a, b in cuts:
+        if a < cur:
+            continue
+        pieces.append((cur, a))
+        cur = b
+    pieces.append((cur, len(body)))
+    out = []
+    for a, b in pieces:
+        a2, b2 = _trim(text, s + a, s + b)
+        if b2 > a2 and any(ch.isalnum() for ch in text[a2:b2]):
+            out.append((a2, b2))
+    return out or [_trim(text, s, e)]
+
+
+def _frame_relative(body: str, m: "re.Match", question: str) -> bool:
+    """A ", who / which ..." clause cut whose left side is a bare noun phrase or only the question's frame:
+    "The playwright, who wrote X, was made ..." is one fact, not "The playwright" + the rest."""
+    if not re.match(r",\s+(?:which|who|whose|where|when)\b", m.group(0) + body[m.end():m.end() + 6],
+                    re.IGNORECASE):
+        return False
+    left = body[:m.start()]
+    return not _has_verb(left) or _frame_only(left, question)
 
 
 def _split_clause(text: str, s: int, e: int) -> list[Span]:
@@ -516,8 +663,11 @@ _NOT_SURE_BUT_RE = re.compile(r"\b(?:not\s+(?:entirely\s+)?(?:sure|certain)|unsu
                               re.IGNORECASE)
 
 
-def decompose(text: str) -> Decomposition:
-    """Sentences, statements, hedge flags and abstention for a response (linear time)."""
+def decompose(text: str, question: str = "") -> Decomposition:
+    """Sentences, statements, hedge flags and abstention for a response (linear time).
+
+    ``question`` (optional) lets the statement split keep restatements of the question's frame whole
+    (:func:`split_statements`)."""
     d = Decomposition()
     hedge_all_after = False
     for sent in split_sentences(text):
@@ -530,7 +680,7 @@ def decompose(text: str) -> Decomposition:
             hedge_all_after = True
             continue
         d.abstain_sentence.append(False)
-        sts = split_statements(text, sent)
+        sts = split_statements(text, sent, question)
         # a leading "I'm not sure, but ..." clause is a hedge for the rest, not a statement
         sts = [st for st in sts if not is_abstention_text(st.text)] or sts
         cues = hedge_spans(sent.text)

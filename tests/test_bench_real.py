@@ -1,0 +1,142 @@
+"""`rlfh bench verifier --real`: the hand-labelled real answers (bench/data/real_answers.jsonl) and the scoring
+of bench/real.py, on a small fixed slice (the full set runs in the bench, not here)."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from bench import real as R
+from core.verify_schema import LABELS, Sentence, Statement, VerifyResult
+
+SLICE = 16      # the first answers of the file: a fixed slice (file order is the pool's, sorted by question)
+
+
+@pytest.fixture(scope="module")
+def answers():
+    return R.load_real()
+
+
+@pytest.fixture(scope="module")
+def verifier():
+    from verifier_service.core import Verifier
+    return Verifier(backend="evidence")
+
+
+def _result(spans_labels, text):
+    """A VerifyResult with one sentence per (start, end, label)."""
+    sents = [Sentence(text=text[s:e], start=s, end=e,
+                      statements=[Statement(text=text[s:e], start=s, end=e, label=lab, informativeness=3)])
+             for s, e, lab in spans_labels]
+    return VerifyResult(sentences=sents)
+
+
+def test_labelled_set_is_whole_and_split_by_question(answers):
+    assert len(answers) >= 150
+    assert {a.mode for a in answers} == {"closed", "evidence"}
+    assert {a.model for a in answers} >= {"warmstart", "trained"}
+    labels = Counter(f.label for a in answers for f in a.facts)
+    assert set(labels) <= set(LABELS) and labels["Correct"] and labels["Wrong"] and labels["Vague"]
+    parts = Counter(a.part for a in answers)
+    assert 0.2 <= parts["heldout"] / len(answers) <= 0.45
+    by_q: dict[str, set] = {}
+    for a in answers:
+        by_q.setdefault(a.question, set()).add(a.part)
+        for f in a.facts:
+            assert a.answer[f.start:f.end] == f.text
+    assert all(len(p) == 1 for p in by_q.values())   # every answer to one question in the same part
+    # the split is a function of the question alone, fixed by its salt
+    assert R.split_of("Which team won the 1914 championship of the Big Ten Conference?") in R.PARTS
+
+
+def test_bad_records_name_the_field(answers):
+    rec = json.loads(open(R.DEFAULT_PATH, encoding="utf-8").readline())
+    for field, value, needle in (("grade", "maybe", "'grade'"), ("knowledge", "text", "'knowledge'"),
+                                 ("facts", [{"start": 0, "end": 9999, "text": "x", "label": "Correct"}], "facts[0]"),
+                                 ("facts", [{"start": 0, "end": 3, "text": rec["answer"][:3], "label": "Okay"}],
+                                  "'label'")):
+        bad = dict(rec, **{field: value})
+        with pytest.raises(R.RealDataError, match=needle.replace("[", r"\[").replace("]", r"\]")):
+            R.parse_record(bad, "rec")
+    bad = dict(rec)
+    del bad["answer"]
+    with pytest.raises(R.RealDataError, match="'answer'"):
+        R.parse_record(bad, "rec")
+
+
+def test_annotation_format_locates_facts():
+    ann = R.parse_annotations("@x1\n*C Lyell ... 1797\nW in a Scottish village called Kirkcaldmon\n")
+    pool = [{"id": "x1", "model": "base", "mode": "closed", "question": "Who?", "gold": "Charles Lyell",
+             "knowledge": [], "grade": "correct",
+             "answer": "Sir Charles Lyell was born on 14 November 1797, in a Scottish village called Kirkcaldmon."}]
+    rec = R.build_records(pool, ann)[0]
+    assert [(f["text"], f["label"], f["answer"]) for f in rec["facts"]] == [
+        ("Lyell was born on 14 November 1797", "Correct", True),
+        ("in a Scottish village called Kirkcaldmon", "Wrong", False)]
+    with pytest.raises(R.RealDataError, match="line 2"):
+        R.parse_annotations("@x1\nOK some text\n")
+
+
+def test_span_matching_rule():
+    text = 'Peña (September 23, 1959) was "an actress".'
+    facts = (R.Fact(0, 4, "Peña", "Correct", False), R.Fact(6, 24, text[6:24], "Correct", True),
+             R.Fact(26, 42, text[26:42], "Correct", False))
+    # the same facts with their brackets and quotes: trimmed to the alphanumeric core, IoU 1
+    preds = _result([(0, 5, "Correct"), (5, 25, "Correct"), (26, 43, "Wrong")], text).statements()
+    assert [(i, j) for i, j, _ in R.match_facts(text, facts, preds)] == [(0, 0), (1, 1), (2, 2)]
+    # one statement for the whole sentence overlaps the long middle fact under half: no match
+    whole = _result([(0, 42, "Correct")], text).statements()
+    assert R.match_facts(text, facts, whole) == []
+    assert R.fact_label(facts[2], preds) == "Wrong" and R.fact_label(facts[0], []) == "Vague"
+
+
+def test_perfect_and_coarse_predictions_score_as_they_should(answers):
+    sl = [a for a in answers[:SLICE] if a.facts]
+    perfect, coarse = R.RealScore("perfect"), R.RealScore("coarse")
+    for a in sl:
+        perfect.add(a, R.facts_result(a))
+        # one statement per answer, labelled Wrong: the old verifier's typical output
+        coarse.add(a, _result([(a.facts[0].start, a.facts[-1].end, "Wrong")], a.answer))
+    p, c = perfect.metrics(), coarse.metrics()
+    assert p["span_f1"] == 1.0 and p["label_accuracy"] == 1.0 and p["token_sign_agreement"] == 1.0
+    assert p["answer_fact_label_accuracy"] == 1.0
+    assert c["span_recall"] < 0.7 and c["label_accuracy"] < 0.7 and c["token_sign_agreement"] < 0.8
+    assert c["answer_fact_good_when_accepted"] == 0.0 and c["answer_fact_bad_when_rejected"] == 1.0
+
+
+def test_evidence_backend_on_a_fixed_slice(answers, verifier):
+    """The evidence backend on the first answers of the set, with the gold answer: it splits them into the
+    labelled facts and labels most of them right (bounds a little under what it scores, so that a
+    regression fails)."""
+    sl = answers[:SLICE]
+    m = R.score_verifier("evidence, with gold", verifier, sl, use_gold=True).metrics()
+    assert m["answers"] == SLICE and m["facts"] == sum(len(a.facts) for a in sl)
+    assert m["span_f1"] >= 0.85, m["span_f1"]
+    assert m["label_accuracy"] >= 0.65, m["label_accuracy"]
+    assert m["token_sign_agreement"] >= 0.75, m["token_sign_agreement"]
+    for k in ("span_precision", "span_recall", "answer_fact_good_when_accepted", "ms_per_answer"):
+        assert m[k] is not None
+    no_gold = R.score_verifier("evidence, no gold", verifier, sl, use_gold=False).metrics()
+    assert no_gold["span_f1"] == m["span_f1"]           # the split does not read the gold answer
+
+
+def test_cli_real_writes_rows_per_part_and_backend(tmp_path, answers, capsys):
+    from cluster.cli import main
+    small = tmp_path / "real.jsonl"
+    picked = [next(a for a in answers if a.part == "tune").id, next(a for a in answers if a.part == "heldout").id]
+    with open(R.DEFAULT_PATH, encoding="utf-8") as src, open(small, "w", encoding="utf-8") as dst:
+        for line in src:
+            if json.loads(line)["id"] in picked:
+                dst.write(line)
+    out = tmp_path / "real.json"
+    assert main(["bench", "verifier", "--real", str(small), "--no-llm", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["part"], r["gold"]) for r in rows] == [("tune", False), ("tune", True), ("heldout", False),
+                                                      ("heldout", True)]
+    assert all(r["answers"] == 1 for r in rows)
+    assert "Verifier on real policy answers" in capsys.readouterr().out
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "x"}\n')
+    assert main(["bench", "verifier", "--real", str(bad), "--no-llm"]) == 2
+    assert "missing field" in capsys.readouterr().err

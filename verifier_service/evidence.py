@@ -534,22 +534,28 @@ def _restates_question(st_text: str, qi: QuestionInfo, new_ents: list, new_nums:
     # a copy of a stretch of the question, not the question's words rearranged: "The school is the The Hill
     # School" puts a name of the question in the asked slot (an answer attempt), "Akeo Watanabe was a
     # Japanese symphonic conductor" only repeats the question's premise
+    # The copied stretch must run to the statement's end: "... is wholly owned by a company headquartered in
+    # Colombia" copies the question up to "headquartered in" and then fills its slot (an answer attempt).
     st = T.normalize(st_text).split()
-    return len(st) >= 3 and _longest_common_run(st, T.normalize(qi.text).split()) >= RESTATE_SHARE * len(st)
+    if len(st) < 3:
+        return False
+    run, end = _longest_common_run(st, T.normalize(qi.text).split())
+    return run >= RESTATE_SHARE * len(st) and end == len(st)
 
 
-def _longest_common_run(a: list[str], b: list[str]) -> int:
-    """Length of the longest run of words that ``a`` and ``b`` share (O(len(a) * len(b)): a sentence and a
-    question)."""
-    best, prev = 0, [0] * (len(b) + 1)
-    for x in a:
+def _longest_common_run(a: list[str], b: list[str]) -> tuple[int, int]:
+    """(length, end index in ``a``) of the longest run of words that ``a`` and ``b`` share
+    (O(len(a) * len(b)): a sentence and a question)."""
+    best, best_end, prev = 0, 0, [0] * (len(b) + 1)
+    for i, x in enumerate(a):
         cur = [0] * (len(b) + 1)
         for j, y in enumerate(b):
             if x == y:
                 cur[j + 1] = prev[j] + 1
-                best = max(best, cur[j + 1])
+                if cur[j + 1] > best or (cur[j + 1] == best and i + 1 == len(a)):
+                    best, best_end = cur[j + 1], i + 1
         prev = cur
-    return best
+    return best, best_end
 
 
 _DANGLING_END_RE = re.compile(r"(?:\b(?:such\s+as|as|is|was|are|were|to|the|a|an|of|in|on|at|by|for|with|from|"

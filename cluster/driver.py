@@ -410,13 +410,11 @@ class Trainer:
         MAX_ACTOR_RESTARTS restarts since the last checkpoint are used up."""
         t0 = time.monotonic()
         on_new_groups = self._redeploy_self_judge if self._self_judge is not None else None
+        groups, self.groups = self.groups, None    # restart() kills them, whatever happens
         try:
-            self.groups, self.state = self.recovery.restart(err, self.groups, self.state.step, on_new_groups)
+            self.groups, self.state = self.recovery.restart(err, groups, self.state.step, on_new_groups)
         except ActorGroupsFailed as e:
             self._rewind_logs(e.resume_step)    # the logs end where the rerun resumes (later steps are redone)
-            raise
-        except BaseException:
-            self.groups = None                  # killed by the failed restart: nothing left to shut down
             raise
         self._own_groups = True
         self.skips.total = self.state.skipped_batches

@@ -210,7 +210,8 @@ class ActorRecovery:
         """``(new groups, the last checkpoint's state)`` after the failure ``err`` of one of ``groups`` at
         ``step``. ``on_new_groups(groups)`` runs before the checkpoint is loaded (the self-judge's verifier takes
         the new engines). A failure while restarting counts as one more restart. Raises
-        :class:`ActorGroupsFailed` once the budget is spent (``groups`` are then left as they are)."""
+        :class:`ActorGroupsFailed` once the budget is spent. Whatever it raises, the groups it was given and any
+        it started are gone by then (killed), so the caller holds no groups afterwards."""
         from actors import calls
         from actors.weight_sync import sync_weights
         create = self._create_groups
@@ -224,6 +225,8 @@ class ActorRecovery:
             ckpt = latest_checkpoint(cfg.effective_ckpt_path)
             resume_step, where = resume_point(ckpt)
             if not within:
+                if groups is not None:
+                    kill_groups(groups)
                 raise ActorGroupsFailed(give_up_message(step, failure, self.budget.since_save - 1, self.budget.limit,
                                                         where), resume_step) from err
             log.error("step %d: the %s actor %s (%s: %s); restarting the actor groups from %s (restart %d of at "
@@ -243,6 +246,8 @@ class ActorRecovery:
                 return groups, state
             except Exception as e:
                 if not calls.is_actor_failure(e):
+                    if groups is not None:
+                        kill_groups(groups)
                     raise
                 log.error("restarting the actor groups failed: %s", e)
                 err = e

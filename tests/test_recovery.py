@@ -151,23 +151,36 @@ def test_restart_without_a_checkpoint_starts_over_and_a_failed_restart_counts(tm
     assert (rec.budget.total, rec.budget.since_save) == (2, 2)
 
 
-def test_restart_gives_up_past_the_budget_and_leaves_the_groups(tmp_path, monkeypatch):
-    monkeypatch.setattr(recovery, "kill_groups", lambda g: pytest.fail("the groups must be left as they are"))
+def test_restart_gives_up_past_the_budget_and_ends_the_groups(tmp_path, monkeypatch):
+    killed = []
+    monkeypatch.setattr(recovery, "kill_groups", killed.append)
     rec = ActorRecovery(_cfg(tmp_path, 0), create_groups=lambda cfg: pytest.fail("no restart past the budget"))
+    old = groups()
     with pytest.raises(ActorGroupsFailed) as info:
-        rec.restart(calls._timeout_error("rollout generate", 5.0), groups(), step=4)
-    assert info.value.resume_step == 0
+        rec.restart(calls._timeout_error("rollout generate", 5.0), old, step=4)
+    assert killed == [old] and info.value.resume_step == 0
     assert "the rollout actor hung" in str(info.value) and "MAX_ACTOR_RESTARTS=0" in str(info.value)
     assert "the start (no checkpoint yet" in str(info.value)
 
 
-def test_a_bug_while_restarting_is_raised_as_it_is(tmp_path, monkeypatch):
-    monkeypatch.setattr(recovery, "kill_groups", lambda g: None)
+def test_groups_started_by_a_restart_that_then_fails_are_ended(tmp_path, monkeypatch):
+    killed = []
+    monkeypatch.setattr(recovery, "kill_groups", killed.append)
+    old, new = groups(), groups()
 
-    def create(cfg):
+    def adopt(g):   # the new groups are up, then the code handed them raises (a bug, not an actor failure)
         raise ValueError("bad shapes")
+    rec = ActorRecovery(_cfg(tmp_path, 3), create_groups=lambda cfg: new)
     with pytest.raises(ValueError, match="bad shapes"):
-        ActorRecovery(_cfg(tmp_path, 3), create_groups=create).restart(died("PolicyActor", POLICY_ID), groups(), 1)
+        rec.restart(died("PolicyActor", POLICY_ID), old, 1, on_new_groups=adopt)
+    assert killed == [old, new]
+    # past the budget after a restart that died while starting: the half-started groups go too
+    killed.clear()
+    rec = ActorRecovery(_cfg(tmp_path, 1), create_groups=lambda cfg: new)
+    with pytest.raises(ActorGroupsFailed, match="restarted 1 time"):
+        rec.restart(died("PolicyActor", POLICY_ID), old, 1,
+                    on_new_groups=lambda g: (_ for _ in ()).throw(died("PolicyActor", b"\x07" * 16)))
+    assert killed == [old, new]
 
 
 def test_rewind_jsonl(tmp_path):

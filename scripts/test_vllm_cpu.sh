@@ -35,4 +35,5 @@ export VLLM_TARGET_DEVICE=cpu RLFH_FORCE_CPU=1 TOKENIZERS_PARALLELISM=false
 export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1}
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0
 $VENV/bin/python -c "import vllm, torch, transformers; print('[vllm-cpu] vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
-exec $VENV/bin/python -m pytest -p no:cacheprovider -v tests/test_vllm_rollout.py -m "not gpu" "$@"
+# --durations: the slowest tests at the end, as `make test` prints them (for whoever keeps CI fast)
+exec $VENV/bin/python -m pytest -p no:cacheprovider -v --durations=10 tests/test_vllm_rollout.py -m "not gpu" "$@"

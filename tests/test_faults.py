@@ -96,6 +96,19 @@ def _listening(procs: list[psutil.Process]) -> set[tuple[str, int, str]]:
     return out
 
 
+@pytest.fixture(scope="module")
+def embedded_ray():
+    """One embedded Ray (3 logical CPUs, no dashboard) for this module's in-process training tests: starting and
+    stopping one per test cost about 10 s each on the 2-core runner. Each test ends what it started (actor groups,
+    Serve, SIGSTOPped workers), so the next one finds an idle cluster; the Trainer joins it (start_ray reuses an
+    initialised Ray and does not shut it down)."""
+    from core.config import RLFHConfig
+    from core.ray_bootstrap import start_ray
+    handle = start_ray(RLFHConfig.load(environ={}), num_cpus=3, include_dashboard=False)
+    yield handle
+    handle.shutdown()
+
+
 def test_rlfh_serve_loopback_ray_auth_and_clean_sigterm(tmp_path):
     from conftest import free_port
 
@@ -121,7 +134,7 @@ def test_rlfh_serve_loopback_ray_auth_and_clean_sigterm(tmp_path):
                     break
             except httpx.TransportError:
                 pass
-            time.sleep(1.0)
+            time.sleep(0.25)
         started = _tree(proc.pid)
         names = {p.name() for p in _alive(started)}
         assert any("raylet" in n for n in names) and any("gcs_server" in n for n in names), names
@@ -171,15 +184,13 @@ def _tree_named(root_pid: int, prefix: str) -> list[psutil.Process]:
     return [p for p in _alive(_tree(root_pid)) if p.name().startswith(prefix)]
 
 
-def test_training_survives_the_reward_service_and_redis_dying(tmp_path, tiny_model_path, private_redis):
-    import ray
+def test_training_survives_the_reward_service_and_redis_dying(tmp_path, tiny_model_path, private_redis, embedded_ray):
     from ray import serve
 
     from actors.group import create_groups
     from cluster.driver import Trainer
     from cluster.experience import ServiceReward
     from core.config import RLFHConfig
-    from core.ray_bootstrap import start_ray
     from conftest import free_port
     from reward_service.app import deploy
 
@@ -190,7 +201,6 @@ def test_training_survives_the_reward_service_and_redis_dying(tmp_path, tiny_mod
         kl_coef=0.0, max_steps=10, save_step=100, rollout_backend="hf", rollout_dtype="fp32",
         num_cpus_per_actor=0.25, verifier_num_cpus=0.2, reward_num_cpus=0.2, redis_url=private_redis.url,
         reward_timeout_s=5.0, reward_max_retries=1, seed=3)
-    handle = start_ray(cfg, num_cpus=3, include_dashboard=False)
     groups = trainer = None
     try:
         url = deploy(cfg, "127.0.0.1", free_port())
@@ -221,7 +231,7 @@ def test_training_survives_the_reward_service_and_redis_dying(tmp_path, tiny_mod
             except httpx.TransportError:
                 pass
             assert time.monotonic() - t_kill < 180, "the reward service did not come back in 180 s"
-            time.sleep(1.0)
+            time.sleep(0.25)
         recover_s = time.monotonic() - t_kill
         row3 = trainer.step()
         assert not row3.get("skipped"), row3
@@ -244,10 +254,7 @@ def test_training_survives_the_reward_service_and_redis_dying(tmp_path, tiny_mod
             trainer.close()
         if groups is not None:
             groups.shutdown()
-        try:
-            serve.shutdown()
-        finally:
-            handle.shutdown() if handle.started_here else ray.shutdown()
+        serve.shutdown()
 
 
 # ------------------------------------------------------------------------------ the trainer SIGKILLed
@@ -383,16 +390,14 @@ def _actor_procs(prefixes) -> list[psutil.Process]:
 
 
 def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_when_bounded(tmp_path,
-                                                                                           tiny_model_path):
+                                                                                           tiny_model_path,
+                                                                                           embedded_ray):
     import json
     import threading
-
-    import ray
 
     from cluster.chaos import inject
     from cluster.driver import ActorGroupsFailed, KeywordReward, Trainer
     from core.config import RLFHConfig
-    from core.ray_bootstrap import start_ray
 
     timeout_s = 20.0
     cfg = RLFHConfig.load(
@@ -403,11 +408,12 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
         num_cpus_per_actor=0.25, use_tensorboard=True, log_samples=0, seed=5, actor_timeout_s=timeout_s,
         max_actor_restarts=1)
     metrics_path = tmp_path / "run" / "metrics.jsonl"
-    handle = start_ray(cfg, num_cpus=3, include_dashboard=False)
     trainer = None
     events: list[dict] = []       # what the fault thread did, and when
     stopped: list[int] = []       # PIDs SIGSTOPped here (SIGKILLed in the end if still there)
     done = threading.Event()
+    # (step, restarts) after which a fault is injected: the next step's reward waits until it is (HeldReward)
+    gates = {(3, 0): threading.Event(), (5, 1): threading.Event(), (7, 2): threading.Event()}
 
     def logged_steps() -> list[int]:
         return [r["step"] for r in _read_jsonl(metrics_path)] if metrics_path.exists() else []
@@ -435,6 +441,7 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
             assert inject(os.getpid(), "policy", "KILL")["pids"] == [v.pid]        # rlfh chaos kill policy
             events.append({"fault": "SIGKILL", "role": "policy", "pid": v.pid, "t": time.monotonic(),
                            "steps_logged": logged_steps(), "rows": _read_jsonl(metrics_path)})
+            gates[(3, 0)].set()
             wait_for(lambda: redone(3, 1), "step 3 redone")
             events[-1]["recovered_s"] = time.monotonic() - events[-1]["t"]
             # 2. rollout worker SIGSTOPped after step 5 of the restarted groups (last checkpoint: step 4)
@@ -445,6 +452,7 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
             assert inject(os.getpid(), "rollout", "STOP")["pids"] == [v.pid]       # rlfh chaos kill rollout --signal STOP
             events.append({"fault": "SIGSTOP", "role": "rollout", "pid": v.pid, "t": time.monotonic(),
                            "steps_logged": logged_steps(), "rows": _read_jsonl(metrics_path)})
+            gates[(5, 1)].set()
             wait_for(lambda: redone(5, 2), "step 5 redone")
             events[-1]["recovered_s"] = time.monotonic() - events[-1]["t"]
             # 3. after step 7: the policy worker SIGKILLed, and once more as soon as the new one is up
@@ -456,20 +464,26 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
                 assert inject(os.getpid(), "policy", "KILL")["pids"] == [v.pid]
                 events.append({"fault": "SIGKILL", "role": "policy", "pid": v.pid, "t": time.monotonic(),
                                "steps_logged": logged_steps()})
+                gates[(7, 2)].set()
         except Exception as e:  # noqa: BLE001 - reported by the main thread
             events.append({"error": repr(e)})
+        finally:
+            for g in gates.values():    # never leave the trainer waiting on a fault that will not come
+                g.set()
 
-    class PacedReward(KeywordReward):
-        """KeywordReward that takes a second per step: a step of the tiny model can otherwise finish between the
-        fault thread seeing step N logged (it polls every 0.1 s) and its kill, so 'after step N' would land
-        after step N+1."""
+    class HeldReward(KeywordReward):
+        """KeywordReward whose step N+1 waits until the fault planned after step N is injected: a step of the tiny
+        model can otherwise finish between the fault thread seeing step N logged (it polls every 0.1 s) and its
+        kill, so 'after step N' would land after step N+1. Bounded by HANG_S (a fault thread that died)."""
 
         def __call__(self, items):
-            time.sleep(1.0)
+            gate = gates.get((trainer.state.step - 1, trainer.actor_restarts))
+            if gate is not None:
+                gate.wait(HANG_S)
             return super().__call__(items)
 
     try:
-        trainer = Trainer(cfg, reward_fn=PacedReward("the"), show_progress=False)
+        trainer = Trainer(cfg, reward_fn=HeldReward("the"), show_progress=False)
         trainer.setup()
         thread = threading.Thread(target=faults, daemon=True)
         thread.start()
@@ -506,6 +520,8 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
         print(json.dumps([{k: v for k, v in e.items() if k not in ("t", "rows")} for e in events]))
     finally:
         done.set()
+        for g in gates.values():
+            g.set()
         for pid in stopped:               # only what this test stopped
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -513,22 +529,18 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
                 pass
         if trainer is not None:
             trainer.close()
-        handle.shutdown() if handle.started_here else ray.shutdown()
 
 
 def test_separate_layout_a_dead_rollout_engine_is_restarted_and_the_run_completes(tmp_path, tiny_model_path,
-                                                                                  caplog):
+                                                                                  caplog, embedded_ray):
     """One process per role (MODEL_LAYOUT=separate): the rollout engine's worker SIGKILLed after step 3; the
     driver restarts the groups from step 2's checkpoint, names the rollout actor, and the run completes."""
     import logging
     import threading
 
-    import ray
-
     from cluster.chaos import inject
     from cluster.driver import KeywordReward, Trainer
     from core.config import RLFHConfig
-    from core.ray_bootstrap import start_ray
 
     cfg = RLFHConfig.load(
         environ={}, model_path=tiny_model_path, save_path=str(tmp_path / "run"), prompt_data="halueval:train",
@@ -538,7 +550,6 @@ def test_separate_layout_a_dead_rollout_engine_is_restarted_and_the_run_complete
         num_cpus_per_actor=0.25, use_tensorboard=False, log_samples=0, seed=7, actor_timeout_s=120.0,
         max_actor_restarts=1)
     metrics_path = tmp_path / "run" / "metrics.jsonl"
-    handle = start_ray(cfg, num_cpus=3, include_dashboard=False)
     trainer = None
     events: list[dict] = []
     done = threading.Event()
@@ -558,7 +569,7 @@ def test_separate_layout_a_dead_rollout_engine_is_restarted_and_the_run_complete
             events.append({"error": repr(e)})
 
     try:
-        caplog.set_level(logging.WARNING, logger="cluster.driver")
+        caplog.set_level(logging.WARNING, logger="cluster")     # the driver and cluster.recovery (names the actor)
         trainer = Trainer(cfg, reward_fn=KeywordReward("the"), show_progress=False)
         trainer.setup()
         th = threading.Thread(target=fault, daemon=True)
@@ -583,23 +594,20 @@ def test_separate_layout_a_dead_rollout_engine_is_restarted_and_the_run_complete
         done.set()
         if trainer is not None:
             trainer.close()
-        handle.shutdown() if handle.started_here else ray.shutdown()
 
 
-def test_self_judge_follows_the_restarted_rollout_engines(tmp_path, tiny_model_path):
+def test_self_judge_follows_the_restarted_rollout_engines(tmp_path, tiny_model_path, embedded_ray):
     """VERIFIER_BACKEND=self with one process per role: the verifier replicas judge with the rollout engines. The
     engine's worker is SIGKILLed after step 2; the driver restarts the groups and redeploys the verifier with the
     new engines (without that, every later judgement would fall back to JUDGE_FALLBACK_LABEL against a dead
     actor), and the run completes with every step rewarded by the service."""
     import threading
 
-    import ray
     from conftest import free_port
 
     from cluster.chaos import inject
     from cluster.driver import Trainer
     from core.config import RLFHConfig
-    from core.ray_bootstrap import start_ray
 
     cfg = RLFHConfig.load(
         environ={}, model_path=tiny_model_path, save_path=str(tmp_path / "run"), prompt_data="halueval:train",
@@ -610,7 +618,6 @@ def test_self_judge_follows_the_restarted_rollout_engines(tmp_path, tiny_model_p
         max_actor_restarts=1, verifier_backend="self", judge_max_retries=0, judge_timeout_s=120,
         reward_timeout_s=300, reward_max_retries=1, serve_port=free_port())
     metrics_path = tmp_path / "run" / "metrics.jsonl"
-    handle = start_ray(cfg, num_cpus=3, include_dashboard=False)
     trainer = None
     seen: dict = {}
     done = threading.Event()
@@ -651,4 +658,3 @@ def test_self_judge_follows_the_restarted_rollout_engines(tmp_path, tiny_model_p
         done.set()
         if trainer is not None:
             trainer.close()
-        handle.shutdown() if handle.started_here else ray.shutdown()

@@ -363,6 +363,10 @@ def run_real(path: "str | Path" = DEFAULT_PATH, parts: Sequence[str] = PARTS, cf
     backends = [("evidence", Verifier(cfg, backend="evidence"), None)]
     if with_llm and cfg.model_url:
         backends.append(("llm", Verifier(cfg, backend="llm"), llm_limit))
+    from core.verify_schema import VerifyRequest
+    for _, ver, _ in backends:
+        # one request first, so that ms/answer does not carry the backend's start-up (imports, tokenizers)
+        ver.verify(VerifyRequest(question="Who wrote it?", response="Jane wrote it.", materials=["Jane wrote it."]))
     rows = []
     for part in parts:
         subset = [a for a in answers if a.part == part]

@@ -92,3 +92,11 @@ def test_reward_lands_on_the_tokens_of_each_fact():
     sign_of = {resp[a:b]: int(s) for (a, b), s in zip(toks, np.asarray(signs))}
     assert sign_of["1797"] == 1 and sign_of["Lyell"] == 1
     assert sign_of["Kirkcaldmon"] == -1 and sign_of["village"] == -1
+
+
+def test_comma_clause_with_its_own_subject_and_country_names():
+    assert _facts("Barton Mine was halted by a fire, Camlaren Mine was not.") == [
+        "Barton Mine was halted by a fire", "Camlaren Mine was not"]
+    from verifier_service.evidence import country_aliases
+    assert "britain" in country_aliases("UK-based") and "united states" in country_aliases("American")
+    assert country_aliases("Paris") == []

@@ -563,6 +563,28 @@ _DANGLING_END_RE = re.compile(r"(?:\b(?:such\s+as|as|is|was|are|were|to|the|a|an
                               re.IGNORECASE)
 
 
+# Names of one country and its people: a claim that says "UK" is supported by a passage that says "Britain's".
+COUNTRY_ALIASES: tuple[frozenset, ...] = tuple(frozenset(g) for g in (
+    ("uk", "united kingdom", "britain", "great britain", "british"),
+    ("us", "usa", "united states", "united states of america", "america", "american"),
+    ("south korea", "south korean", "korea", "korean"), ("north korea", "north korean"),
+    ("england", "english"), ("scotland", "scottish"), ("wales", "welsh"), ("ireland", "irish"),
+    ("france", "french"), ("germany", "german"), ("italy", "italian"), ("spain", "spanish"),
+    ("japan", "japanese"), ("china", "chinese"), ("india", "indian"), ("canada", "canadian"),
+    ("australia", "australian"), ("brazil", "brazilian"), ("mexico", "mexican"), ("russia", "russian"),
+    ("netherlands", "dutch"), ("sweden", "swedish"), ("norway", "norwegian"), ("finland", "finnish"),
+    ("pakistan", "pakistani"), ("colombia", "colombian"), ("austria", "austrian"), ("switzerland", "swiss"),
+))
+_ALIAS_OF = {name: group for group in COUNTRY_ALIASES for name in group}
+
+
+def country_aliases(phrase: str) -> list[str]:
+    """The other names of the country ``phrase`` names ("UK-based" -> "united kingdom", "britain", ...)."""
+    n = T.normalize(phrase.replace("-", " ").replace("based", ""))
+    group = _ALIAS_OF.get(n)
+    return sorted(group - {n}) if group else []
+
+
 def _contradicted_without(st_text: str, phrase: str, idx: MaterialIndex, qi: QuestionInfo) -> bool:
     """The statement with ``phrase`` (the gold answer) blanked out still puts a wrong entity in a slot:
     "Ringo Starr joined the Beatles in 1960" states the gold answer and a swapped year."""
@@ -648,7 +670,13 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx, st_start: int = 
     def supported_phrase(t: str) -> float:
         if ctx.gold_norm and (T.normalize(t) in ctx.gold_norm or ctx.gold_norm in T.normalize(t)):
             return 1.0
-        return idx.phrase_support(t, GENERIC_NAME_WORDS)
+        support = idx.phrase_support(t, GENERIC_NAME_WORDS)
+        if support < 0.7:
+            # "UK-based" where the passage says "Britain's": another name of the same country counts
+            for alias in country_aliases(t):
+                support = max(support, idx.phrase_support(alias, GENERIC_NAME_WORDS),
+                              1.0 if ctx.gold_norm and alias.lower() in ctx.gold_norm else 0.0)
+        return support
 
     unsup_ents = [e for e in new_ents if supported_phrase(e.text) < 0.7]
     unsup_nums = new_nums - idx.numbers - ctx.gold_nums

@@ -460,6 +460,8 @@ _COMMA_DEP_RE = re.compile(
     r"now|currently|not|formerly|also\s+known|better\s+known|known|born|located|based|headquartered|"
     r"released|founded|formed|directed|written|produced|created|established|owned|operated|built|"
     r"(?:a|an|the)\s)\b)", re.IGNORECASE)
+# A new clause with its own named subject after a comma ("Barton Mine was halted by X, Camlaren Mine was not").
+_COMMA_CLAUSE_RE = re.compile(r",\s+(?=[A-Z][\w\-.']*(?:\s+[A-Z][\w\-.']*){0,3}\s+(?:is|was|are|were|has|had)\b)")
 # An appositive name closing the clause ("from the same country, North Korea").
 _COMMA_NAME_RE = re.compile(r",\s+(?=[A-Z][\w\-]*(?:\s+[A-Z][\w\-]*)*\s*$)")
 # Relative clauses and "such as" without a comma ("plants that are both ...", "cases such as X").
@@ -548,6 +550,8 @@ def split_facts(text: str, s: int, e: int, question: str = "") -> list[tuple[int
         if _DET_START_RE.match(nxt) and left_words and _VERB_RE.fullmatch(left_words[-1]):
             continue   # "who wrote, The Assignation": an object after its verb, not an appositive
         add(m.start(), m.end(), rel=bool(_REL_START_RE.match(nxt)))
+    for m in _COMMA_CLAUSE_RE.finditer(body):
+        add(m.start(), m.end())
     for m in _COMMA_NAME_RE.finditer(body):
         left_words = body[:m.start()].split()
         if left_words and left_words[-1][:1].islower():

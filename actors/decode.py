@@ -63,6 +63,10 @@ class KVBuffer:
         self.rows = slice(None)
         self.keys: dict[int, torch.Tensor] = {}
         self.values: dict[int, torch.Tensor] = {}
+        # fixed-shape decoding (:func:`_decode_static`): the column to write, a device tensor [1], and the keys a
+        # query may see at this step, [rows, capacity]; None in the length-varying loop
+        self.column: Optional[torch.Tensor] = None
+        self.step_mask: Optional[torch.Tensor] = None
 
     def write(self, layer: int, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store ``key``/``value`` [b, kv_heads, q, head_dim] at columns ``length .. length+q`` of ``rows``;
@@ -74,6 +78,10 @@ class KVBuffer:
             shape = (rows, key.shape[1], cap, key.shape[3])
             self.keys[layer] = key.new_zeros(shape)
             self.values[layer] = value.new_zeros(shape[:3] + (value.shape[3],))
+        if self.column is not None:   # fixed shapes: write at a column held on the device, return the whole buffer
+            self.keys[layer].index_copy_(2, self.column, key)
+            self.values[layer].index_copy_(2, self.column, value)
+            return self.keys[layer], self.values[layer]
         end = self.length + key.shape[2]
         keys, values = self.keys[layer][self.rows], self.values[layer][self.rows]
         keys[:, :, self.length:end] = key
@@ -128,7 +136,8 @@ def kv_buffer_attention(module, query, key, value, attention_mask, dropout: floa
     with torch.autocast(query.device.type, enabled=False):
         grouped = query.reshape(b, kv, heads // kv, d).to(keys.dtype)    # the query heads of each kv head
         scores = torch.matmul(grouped, keys.transpose(-1, -2)) * scale   # [b, kv, heads/kv, length]
-        scores = scores.float().masked_fill(~buf.key_mask[:, None, None, :keys.shape[2]], float("-inf"))
+        visible = buf.step_mask if buf.column is not None else buf.key_mask[:, :keys.shape[2]]
+        scores = scores.float().masked_fill(~visible[:, None, None, :], float("-inf"))
         probs = torch.softmax(scores, dim=-1).to(values.dtype)
         out = torch.matmul(probs, values)                                # [b, kv, heads/kv, head_dim]
     return out.reshape(b, 1, heads, d).to(query.dtype), None
@@ -197,7 +206,8 @@ def _kv_buffer_attention(model, buffer: KVBuffer):
     base = _base_model(model)
     before = base.config._attn_implementation
     base.set_attn_implementation(ATTENTION_NAME)
-    head = _weight_major_head(model)
+    # the weight-major LM head is an MKL (CPU) gain; on a GPU the plain product is the fast one
+    head = _weight_major_head(model) if next(model.parameters()).device.type == "cpu" else None
     if head is not None:   # an instance attribute shadows nn.Linear.forward; removed again below
         head.forward = lambda x: weight_major_linear(x, head.weight, head.bias)
     _active.buffer = buffer
@@ -211,7 +221,8 @@ def _kv_buffer_attention(model, buffer: KVBuffer):
 
 
 def sample_next_tokens(logits: torch.Tensor, temperature: float, top_p: float,
-                       generator: Optional[torch.Generator] = None) -> torch.Tensor:
+                       generator: Optional[torch.Generator] = None,
+                       uniform: Optional[torch.Tensor] = None) -> torch.Tensor:
     """One token per row from ``logits`` [rows, vocab] (any float dtype): argmax when ``temperature == 0``, else
     a draw from softmax(logits / temperature) restricted to the smallest top-probability set whose mass reaches
     ``top_p`` (nucleus). Returns [rows] int64.
@@ -219,6 +230,8 @@ def sample_next_tokens(logits: torch.Tensor, temperature: float, top_p: float,
     Inverse CDF with one uniform per row (``torch.multinomial`` draws one exponential per vocabulary entry,
     ~30 ms a step for 32 x 49,152 on 2 cores), in two levels so that no cumulative sum runs over the whole
     vocabulary: pick the block of :data:`SAMPLE_BLOCK` tokens by the blocks' masses, then the token inside it.
+    ``uniform`` [rows, 1] in [0, 1): the draws to use (drawn here from ``generator`` when None). No host sync:
+    the function can run inside a captured CUDA graph.
     """
     if temperature == 0:
         return logits.argmax(-1)
@@ -237,8 +250,9 @@ def sample_next_tokens(logits: torch.Tensor, temperature: float, top_p: float,
         weights = F.pad(weights, (0, pad))
     blocks = weights.view(rows, -1, SAMPLE_BLOCK)
     block_cdf = blocks.sum(-1).cumsum(-1)                      # [rows, vocab / block]
-    u = torch.rand((rows, 1), generator=generator, device=weights.device, dtype=block_cdf.dtype) \
-        * block_cdf[:, -1:]
+    if uniform is None:
+        uniform = torch.rand((rows, 1), generator=generator, device=weights.device, dtype=block_cdf.dtype)
+    u = uniform.to(block_cdf.dtype) * block_cdf[:, -1:]
     block = torch.searchsorted(block_cdf, u, right=True).clamp_(max=block_cdf.shape[1] - 1)   # [rows, 1]
     below = torch.where(block > 0, block_cdf.gather(-1, (block - 1).clamp(min=0)), torch.zeros_like(u))
     inner_cdf = blocks.gather(1, block[:, :, None].expand(-1, 1, SAMPLE_BLOCK)).squeeze(1).cumsum(-1)
@@ -273,7 +287,8 @@ def prefill_chunks(lengths: Sequence[int], max_tokens: int) -> list[tuple[int, i
 def sample(model, prompt_ids: Sequence[Sequence[int]], *, n: int, max_new_tokens: int, temperature: float,
            top_p: float, eos_ids: Sequence[int], pad_id: int, generator: Optional[torch.Generator] = None,
            suppress_first_ids: Sequence[int] = (), device: Optional[torch.device] = None,
-           share_prefix: bool = True, prefill_tokens: int = PREFILL_TOKENS) -> list[list[int]]:
+           share_prefix: bool = True, prefill_tokens: int = PREFILL_TOKENS, fixed_shapes: bool = False,
+           cuda_graph: bool = False, sync_every: int = 16) -> list[list[int]]:
     """``n`` continuations of each prompt (prompt-major: rows ``i*n .. i*n+n-1`` belong to prompt ``i``).
 
     ``prompt_ids``: token ids of each prompt (at least one each). Each continuation ends with its first token in
@@ -282,6 +297,11 @@ def sample(model, prompt_ids: Sequence[Sequence[int]], *, n: int, max_new_tokens
     all prompts start with once (at least :data:`MIN_SHARED_PREFIX` of them). ``prefill_tokens``: the rest of the
     prompts is prefilled in chunks of consecutive prompts of at most this many tokens, padding included (one
     prompt at least; callers that sort prompts by length pad least). Returns the generated ids per row.
+
+    ``fixed_shapes``: decode with :func:`_decode_static` (no row dropping, every step the same shapes, the loop's
+    state on the device; the host looks at the finished rows every ``sync_every`` steps). ``cuda_graph``: with
+    ``fixed_shapes`` on a CUDA device, capture the decode step once per call and replay it (falls back to eager
+    steps, with a warning, if the capture fails). Greedy output is the same token for token either way.
     """
     if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
         raise ValueError("sample: every prompt needs at least one token")
@@ -330,6 +350,10 @@ def sample(model, prompt_ids: Sequence[Sequence[int]], *, n: int, max_new_tokens
         logits = torch.cat(chunks).repeat_interleave(n, 0)
         if suppress_first_ids:
             logits[:, list(suppress_first_ids)] = float("-inf")
+        if fixed_shapes:
+            return _decode_static(model, buffer, logits, next_pos, max_new_tokens=max_new_tokens,
+                                  temperature=temperature, top_p=top_p, eos=eos, pad_id=int(pad_id),
+                                  generator=generator, cuda_graph=cuda_graph, sync_every=sync_every)
         for step in range(max_new_tokens):
             tok = sample_next_tokens(logits, temperature, top_p, generator)
             for r, t in zip(live.tolist(), tok.tolist()):
@@ -348,3 +372,96 @@ def sample(model, prompt_ids: Sequence[Sequence[int]], *, n: int, max_new_tokens
             buffer.advance(1)
             next_pos = next_pos + 1
     return out
+
+
+#: Why the last CUDA-graph capture of :func:`_decode_static` failed ("" when it succeeded or was not tried).
+LAST_CAPTURE_ERROR = {"error": ""}
+
+
+def _decode_static(model, buffer: KVBuffer, logits: torch.Tensor, next_pos: torch.Tensor, *, max_new_tokens: int,
+                   temperature: float, top_p: float, eos: torch.Tensor, pad_id: int,
+                   generator: Optional[torch.Generator], cuda_graph: bool, sync_every: int) -> list[list[int]]:
+    """Decode after the prefill with every step the same shapes, so that a CUDA graph can replay it.
+
+    ``buffer``: prefilled, every layer's keys/values allocated at full capacity, ``buffer.length`` the first free
+    column. ``logits`` [rows, vocab]: the prefill's last-position logits. ``next_pos`` [rows]: the position of the
+    first generated token. ``eos`` [k] int64: end tokens.
+
+    Unlike the length-varying loop, finished rows are not dropped (they keep decoding; their tokens after the
+    end token become ``pad_id`` and are cut off), attention runs over the whole buffer with the unwritten
+    columns masked, the token index, positions and write column live on the device, and the uniforms of every
+    step are drawn up front (no RNG inside the graph: eager and replayed steps draw the same).
+    Returns the generated ids per row, each cut after its first end token.
+    """
+    rows, cap = buffer.key_mask.shape
+    dev = logits.device
+    uniforms = None
+    if temperature > 0:
+        uniforms = torch.rand((max_new_tokens, rows, 1), generator=generator, device=dev, dtype=torch.float32)
+    tok = sample_next_tokens(logits, temperature, top_p, uniform=None if uniforms is None else uniforms[0])
+    out = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long, device=dev)
+    out[:, 0] = tok
+    done = (tok[:, None] == eos[None]).any(-1)
+    pos = next_pos.clone()
+    step = torch.ones(1, dtype=torch.long, device=dev)             # the index of the token this step produces
+    buffer.column = torch.full((1,), buffer.length, dtype=torch.long, device=dev)
+    columns = torch.arange(cap, device=dev)
+    pad = torch.full_like(tok, pad_id)
+
+    def one_step() -> None:   # device work only: no .item(), no Python branch on a tensor's value
+        buffer.step_mask = buffer.key_mask & (columns <= buffer.column)[None]
+        step_logits = model(input_ids=tok[:, None], position_ids=pos[:, None], use_cache=False).logits[:, -1]
+        u = None if uniforms is None else uniforms.index_select(0, step)[0]
+        nxt = torch.where(done, pad, sample_next_tokens(step_logits, temperature, top_p, uniform=u))
+        out.index_copy_(1, step, nxt[:, None])
+        done.logical_or_((nxt[:, None] == eos[None]).any(-1))
+        tok.copy_(nxt)
+        pos.add_(1)
+        buffer.column.add_(1)
+        step.add_(1)
+
+    steps, taken, graph = max_new_tokens - 1, 0, None
+    try:
+        while taken < steps:
+            if taken % max(1, sync_every) == 0 and bool(done.all()):
+                break
+            if graph is not None:
+                graph.replay()
+            elif cuda_graph and dev.type == "cuda":
+                graph = capture_step(one_step)   # runs one real step eagerly (the warm-up), then records one
+                cuda_graph = graph is not None
+            else:
+                one_step()
+            taken += 1
+    finally:
+        buffer.column = buffer.step_mask = None
+    eos_set = set(eos.tolist())
+    result = []
+    for row in out[:, :taken + 1].tolist():
+        end = next((i for i, t in enumerate(row) if t in eos_set), len(row) - 1)
+        result.append(row[:end + 1])
+    return result
+
+
+def capture_step(one_step) -> Optional["torch.cuda.CUDAGraph"]:
+    """Run ``one_step`` once eagerly on a side stream (cuBLAS and allocator warm-up; a real step), then record it
+    in a CUDA graph. Returns the graph (recorded, not run), or None if the capture failed (the reason goes to
+    :data:`LAST_CAPTURE_ERROR` and the log)."""
+    import logging
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        one_step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            one_step()
+    except Exception as e:  # noqa: BLE001 - e.g. a model whose forward syncs with the host cannot be captured
+        LAST_CAPTURE_ERROR["error"] = f"{type(e).__name__}: {e}"[:500]
+        logging.getLogger(__name__).warning("CUDA graph capture of the decode step failed (%s); decoding eagerly",
+                                            LAST_CAPTURE_ERROR["error"])
+        torch.cuda.synchronize()
+        return None
+    LAST_CAPTURE_ERROR["error"] = ""
+    return graph

@@ -344,6 +344,31 @@ class PolicyActor(TrainableLMActor):
                                  "version": self._weights_version}
         return out
 
+    @torch.no_grad()
+    def copy_weights_into(self, model: torch.nn.Module) -> dict:
+        """Copy the inference weights into ``model`` (an engine's module in this process) in place, tensor by
+        tensor: on one GPU a device-to-device copy per tensor, no CPU round trip and no second full copy in
+        flight (ZeRO-3 gathers one module at a time). Every rank must call it. Returns what moved.
+
+        The colocated layout needs none of this (its engine samples from this very module); this is the sync of
+        a separate engine in the same process (``scripts/gpu_smoke.py``'s in-process mode).
+        """
+        t0 = time.time()
+        targets = dict(model.named_parameters(remove_duplicate=False))
+        targets.update(model.named_buffers())
+        tensors = nbytes = 0
+        for name, t in self._hf_named_tensors():
+            dst = targets.get(name)
+            if dst is None:
+                raise KeyError(f"copy_weights_into: the engine's model has no {name!r}")
+            if tuple(dst.shape) != tuple(t.shape):
+                raise ValueError(f"copy_weights_into: {name} is {tuple(t.shape)} here, {tuple(dst.shape)} there")
+            dst.data.copy_(t)
+            tensors, nbytes = tensors + 1, nbytes + t.numel() * t.element_size()
+        self._last_export = {"tensors": tensors, "bytes": nbytes, "export_s": time.time() - t0,
+                             "version": self._weights_version, "in_place": True}
+        return dict(self._last_export)
+
     def sync_meta(self) -> dict:
         """Numbers from the last :meth:`state_dict_for_sync` (tensors, bytes, export_s, version)."""
         return dict(getattr(self, "_last_export", {}), version=self._weights_version)

@@ -77,7 +77,7 @@ def resolve_rollout_dtype(cfg: RLFHConfig, device: torch.device) -> str:
 
 
 def resolve_decode_loop(cfg: RLFHConfig, model) -> str:
-    """HF_DECODE_LOOP for this model: ``kv-buffer`` (:mod:`actors.decode`) or ``generate`` (``model.generate``)."""
+    """HF_DECODE_LOOP for this model: ``kv-buffer`` / ``graph`` (:mod:`actors.decode`) or ``generate``."""
     from actors.decode import kv_buffer_supported
     ok, why = kv_buffer_supported(model)
     if cfg.hf_decode_loop == "generate" or (cfg.hf_decode_loop == "auto" and not ok):
@@ -85,9 +85,9 @@ def resolve_decode_loop(cfg: RLFHConfig, model) -> str:
             log.info("hf rollout engine: model.generate (the kv-buffer loop cannot serve this model: %s)", why)
         return "generate"
     if not ok:
-        raise ValueError(f"HF_DECODE_LOOP=kv-buffer cannot serve {cfg.model_path}: {why}. "
+        raise ValueError(f"HF_DECODE_LOOP={cfg.hf_decode_loop} cannot serve {cfg.model_path}: {why}. "
                          "Set HF_DECODE_LOOP=auto or generate.")
-    return "kv-buffer"
+    return "graph" if cfg.hf_decode_loop == "graph" else "kv-buffer"
 
 
 class _EngineBase:
@@ -276,7 +276,7 @@ class HFRolloutEngine(_EngineBase):
         only)."""
         if self.shares_policy_weights:
             self.model.eval()   # the policy's module: its train step leaves it in train mode
-        if self.decode_loop == "kv-buffer":
+        if self.decode_loop in ("kv-buffer", "graph"):
             return self._sample_kv_buffer(prompt_ids, max_new_tokens, temperature, top_p, seed, n, suppress_first_ids)
         from transformers import GenerationConfig
         greedy = temperature == 0
@@ -330,7 +330,9 @@ class HFRolloutEngine(_EngineBase):
                 out.extend(sample(self.model, prompt_ids[start:start + per], n=n, max_new_tokens=max_new_tokens,
                                   temperature=temperature, top_p=top_p, eos_ids=self.eos_ids, pad_id=self.pad_id,
                                   generator=gen, suppress_first_ids=suppress_first_ids, device=self.device,
-                                  share_prefix=self.cfg.share_prompt_forward))
+                                  share_prefix=self.cfg.share_prompt_forward,
+                                  fixed_shapes=self.decode_loop == "graph",
+                                  cuda_graph=self.decode_loop == "graph" and self.device.type == "cuda"))
         return out
 
     def _prefill(self, ids: torch.Tensor, mask: torch.Tensor, n: int):

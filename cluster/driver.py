@@ -592,7 +592,7 @@ class Trainer:
                         row[f"gold_correct_rate/{m}"] = float(o_correct[sel].float().mean())
                         row[f"gold_abstain_rate/{m}"] = float(o_abst[sel].float().mean())
             self._rollout_rates_by_type(row, prompts, samples, o_correct, o_abst, sampled)
-            abstain_value: float | torch.Tensor = self._abstain_price(row, o_abst, sampled, modes, samples)
+            abstain_value: float | torch.Tensor = self._abstain_price(row, o_correct, o_abst, sampled, modes, samples)
             if cfg.outcome_abstain_evidence is not None:  # per prompt mode: evidence prompts get their own price
                 with_passage = torch.tensor([modes[s.prompt_index] == "evidence" for s in samples])
                 abstain_value = torch.where(with_passage, cfg.outcome_abstain_evidence, abstain_value)
@@ -774,19 +774,26 @@ class Trainer:
         log.info("snapshot of the policy at step %d: %s", self.state.step, out)
         return str(out)
 
-    def _abstain_price(self, row: dict[str, Any], abstained: torch.Tensor, sampled: torch.Tensor, modes: list,
-                       samples: list) -> float:
-        """This step's abstention reward: OUTCOME_ABSTAIN, or with ABSTAIN_TARGET_RATE the adaptive price
-        (kept in the trainer state, so a resumed run goes on with it), moved after use by this step's rate."""
+    def _abstain_price(self, row: dict[str, Any], correct: torch.Tensor, abstained: torch.Tensor,
+                       sampled: torch.Tensor, modes: list, samples: list) -> float:
+        """This step's abstention reward: OUTCOME_ABSTAIN; with ABSTAIN_PRICE=answer-mean the mean outcome of
+        this step's closed-book answers (+ margin); with ABSTAIN_TARGET_RATE the adaptive price (kept in the
+        trainer state, so a resumed run goes on with it), moved after use by this step's rate."""
         cfg = self.cfg
-        if cfg.abstain_target_rate is None:
+        if cfg.abstain_price == "fixed" and cfg.abstain_target_rate is None:
             return cfg.outcome_abstain
         from core import core_algos as algo
-        price = float(self.state.extra.get("abstain_price", cfg.outcome_abstain))
         closed = torch.tensor([modes[s.prompt_index] == "closed" for s in samples]) & sampled
         sel = closed if bool(closed.any()) else sampled
-        rate = float(abstained[sel].float().mean())
         margin = 0.05 * (cfg.outcome_correct - cfg.outcome_wrong)   # strictly between wrong and correct
+        if cfg.abstain_price == "answer-mean":
+            answered = sel & ~abstained
+            rewards = torch.where(correct[answered], cfg.outcome_correct, cfg.outcome_wrong)
+            row["abstain_price"] = algo.answer_mean_abstain_price(
+                rewards, cfg.abstain_price_margin, cfg.outcome_wrong + margin, cfg.outcome_correct - margin)
+            return row["abstain_price"]
+        price = float(self.state.extra.get("abstain_price", cfg.outcome_abstain))
+        rate = float(abstained[sel].float().mean())
         self.state.extra["abstain_price"] = algo.adapt_abstain_price(
             price, rate, cfg.abstain_target_rate, cfg.abstain_price_step, cfg.outcome_wrong + margin,
             cfg.outcome_correct - margin)

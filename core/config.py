@@ -412,6 +412,16 @@ class RLFHConfig(ServiceSettings, ProcessSettings):
         "abstention drifts up or down on every question alike; holding the rate leaves RL the part that differs "
         "between questions (decline where the answers are wrong). Empty: off, the fixed OUTCOME_ABSTAIN.",
         env="ABSTAIN_TARGET_RATE", group="reward", ge=0, le=1)
+    abstain_price: Literal["fixed", "answer-mean"] = setting(
+        "fixed", "OUTCOME_REWARD=ternary: how each step's abstention reward is set. fixed: OUTCOME_ABSTAIN (or the "
+        "ABSTAIN_TARGET_RATE controller when that is set). answer-mean: the mean outcome reward of the step's own "
+        "closed-book answers (declines and injected candidates excluded) plus ABSTAIN_PRICE_MARGIN, so the "
+        "batch's advantages do not push abstention up or down on every question alike, only where a question's "
+        "answers are worse (decline) or better (answer) than the policy's answers in general "
+        "(core_algos.answer_mean_abstain_price).", env="ABSTAIN_PRICE", group="reward")
+    abstain_price_margin: float = setting(
+        0.0, "ABSTAIN_PRICE=answer-mean: added to the mean answer reward (> 0 leans toward declining).",
+        env="ABSTAIN_PRICE_MARGIN", group="reward")
     abstain_price_step: float = setting(
         1.0, "ABSTAIN_TARGET_RATE: how far the abstention reward moves per unit of rate error per step.",
         env="ABSTAIN_PRICE_STEP", group="reward", ge=0)
@@ -544,12 +554,16 @@ class RLFHConfig(ServiceSettings, ProcessSettings):
     rollout_backend: Literal["auto", "hf", "vllm"] = setting(
         "auto", "Rollout engine: hf (transformers generate), vllm, or auto (vllm when importable and on GPU).",
         env="ROLLOUT_BACKEND", group="placement")
-    hf_decode_loop: Literal["auto", "kv-buffer", "generate"] = setting(
+    hf_decode_loop: Literal["auto", "kv-buffer", "graph", "generate"] = setting(
         "auto", "Sampling loop of the hf rollout engine (training rollouts, `rlfh eval`, the self verifier). "
         "kv-buffer: the model's own forward with a preallocated KV buffer, grouped-query decode attention, "
         "inverse-CDF sampling and finished rows dropped (actors/decode.py; 1.4x model.generate's tokens/s on "
-        "the default rollout, 2 CPU cores, `rlfh bench gen`). generate: transformers' model.generate. auto: kv-buffer unless the model "
-        "needs what it does not implement (sliding-window attention, logit soft-capping).",
+        "the default rollout, 2 CPU cores, `rlfh bench gen`). graph: the kv-buffer loop with the same shapes at "
+        "every step (finished rows are not dropped, the loop's state stays on the device), captured once per "
+        "micro batch into a CUDA graph and replayed on a GPU, where the per-step kernel launches otherwise bound "
+        "decoding (eager on a CPU; see docs/PERFORMANCE.md for what it measured). generate: transformers' "
+        "model.generate. auto: kv-buffer unless the model needs what it does not implement (sliding-window "
+        "attention, logit soft-capping).",
         env="HF_DECODE_LOOP", group="placement")
     colocate_actor_ref: bool = setting(False, "Place policy and reference in the same bundles.",
                                        env="COLOCATE_ACTOR_REF", group="placement")
@@ -665,6 +679,10 @@ class RLFHConfig(ServiceSettings, ProcessSettings):
         if self.abstain_target_rate is not None and self.outcome_reward != "ternary":
             raise ValueError(f"ABSTAIN_TARGET_RATE={self.abstain_target_rate} adapts the abstention reward of "
                              "OUTCOME_REWARD=ternary, which is off; set OUTCOME_REWARD=ternary or unset it")
+        if self.abstain_price == "answer-mean" and (self.outcome_reward != "ternary"
+                                                    or self.abstain_target_rate is not None):
+            raise ValueError("ABSTAIN_PRICE=answer-mean sets the abstention reward of OUTCOME_REWARD=ternary each "
+                             "step; it needs OUTCOME_REWARD=ternary and no ABSTAIN_TARGET_RATE (the other rule)")
         if (self.early_stop_patience or self.final_model == "best") and not self.dev_eval_step:
             raise ValueError(
                 f"EARLY_STOP_PATIENCE={self.early_stop_patience} / FINAL_MODEL={self.final_model} read the in-loop "

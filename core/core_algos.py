@@ -62,7 +62,7 @@ __all__ = [
     "reinforce_plus_plus_advantages",
     "grpo_advantages", "rloo_advantages", "dr_grpo_advantages", "ADVANTAGE_ESTIMATORS",
     "register_advantage_estimator", "compute_advantages", "fspo_flip", "caution_rewards", "ternary_outcome_rewards",
-    "adapt_abstain_price",
+    "adapt_abstain_price", "answer_mean_abstain_price",
     "filter_by_outcome_variance", "aggregate_loss", "LOSS_AGG_MODES", "policy_loss", "value_loss",
     "entropy_from_logits", "logprobs_from_logits", "dpo_loss",
 ]
@@ -730,6 +730,34 @@ def adapt_abstain_price(price: float, abstain_rate: float, target_rate: float, s
     if not (math.isfinite(low) and math.isfinite(high) and low <= high):
         raise ValueError(f"need finite low <= high, got {low!r}, {high!r}")
     return float(min(high, max(low, price - step_size * (abstain_rate - target_rate))))
+
+
+def answer_mean_abstain_price(answer_rewards: Tensor, margin: float, low: float, high: float) -> float:
+    """The abstention reward that leaves a batch's net pull on "I don't know" near zero: the mean outcome reward
+    of the policy's own answers in the batch (abstentions excluded) plus ``margin``, clamped to ``[low, high]``.
+
+    Why: the pull of a group's advantages on abstaining is (abstain reward - the group's mean answer reward); with
+    the batch mean as the price these pulls sum to about zero over the batch, so abstention is not raised or
+    lowered on every question alike (the global drift of docs/DEMO.md), and what is left is the part that differs
+    between questions: decline where this question's answers are worse than the policy's answers in general,
+    answer where they are better. No lag (unlike :func:`adapt_abstain_price`): it is this batch's own mean. It
+    reads rewards only, never what the questions are. ``margin`` > 0 leans toward declining.
+
+    Args:
+        answer_rewards: [k] outcome rewards of the batch's answered (not declined) samples; when empty (every
+            sample declined) the midpoint of ``[low, high]`` is returned.
+        margin: added to the mean; low <= high: bounds.
+    Returns:
+        The price (float).
+    """
+    _check_tensor("answer_rewards", answer_rewards)
+    if not (math.isfinite(low) and math.isfinite(high) and low <= high):
+        raise ValueError(f"need finite low <= high, got {low!r}, {high!r}")
+    if not math.isfinite(margin):
+        raise ValueError(f"margin must be a finite number, got {margin!r}")
+    if answer_rewards.numel() == 0:
+        return float((low + high) / 2)
+    return float(min(high, max(low, float(answer_rewards.float().mean()) + margin)))
 
 
 def filter_by_outcome_variance(scores: Tensor, n_samples_per_prompt: int, min_std: float) -> Tensor:

@@ -21,6 +21,12 @@ Prints a table of phase timings and a few equality checks; writes JSON to $OUT/g
     python scripts/gpu_smoke.py --prepare build/gpu_smoke            # on the CPU machine
     pip install --no-index --no-deps build/gpu_smoke/wheels/*.whl    # on the GPU machine, then:
     python scripts/gpu_smoke.py --random-model build/gpu_smoke/model --steps 2   # [--ray] [--backend vllm]
+
+``--peer``: the GPU benchmark of issue 29, this trainer's GRPO step against TRL GRPOTrainer's in one run (the
+phase table, the ratio, peak memory, tokens/s next to the memory-bandwidth bound), e.g.
+
+    python scripts/gpu_smoke.py --random-model build/gpu_smoke/model --peer --prompts 64 --n 8 --tokens 256 \
+        --micro 64 --steps 3                                     # [--shape 1.7b --only rlfh] [--loops graph]
 """
 from __future__ import annotations
 
@@ -57,7 +63,14 @@ def timed(name: str):
 # ----------------------------------------------------------------------------------------------- prepare
 
 PREP_WHEELS = ["deepspeed==0.19.8", "hjson", "pydantic", "pydantic-core", "annotated-types", "typing-inspection",
-               "msgpack", "ninja", "py-cpuinfo"]
+               "msgpack", "ninja", "py-cpuinfo",
+               # --peer: TRL and what it needs beyond a CUDA image with torch, transformers, accelerate, pandas,
+               # pyarrow (the lent GPU image has those)
+               "trl==1.16.0", "datasets", "dill", "multiprocess"]
+#: The transformers this project is tested with goes along (a GPU image's own may be older).
+PREP_PINNED_FROM_HERE = ["transformers"]
+#: The bundle must fit one transfer to an offline GPU machine.
+PREP_MAX_MB = 60
 
 
 def prepare(out: str, python_version: str) -> int:
@@ -77,25 +90,36 @@ def prepare(out: str, python_version: str) -> int:
     # --no-build-isolation: its setup.py imports torch; an isolated build would fetch a CUDA torch (GBs)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", wdir,
                     PREP_WHEELS[0]], check=True, env=env)
+    from importlib.metadata import version
+    pinned = [f"{name}=={version(name)}" for name in PREP_PINNED_FROM_HERE]
     subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
-                    python_version, "--platform", "manylinux2014_x86_64", "-d", wdir, *PREP_WHEELS[1:]], check=True)
+                    python_version, "--platform", "manylinux2014_x86_64", "-d", wdir, *PREP_WHEELS[1:], *pinned],
+                   check=True)
     size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(out) for f in fs)
     print(f"prepared {out}: {size / 2**20:.1f} MiB (carry it; install the wheels with pip --no-index --no-deps)")
+    if size > PREP_MAX_MB * 2**20:
+        print(f"the bundle is over {PREP_MAX_MB} MB: it will not fit one transfer")
+        return 1
     return 0
 
 
-def random_model(config_dir: str, dtype: str) -> str:
-    """The architecture in ``config_dir`` with random weights, saved with its tokenizer to a temp folder."""
+def random_model(config_dir: str, dtype: str, shape: str = "135m") -> str:
+    """The architecture in ``config_dir`` (resized to ``shape``, see :data:`SHAPES`) with random weights, saved
+    with its tokenizer to a temp folder."""
     import tempfile
 
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-    out = os.path.join(tempfile.gettempdir(), "rlfh-gpu-smoke-model")
-    if os.path.exists(os.path.join(out, "model.safetensors")):
+    out = os.path.join(tempfile.gettempdir(), f"rlfh-gpu-smoke-model-{shape}")
+    if os.path.exists(os.path.join(out, "config.json")):
         return out
     torch.manual_seed(0)
     cfg = AutoConfig.from_pretrained(config_dir)
-    AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).save_pretrained(out)
+    for k, v in SHAPES[shape].items():
+        setattr(cfg, k, v)
+    # fp32 as TRL's side expects for bf16 mixed precision; the 1.7B shape (our side only) is saved in bf16
+    save_dtype = torch.float32 if shape == "135m" else torch.bfloat16
+    AutoModelForCausalLM.from_config(cfg, dtype=save_dtype).save_pretrained(out)
     AutoTokenizer.from_pretrained(config_dir).save_pretrained(out)
     return out
 
@@ -209,10 +233,12 @@ def run_in_process(args, cfg) -> dict:
             pm = policy.train_step(dict(batch, old_logprobs=old, advantages=adv))
         with timed("critic_train"):
             cm = critic.train_step(dict(batch, old_values=values, returns=ret + values))
-        with timed("sync_export"):
-            sd = policy.state_dict_for_sync()
-        with timed("sync_load"):
-            engine.update_weights(sd, policy.weights_version())
+        with timed("weight_sync"):
+            if getattr(engine, "model", None) is not None:   # an HF engine in this process: in place, on device
+                policy.copy_weights_into(engine.model)
+                engine._next_version(policy.weights_version())
+            else:
+                engine.update_weights(policy.state_dict_for_sync(), policy.weights_version())
         with timed("engine_logprobs"):
             eng = engine.logprobs(batch)
         new = policy.logprobs(batch)
@@ -224,6 +250,230 @@ def run_in_process(args, cfg) -> dict:
     CHECKS["gpu_mem_peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2) if torch.cuda.is_available() else 0
     policy.shutdown()
     return {"mode": "in-process", "backend": backend}
+
+
+# ----------------------------------------------------------------------------------------------- peer: vs TRL
+
+#: Architectures of the embedded model's family for --shape (random weights; the timings are the shape's).
+SHAPES = {"135m": {}, "1.7b": {"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 32,
+                               "num_key_value_heads": 32, "intermediate_size": 8192}}
+
+
+def keyword_rewards(samples, word: str = "the"):
+    """1 per response containing ``word`` (the same instant reward TRL's side gets), [B] float."""
+    import re
+
+    import torch
+    pat = re.compile(r"(?<!\w)" + re.escape(word) + r"(?!\w)", re.IGNORECASE)
+    return torch.tensor([1.0 if pat.search(s.response_text) else 0.0 for s in samples])
+
+
+def copy_bandwidth_gbs() -> float:
+    """Device-to-device copy bandwidth (bytes read + written per second, GB/s) of 1 GiB, best of 5."""
+    import torch
+    x = torch.empty(2**30, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    best = float("inf")
+    for _ in range(6):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        y.copy_(x)
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    del x, y
+    return 2 * 2**30 / best / 1e9
+
+
+def decode_bound_tokens_per_s(model, rows: int, context: float, bandwidth_gbs: float) -> float:
+    """Tokens/s if a decode step only had to read the weights once and every row's keys and values
+    (``context`` positions on average) at ``bandwidth_gbs``: the memory-bandwidth ceiling of this batch."""
+    cfg = model.config
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    elem = next(model.parameters()).element_size()
+    kv_bytes = rows * context * cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * head_dim * elem
+    return rows / ((weight_bytes + kv_bytes) / (bandwidth_gbs * 1e9))
+
+
+def run_peer(args, model_path: str) -> dict:
+    """This trainer's GRPO step (colocated: the engine samples from the policy's own module) against TRL
+    GRPOTrainer's, same model, prompts, batch and GPU. Per decode loop: generate, old log-probs, policy update;
+    TRL: its whole step (generation included). Both: no KL, one update per rollout, instant keyword reward."""
+    import torch
+
+    from actors.colocated import ColocatedActor
+    from actors.types import make_batch
+    from core.core_algos import compute_advantages
+    from core.model_loader import load_tokenizer
+    from core.prompts import render_prompt
+    cfg = make_cfg(args, model_path, 1).model_copy(update={"advantage_estimator": "grpo", "kl_coef": 0.0})
+    tok = load_tokenizer(model_path)
+    prompts = [render_prompt(tok, q) for q in (QUESTIONS * (args.prompts // len(QUESTIONS) + 1))[:args.prompts]]
+    rows = args.prompts * args.n
+    bandwidth = copy_bandwidth_gbs() if torch.cuda.is_available() else 0.0
+    CHECKS["copy_bandwidth_GBps"] = round(bandwidth, 1)
+    out: dict = {"mode": "peer", "loops": {}, "trl": {}}
+    if args.only in ("both", "trl"):   # first: what it leaves on the GPU is freed before our side runs
+        import gc
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        try:
+            times = run_trl_gpu(args, model_path, prompts)
+            out["trl"] = {"step_s": times, "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)
+                          if torch.cuda.is_available() else 0}
+        except Exception as e:  # noqa: BLE001 - still time our side, and say why TRL has no row
+            out["trl"] = {"error": f"{type(e).__name__}: {e}"[:400]}
+            print(f"TRL failed: {out['trl']['error']}", flush=True)
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    if args.only in ("both", "rlfh"):
+        with timed("init_colocated"):
+            actor = ColocatedActor(cfg)
+            actor.init_model()
+        engine = actor.roles["rollout"]
+        for loop in args.loops.split(","):
+            engine.decode_loop = loop
+            if torch.cuda.is_available():
+                torch.cuda.reset_peak_memory_stats()
+            res = {"generate_s": [], "train_s": [], "step_s": [], "tokens_per_s": []}
+            for step in range(args.steps):
+                t0 = time.perf_counter()
+                with timed(f"{loop}/generate"):
+                    samples = engine.generate(prompts, args.n, args.tokens, 1.0, 1.0, seed=step)
+                res["generate_s"].append(TIMES[f"{loop}/generate"][-1])
+                n_tok = sum(len(s.response_token_ids) for s in samples)
+                res["tokens_per_s"].append(n_tok / res["generate_s"][-1])
+                batch = make_batch(samples, tok.pad_token_id)
+                rewards = torch.zeros(batch["action_mask"].shape)
+                last = batch["action_mask"].long().cumsum(-1).argmax(-1)
+                rewards[torch.arange(len(samples)), last] = keyword_rewards(samples, args.word)
+                adv, _ = compute_advantages("grpo", rewards, batch["action_mask"], n_samples_per_prompt=args.n)
+                with timed(f"{loop}/policy_train"):   # no old log-prob forward: one update per rollout, no KL,
+                    actor.train_step(dict(batch, advantages=adv))   # its own detached log-probs are the old ones
+                res["train_s"].append(TIMES[f"{loop}/policy_train"][-1])
+                engine.follow_weights(actor.weights_version())   # colocated: the engine IS the policy module
+                res["step_s"].append(time.perf_counter() - t0)
+                mean_ctx = (sum(len(s.prompt_token_ids) for s in samples) + n_tok / 2) / len(samples)
+                res["bound_tokens_per_s"] = decode_bound_tokens_per_s(engine.model, rows, mean_ctx, bandwidth) \
+                    if bandwidth else None
+                print(f"rlfh [{loop}] step {step + 1}: {res['step_s'][-1]:.2f}s (generate {res['generate_s'][-1]:.2f}s"
+                      f" at {res['tokens_per_s'][-1]:.0f} tok/s, train {res['train_s'][-1]:.2f}s)", flush=True)
+            # the sampling loop alone (no sample building: detokenising and offsets of every response run on the CPU)
+            ids = engine.encode_prompts(prompts)
+            with timed(f"{loop}/decode_only"):
+                engine._generate_ids(ids, args.tokens, 1.0, 1.0, 0, n=args.n)
+            res["decode_only_s"] = TIMES[f"{loop}/decode_only"][-1]
+            res["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2) if torch.cuda.is_available() else 0
+            if loop == "graph":
+                from actors.decode import LAST_CAPTURE_ERROR
+                res["capture_error"] = LAST_CAPTURE_ERROR["error"]
+            out["loops"][loop] = res
+        # the graph replay is the eager fixed-shape step, recorded: greedy tokens must agree exactly
+        if "graph" in args.loops.split(",") and torch.cuda.is_available():
+            few = prompts[:8]
+            greedy = {}
+            for name, graph in (("graph-eager", False), ("graph", True)):
+                engine.decode_loop = "graph"
+                greedy[name] = [s.response_token_ids for s in _greedy_with(engine, few, graph, args.tokens)]
+            CHECKS["graph_replay_equals_eager_greedy"] = greedy["graph"] == greedy["graph-eager"]
+            engine.decode_loop = "kv-buffer"
+            CHECKS["kv_buffer_equals_graph_greedy_rows"] = sum(
+                a == b for a, b in zip(greedy["graph"], [s.response_token_ids for s in engine.generate(
+                    few, 1, args.tokens, 0.0, 1.0)])) / len(few)
+        actor.shutdown()
+        del actor, engine
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return out
+
+
+def _greedy_with(engine, prompts, cuda_graph: bool, tokens: int):
+    """Greedy samples of the fixed-shape loop, replayed from a CUDA graph or run eagerly."""
+    from unittest import mock
+
+    from actors import decode
+    real = decode.sample
+
+    def forced(*a, **kw):
+        kw["cuda_graph"] = cuda_graph
+        return real(*a, **kw)
+    with mock.patch.object(decode, "sample", forced):
+        return engine.generate(prompts, 1, tokens, 0.0, 1.0)
+
+
+def run_trl_gpu(args, model_path: str, prompts: list[str]) -> list[float]:
+    """Seconds per optimizer step of TRL GRPOTrainer on this GPU (generation included), bf16, no KL."""
+    import re
+    import tempfile
+
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+    pat = re.compile(r"(?<!\w)" + re.escape(args.word) + r"(?!\w)", re.IGNORECASE)
+
+    def reward(completions, **kw):
+        return [1.0 if pat.search(c if isinstance(c, str) else c[-1]["content"]) else 0.0 for c in completions]
+
+    times: list[float] = []
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, a, state, control, **kw):
+            import torch
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, a, state, control, **kw):
+            import torch
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - self.t0)
+            print(f"trl step {len(times)}: {times[-1]:.2f}s", flush=True)
+
+    import torch
+    data = Dataset.from_list([{"prompt": p} for p in prompts] * max(1, args.steps))
+    with tempfile.TemporaryDirectory(prefix="rlfh-gpu-peer-") as tmp:
+        rows = len(prompts) * args.n
+        micro = args.micro if rows % args.micro == 0 else rows
+        # one optimizer step = generation of all rows + rows / micro accumulated micro batches, as on our side
+        cfg = GRPOConfig(output_dir=tmp, per_device_train_batch_size=micro,
+                         gradient_accumulation_steps=rows // micro, num_generations=args.n,
+                         max_completion_length=args.tokens,
+                         beta=0.0, learning_rate=1e-6, max_steps=args.steps, temperature=1.0,
+                         use_cpu=not torch.cuda.is_available(), bf16=torch.cuda.is_available(), report_to=[],
+                         save_strategy="no", logging_steps=1, seed=1, num_iterations=1, shuffle_dataset=False,
+                         gradient_checkpointing=args.grad_ckpt)
+        trainer = GRPOTrainer(model=model_path, reward_funcs=reward, args=cfg, train_dataset=data,
+                              callbacks=[Timer()])
+        trainer.train()
+    return times
+
+
+def peer_report(args, out: dict) -> None:
+    """The phase table of --peer: per decode loop and TRL, steps 2+ (the first compiles / warms up)."""
+    def mean(xs):
+        xs = xs[1:] or xs
+        return sum(xs) / len(xs) if xs else float("nan")
+    lines = ["| run | generate s | of it: sampling loop s | rollout tok/s | bandwidth bound tok/s | policy train s "
+             "| step s | peak GiB |", "|---|---|---|---|---|---|---|---|"]
+    for loop, r in out["loops"].items():
+        bound = r.get("bound_tokens_per_s")
+        lines.append(f"| rlfh, HF_DECODE_LOOP={loop} | {mean(r['generate_s']):.2f} | {r.get('decode_only_s', 0):.2f} | "
+                     f"{mean(r['tokens_per_s']):.0f} | {f'{bound:.0f}' if bound else '-'} | {mean(r['train_s']):.2f} | "
+                     f"{mean(r['step_s']):.2f} | {r['peak_gib']} |")
+    trl = out.get("trl") or {}
+    if trl.get("error"):
+        lines.append(f"| TRL GRPOTrainer | failed: {trl['error'][:120]} | | | | | | |")
+    if trl.get("step_s"):
+        lines.append(f"| TRL GRPOTrainer | | | | | | {mean(trl['step_s']):.2f} (all: "
+                     f"{', '.join(f'{x:.1f}' for x in trl['step_s'])}) | {trl['peak_gib']} |")
+        for loop, r in out["loops"].items():
+            lines.append(f"\nrlfh ({loop}) / TRL step time: {mean(r['step_s']) / mean(trl['step_s']):.2f}x "
+                         "(target <= 1, moonshot 0.5)")
+    print(f"\n{args.prompts} prompts x {args.n} samples x {args.tokens} tokens, {args.dtype}, shape {args.shape}, "
+          f"steps 2+ of {args.steps}:\n" + "\n".join(lines))
+    out["table_md"] = "\n".join(lines)
 
 
 def run_ray(args, cfg) -> dict:
@@ -300,6 +550,17 @@ def main(argv=None) -> int:
     ap.add_argument("--sleep", action="store_true", help="VLLM_ENABLE_SLEEP")
     ap.add_argument("--vllm-mem", type=float, default=0.3, help="VLLM_GPU_MEMORY_UTILIZATION")
     ap.add_argument("--allow-cpu", action="store_true", help="dry-run the script's logic on CPU (no GPU paths)")
+    ap.add_argument("--peer", action="store_true",
+                    help="benchmark: this trainer's GRPO step (colocated, per --loops) vs TRL GRPOTrainer's on the "
+                         "same model, prompts, batch and GPU; prints the phase table, the ratio, peak memory and "
+                         "the rollout's tokens/s next to the card's memory-bandwidth bound (needs trl + datasets: "
+                         "--prepare carries their wheels)")
+    ap.add_argument("--loops", default="kv-buffer,graph",
+                    help="--peer: HF_DECODE_LOOP values to time, comma-separated (default kv-buffer,graph)")
+    ap.add_argument("--only", choices=["both", "rlfh", "trl"], default="both", help="--peer: run one side only")
+    ap.add_argument("--word", default="the", help="--peer: reward 1 for a response containing this word")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="135m",
+                    help="--random-model: the embedded model's architecture (135m) or a 1.7B one of its family")
     args = ap.parse_args(argv)
     if args.prepare:
         return prepare(args.prepare, args.python_version)
@@ -316,13 +577,17 @@ def main(argv=None) -> int:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     if args.colocate is None:
         args.colocate = n_gpus == 1
-    model = random_model(args.random_model, args.dtype) if args.random_model else args.model
+    model = random_model(args.random_model, args.dtype, args.shape) if args.random_model else args.model
     cfg = make_cfg(args, model, n_gpus)
     if n_gpus == 0:  # CPU dry run: no GPU placement
         cfg = cfg.model_copy(update={"actor_num_gpus_per_node": 0, "critic_num_gpus_per_node": 0,
                                      "ref_num_gpus_per_node": 0, "num_cpus_per_actor": 0.25})
     t0 = time.time()
-    extra = run_ray(args, cfg) if args.ray else run_in_process(args, cfg)
+    if args.peer:
+        extra = run_peer(args, model)
+        peer_report(args, extra)
+    else:
+        extra = run_ray(args, cfg) if args.ray else run_in_process(args, cfg)
     extra.update({"environment": env, "total_s": round(time.time() - t0, 1)})
     report(args, extra)
     return 0

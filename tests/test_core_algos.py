@@ -629,6 +629,23 @@ def test_adapt_abstain_price_moves_against_the_rate_error_and_stays_in_bounds():
         adapt_abstain_price(0.0, 0.5, 0.5, 1.0, 0.9, -0.9)
 
 
+def test_answer_mean_abstain_price_cancels_the_batch_pull_on_abstaining():
+    """The price is the mean reward of the answers (+ margin): with an abstention candidate in every group, the
+    candidates' RLOO-style pulls (price - the group's mean answer reward) then sum to zero over the batch."""
+    from core.core_algos import answer_mean_abstain_price
+    answers = torch.tensor([[1.0, -1.0, 1.0], [-1.0, -1.0, -1.0], [-1.0, -1.0, 1.0]])   # 3 groups x 3 answers
+    price = answer_mean_abstain_price(answers.flatten(), 0.0, -0.9, 0.9)
+    assert price == pytest.approx(-1 / 3)                                        # (3 right - 6 wrong) / 9
+    pulls = price - answers.mean(-1)                                             # +: decline this question
+    assert float(pulls.sum()) == pytest.approx(0.0, abs=1e-6)
+    assert pulls[1] > 0 > pulls[0]                                              # decline the all-wrong one only
+    assert answer_mean_abstain_price(answers.flatten(), 0.2, -0.9, 0.9) == pytest.approx(-1 / 3 + 0.2)
+    assert answer_mean_abstain_price(-torch.ones(4), 0.0, -0.9, 0.9) == pytest.approx(-0.9)   # clamped
+    assert answer_mean_abstain_price(torch.ones(0), 0.0, -0.9, 0.9) == pytest.approx(0.0)     # no answers
+    with pytest.raises(ValueError, match="low <= high"):
+        answer_mean_abstain_price(answers.flatten(), 0.0, 0.9, -0.9)
+
+
 def test_micro_batch_weights_make_the_token_mean_batch_wide():
     """Weighting each micro batch's token mean by its share of the step's tokens gives the token mean over the
     whole batch (the policy actor's _ppo_pass), not the mean of the micro batches' means."""

@@ -140,6 +140,41 @@ def test_dropping_finished_rows_keeps_every_row_its_own_tokens(model_and_tok, mo
     assert got == [r for r in ref for _ in range(n)]
 
 
+@pytest.mark.parametrize("n,sync_every", [(1, 1), (2, 5)])
+def test_fixed_shape_loop_greedy_equals_transformers_generate(model_and_tok, n, sync_every):
+    """HF_DECODE_LOOP=graph's step (eager here: the same function a CUDA graph records on a GPU): attention over
+    the whole buffer with unwritten columns masked, finished rows kept, the write column and positions on the
+    device, the host checking for the end only every ``sync_every`` steps: token for token ``model.generate``."""
+    from actors.decode import sample
+    model, tok = model_and_tok
+    prompts = _prompts(tok)
+    eos = [tok.eos_token_id]
+    ref = _hf_greedy(model, tok, prompts, 24, eos)
+    got = sample(model, prompts, n=n, max_new_tokens=24, temperature=0.0, top_p=1.0, eos_ids=eos,
+                 pad_id=tok.pad_token_id, fixed_shapes=True, sync_every=sync_every)
+    assert got == [r for r in ref for _ in range(n)]
+    assert len({len(r) for r in ref}) > 1          # rows end at different steps and keep decoding after it
+    assert model.config._attn_implementation == "sdpa"
+
+
+def test_fixed_shape_loop_samples_reproduce_and_stop_at_the_end_token(model_and_tok):
+    """Seeded sampling (the uniforms of every step drawn up front) repeats exactly, another seed differs, and
+    every row is cut after its first end token, with nothing but generated tokens in it."""
+    from actors.decode import sample
+    model, tok = model_and_tok
+    prompts = _prompts(tok, 3)
+    eos = [tok.eos_token_id]
+
+    def run(seed):
+        return sample(model, prompts, n=3, max_new_tokens=20, temperature=0.8, top_p=0.9, eos_ids=eos,
+                      pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(seed), fixed_shapes=True)
+    a, b, c = run(3), run(3), run(4)
+    assert a == b and a != c
+    for row in a:
+        assert 1 <= len(row) <= 20 and eos[0] not in row[:-1]
+        assert tok.pad_token_id not in row or tok.pad_token_id == eos[0]
+
+
 def test_suppressed_first_tokens_never_start_a_reply(model_and_tok):
     from actors.decode import sample
     model, tok = model_and_tok
@@ -178,19 +213,19 @@ def test_sampler_draws_from_the_softmax_and_the_nucleus():
 
 
 def test_engine_decode_loops_agree_and_seeds_reproduce(model_and_tok):
-    """The engine's two loops (HF_DECODE_LOOP) give the same greedy samples; a seeded kv-buffer rollout
+    """The engine's three loops (HF_DECODE_LOOP) give the same greedy samples; a seeded kv-buffer rollout
     repeats exactly and another seed gives other samples."""
     from actors.rollout import HFRolloutEngine
     from core.prompts import render_prompt
     model, tok = model_and_tok
     prompts = [render_prompt(tok, q) for q in ("Who wrote Hamlet?", "What is the capital of Peru?")]
     runs = {}
-    for loop in ("kv-buffer", "generate"):
+    for loop in ("kv-buffer", "graph", "generate"):
         eng = HFRolloutEngine(RLFHConfig(rollout_dtype="fp32", hf_decode_loop=loop, micro_rollout_batch_size=4),
                               model=model, tokenizer=tok)
         assert eng.decode_loop == loop
         runs[loop] = [s.response_token_ids for s in eng.generate(prompts, 2, 16, 0.0, 1.0)]
-    assert runs["kv-buffer"] == runs["generate"]
+    assert runs["kv-buffer"] == runs["generate"] == runs["graph"]
     a, b, c = ([s.response_token_ids for s in eng_samples] for eng_samples in
                (HFRolloutEngine(RLFHConfig(rollout_dtype="fp32"), model=model, tokenizer=tok)
                 .generate(prompts, 4, 16, 1.0, 1.0, seed=s) for s in (7, 7, 8)))

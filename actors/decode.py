@@ -288,7 +288,7 @@ def sample(model, prompt_ids: Sequence[Sequence[int]], *, n: int, max_new_tokens
            top_p: float, eos_ids: Sequence[int], pad_id: int, generator: Optional[torch.Generator] = None,
            suppress_first_ids: Sequence[int] = (), device: Optional[torch.device] = None,
            share_prefix: bool = True, prefill_tokens: int = PREFILL_TOKENS, fixed_shapes: bool = False,
-           cuda_graph: bool = False, sync_every: int = 16) -> list[list[int]]:
+           cuda_graph: bool = False, sync_every: int = 16, compile_step: bool = False) -> list[list[int]]:
     """``n`` continuations of each prompt (prompt-major: rows ``i*n .. i*n+n-1`` belong to prompt ``i``).
 
     ``prompt_ids``: token ids of each prompt (at least one each). Each continuation ends with its first token in
@@ -302,6 +302,9 @@ def sample(model, prompt_ids: Sequence[Sequence[int]], *, n: int, max_new_tokens
     state on the device; the host looks at the finished rows every ``sync_every`` steps). ``cuda_graph``: with
     ``fixed_shapes`` on a CUDA device, capture the decode step once per call and replay it (falls back to eager
     steps, with a warning, if the capture fails). Greedy output is the same token for token either way.
+    ``compile_step``: with ``fixed_shapes``, the decode step's forward goes through ``torch.compile`` (fused
+    elementwise kernels; one compile per batch shape, the capacity rounded up to a multiple of
+    :data:`CAPACITY_ROUND` so that micro batches share it).
     """
     if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
         raise ValueError("sample: every prompt needs at least one token")
@@ -310,6 +313,8 @@ def sample(model, prompt_ids: Sequence[Sequence[int]], *, n: int, max_new_tokens
     device = device or next(model.parameters()).device
     b, plen = len(prompt_ids), max(len(p) for p in prompt_ids)
     rows, cap = b * n, plen + max_new_tokens
+    if fixed_shapes:   # fewer distinct shapes to capture / compile; the extra columns stay masked
+        cap = -(-cap // CAPACITY_ROUND) * CAPACITY_ROUND
     ids = torch.full((b, plen), int(pad_id), dtype=torch.long)
     real = torch.zeros((b, plen), dtype=torch.bool)
     for i, p in enumerate(prompt_ids):
@@ -353,7 +358,8 @@ def sample(model, prompt_ids: Sequence[Sequence[int]], *, n: int, max_new_tokens
         if fixed_shapes:
             return _decode_static(model, buffer, logits, next_pos, max_new_tokens=max_new_tokens,
                                   temperature=temperature, top_p=top_p, eos=eos, pad_id=int(pad_id),
-                                  generator=generator, cuda_graph=cuda_graph, sync_every=sync_every)
+                                  generator=generator, cuda_graph=cuda_graph, sync_every=sync_every,
+                                  forward=compiled_forward(model) if compile_step else model)
         for step in range(max_new_tokens):
             tok = sample_next_tokens(logits, temperature, top_p, generator)
             for r, t in zip(live.tolist(), tok.tolist()):
@@ -376,11 +382,23 @@ def sample(model, prompt_ids: Sequence[Sequence[int]], *, n: int, max_new_tokens
 
 #: Why the last CUDA-graph capture of :func:`_decode_static` failed ("" when it succeeded or was not tried).
 LAST_CAPTURE_ERROR = {"error": ""}
+#: The fixed-shape loop's buffer capacity is a multiple of this (one capture / compile serves more batches).
+CAPACITY_ROUND = 64
+
+
+def compiled_forward(model):
+    """``torch.compile(model)`` with static shapes, made once per model and kept on it."""
+    compiled = getattr(model, "_rlfh_compiled_forward", None)
+    if compiled is None:
+        compiled = torch.compile(model, dynamic=False)
+        object.__setattr__(model, "_rlfh_compiled_forward", compiled)
+    return compiled
 
 
 def _decode_static(model, buffer: KVBuffer, logits: torch.Tensor, next_pos: torch.Tensor, *, max_new_tokens: int,
                    temperature: float, top_p: float, eos: torch.Tensor, pad_id: int,
-                   generator: Optional[torch.Generator], cuda_graph: bool, sync_every: int) -> list[list[int]]:
+                   generator: Optional[torch.Generator], cuda_graph: bool, sync_every: int,
+                   forward=None) -> list[list[int]]:
     """Decode after the prefill with every step the same shapes, so that a CUDA graph can replay it.
 
     ``buffer``: prefilled, every layer's keys/values allocated at full capacity, ``buffer.length`` the first free
@@ -391,8 +409,10 @@ def _decode_static(model, buffer: KVBuffer, logits: torch.Tensor, next_pos: torc
     end token become ``pad_id`` and are cut off), attention runs over the whole buffer with the unwritten
     columns masked, the token index, positions and write column live on the device, and the uniforms of every
     step are drawn up front (no RNG inside the graph: eager and replayed steps draw the same).
-    Returns the generated ids per row, each cut after its first end token.
+    ``forward``: what computes the step's logits (the model, or its compiled form). Returns the generated ids per
+    row, each cut after its first end token.
     """
+    forward = forward if forward is not None else model
     rows, cap = buffer.key_mask.shape
     dev = logits.device
     uniforms = None
@@ -410,7 +430,7 @@ def _decode_static(model, buffer: KVBuffer, logits: torch.Tensor, next_pos: torc
 
     def one_step() -> None:   # device work only: no .item(), no Python branch on a tensor's value
         buffer.step_mask = buffer.key_mask & (columns <= buffer.column)[None]
-        step_logits = model(input_ids=tok[:, None], position_ids=pos[:, None], use_cache=False).logits[:, -1]
+        step_logits = forward(input_ids=tok[:, None], position_ids=pos[:, None], use_cache=False).logits[:, -1]
         u = None if uniforms is None else uniforms.index_select(0, step)[0]
         nxt = torch.where(done, pad, sample_next_tokens(step_logits, temperature, top_p, uniform=u))
         out.index_copy_(1, step, nxt[:, None])

@@ -332,7 +332,8 @@ class HFRolloutEngine(_EngineBase):
                                   generator=gen, suppress_first_ids=suppress_first_ids, device=self.device,
                                   share_prefix=self.cfg.share_prompt_forward,
                                   fixed_shapes=self.decode_loop == "graph",
-                                  cuda_graph=self.decode_loop == "graph" and self.device.type == "cuda"))
+                                  cuda_graph=self.decode_loop == "graph" and self.device.type == "cuda",
+                                  compile_step=self.decode_loop == "graph" and self.cfg.hf_decode_compile))
         return out
 
     def _prefill(self, ids: torch.Tensor, mask: torch.Tensor, n: int):

@@ -565,6 +565,11 @@ class RLFHConfig(ServiceSettings, ProcessSettings):
         "model.generate. auto: kv-buffer unless the model needs what it does not implement (sliding-window "
         "attention, logit soft-capping).",
         env="HF_DECODE_LOOP", group="placement")
+    hf_decode_compile: bool = setting(
+        False, "HF_DECODE_LOOP=graph: run the decode step's forward through torch.compile before the CUDA graph "
+        "records it (fused elementwise kernels: fewer, larger launches). Costs one compile per batch shape "
+        "(the KV capacity is rounded up to a multiple of 64 so that micro batches share shapes); off until a GPU "
+        "run has measured it.", env="HF_DECODE_COMPILE", group="placement")
     colocate_actor_ref: bool = setting(False, "Place policy and reference in the same bundles.",
                                        env="COLOCATE_ACTOR_REF", group="placement")
     colocate_all_models: bool = setting(False, "Place every model (and rollout engines) in shared bundles.",

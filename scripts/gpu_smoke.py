@@ -333,7 +333,9 @@ def run_peer(args, model_path: str) -> dict:
             actor.init_model()
         engine = actor.roles["rollout"]
         for loop in args.loops.split(","):
-            engine.decode_loop = loop
+            # "graph+compile": HF_DECODE_LOOP=graph with HF_DECODE_COMPILE=1
+            engine.decode_loop = loop.split("+")[0]
+            engine.cfg = engine.cfg.model_copy(update={"hf_decode_compile": loop.endswith("+compile")})
             if torch.cuda.is_available():
                 torch.cuda.reset_peak_memory_stats()
             res = {"generate_s": [], "train_s": [], "step_s": [], "tokens_per_s": []}
@@ -377,6 +379,15 @@ def run_peer(args, model_path: str) -> dict:
                 engine.decode_loop = "graph"
                 greedy[name] = [s.response_token_ids for s in _greedy_with(engine, few, graph, args.tokens)]
             CHECKS["graph_replay_equals_eager_greedy"] = greedy["graph"] == greedy["graph-eager"]
+            if any(loop.endswith("+compile") for loop in args.loops.split(",")):
+                # the benchmark's own batch shape (all rows), so that the compiled step is not compiled again
+                engine.decode_loop, rows_greedy = "graph", {}
+                for on in (False, True):
+                    engine.cfg = engine.cfg.model_copy(update={"hf_decode_compile": on})
+                    rows_greedy[on] = [s.response_token_ids for s in engine.generate(prompts, args.n, args.tokens,
+                                                                                     0.0, 1.0)]
+                CHECKS["compiled_graph_equals_graph_greedy_rows"] = sum(
+                    a == b for a, b in zip(rows_greedy[True], rows_greedy[False])) / len(rows_greedy[True])
             engine.decode_loop = "kv-buffer"
             CHECKS["kv_buffer_equals_graph_greedy_rows"] = sum(
                 a == b for a, b in zip(greedy["graph"], [s.response_token_ids for s in engine.generate(
@@ -556,7 +567,8 @@ def main(argv=None) -> int:
                          "the rollout's tokens/s next to the card's memory-bandwidth bound (needs trl + datasets: "
                          "--prepare carries their wheels)")
     ap.add_argument("--loops", default="kv-buffer,graph",
-                    help="--peer: HF_DECODE_LOOP values to time, comma-separated (default kv-buffer,graph)")
+                    help="--peer: HF_DECODE_LOOP values to time, comma-separated (default kv-buffer,graph; "
+                         "graph+compile: graph with HF_DECODE_COMPILE=1)")
     ap.add_argument("--only", choices=["both", "rlfh", "trl"], default="both", help="--peer: run one side only")
     ap.add_argument("--word", default="the", help="--peer: reward 1 for a response containing this word")
     ap.add_argument("--shape", choices=sorted(SHAPES), default="135m",

@@ -2,7 +2,7 @@
 # `make demo`: one command that shows what training against hallucination does, on this machine.
 #
 # Two recipes (DEMO_RECIPE; what each gave on dev and test: docs/DEMO.md):
-#   grpo (default)  the RL recipe of `make train` (scripts/train.sh: an abstention-prior warm start, then GRPO
+#   grpo (default)  the RL recipe of `make train` (scripts/train.sh: an abstention-prior warm start, then RLOO
 #                   with TruthRL's ternary outcome reward through the reward service over HTTP); the RL-trained
 #                   policy answers and declines by itself, greedily, with no gate and no rule;
 #   gate            the earlier recipe, kept as a baseline: an R-Tuning gate decides when the BASE model declines

@@ -37,13 +37,14 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then export DS_ACCELERATOR="${DS_ACC
 
 # The embedded default (SmolLM2-135M on CPU, local Ray) runs the abstention recipe (docs/DEMO.md: what it is,
 # how it was found, what each attempt gave; it does NOT pass the closed-book held-out gate yet). Its parts on a
-# quiet 2-core machine: warm start ~5 min once (cached), 18 RL steps ~35 s each plus 7 dev evaluations ~36 s
+# quiet 2-core machine: warm start ~5 min once (cached), 24 RL steps ~35 s each plus 7 dev evaluations ~36 s
 # each, the held-out report ~5 min (the base model's answers cached after the first run):
 #   1. warm start (cached): SFT on the model's own greedy answers where some of those the gold grader marks wrong
 #      become "I don't know." (WARM_START_SHARE of them, R-Tuning-style), so abstention is an on-policy action;
-#   2. RL: RLOO on its own samples, TruthRL's ternary outcome reward (right +1, declined: a price adapted to hold
-#      half the closed-book samples declined, wrong -1; judged against the gold answer), 15% of the questions with
-#      their passage, yes/no and two-option questions balanced against open ones; greedy answers to 64 dev
+#   2. RL: RLOO on its own samples plus one "I don't know." candidate per group (so declining is weighed against
+#      the model's answers on every question), TruthRL's ternary outcome reward (right +1, declined: a price
+#      adapted to hold half the closed-book samples declined, wrong -1; judged against the gold answer), 15% of the
+#      questions with their passage, yes/no and two-option questions balanced against open ones; greedy answers to 64 dev
 #      questions every DEV_EVAL_STEP steps, and the best dev step becomes the final model (FINAL_MODEL=best);
 #   3. held-out report: base vs trained, greedy, on HELDOUT_LIMIT test questions the run never saw, closed book
 #      and with the passage: correct / incorrect / declined, accuracy on attempted, the random-abstention row,
@@ -57,13 +58,13 @@ if [[ "$BASE_MODEL" == "smollm2-135m-instruct" && "${ACTOR_NUM_GPUS_PER_NODE:-0}
   export PROMPT_MODE="${PROMPT_MODE:-mixed}" EVIDENCE_SHARE="${EVIDENCE_SHARE:-0.15}" TYPE_BALANCE="${TYPE_BALANCE:-0.25}"
   export ADVANTAGE_ESTIMATOR="${ADVANTAGE_ESTIMATOR:-rloo}" KL_COEF="${KL_COEF:-0}" TEMPERATURE="${TEMPERATURE:-0.7}"
   export OUTCOME_REWARD="${OUTCOME_REWARD:-ternary}" OUTCOME_JUDGE="${OUTCOME_JUDGE:-gold}"
-  export OUTCOME_ABSTAIN="${OUTCOME_ABSTAIN:--0.7}" TOKEN_REWARD_WEIGHT="${TOKEN_REWARD_WEIGHT:-0}"
-  export ABSTAIN_TARGET_RATE="${ABSTAIN_TARGET_RATE:-0.5}" ABSTAIN_PRICE_STEP="${ABSTAIN_PRICE_STEP:-0.25}"
-  export ABSTAIN_SAMPLES="${ABSTAIN_SAMPLES:-0}"
+  export OUTCOME_ABSTAIN="${OUTCOME_ABSTAIN:--0.6}" TOKEN_REWARD_WEIGHT="${TOKEN_REWARD_WEIGHT:-0}"
+  export ABSTAIN_TARGET_RATE="${ABSTAIN_TARGET_RATE:-0.5}" ABSTAIN_PRICE_STEP="${ABSTAIN_PRICE_STEP:-0.15}"
+  export ABSTAIN_SAMPLES="${ABSTAIN_SAMPLES:-1}"
   export ROLLOUT_BATCH_SIZE="${ROLLOUT_BATCH_SIZE:-16}" N_SAMPLES_PER_PROMPT="${N_SAMPLES_PER_PROMPT:-4}"
   export TRAIN_BATCH_SIZE="${TRAIN_BATCH_SIZE:-64}" MICRO_TRAIN_BATCH_SIZE="${MICRO_TRAIN_BATCH_SIZE:-8}"
-  export ACTOR_LR="${ACTOR_LR:-1e-5}" MAX_STEPS="${MAX_STEPS:-18}" GENERATE_MAX_LEN="${GENERATE_MAX_LEN:-40}"
-  export DEV_EVAL_STEP="${DEV_EVAL_STEP:-3}" DEV_EVAL_SIZE="${DEV_EVAL_SIZE:-64}"
+  export ACTOR_LR="${ACTOR_LR:-1e-5}" MAX_STEPS="${MAX_STEPS:-24}" GENERATE_MAX_LEN="${GENERATE_MAX_LEN:-40}"
+  export DEV_EVAL_STEP="${DEV_EVAL_STEP:-4}" DEV_EVAL_SIZE="${DEV_EVAL_SIZE:-64}"
   export DEV_EVAL_MODES="${DEV_EVAL_MODES:-closed+evidence}" FINAL_MODEL="${FINAL_MODEL:-best}"
   WARM_START="${WARM_START:-graded}"
   HELDOUT_REPORT="${HELDOUT_REPORT:-1}"

@@ -35,6 +35,43 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd)
 
 
+def word_pattern(word: str):
+    """The reward's test: ``word`` as a whole word, any case (compiled regex)."""
+    import re
+    return re.compile(r"(?<!\w)" + re.escape(word) + r"(?!\w)", re.IGNORECASE)
+
+
+def word_reward(word: str):
+    """A TRL reward function: 1.0 for each completion (text or chat messages) that contains ``word``, else 0.0."""
+    pat = word_pattern(word)
+
+    def reward(completions, **kw):
+        return [1.0 if pat.search(c if isinstance(c, str) else c[-1]["content"]) else 0.0 for c in completions]
+    return reward
+
+
+def trl_step_timer(times: list[float]):
+    """A TRL ``TrainerCallback`` that appends each optimizer step's seconds to ``times`` (after a CUDA sync when
+    a GPU is in use, so the step's kernels are counted) and prints them."""
+    import torch
+    from transformers import TrainerCallback
+
+    def sync():
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, a, state, control, **kw):
+            sync()
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, a, state, control, **kw):
+            sync()
+            times.append(time.perf_counter() - self.t0)
+            print(f"trl step {len(times)}: {times[-1]:.2f}s", flush=True)
+    return Timer()
+
+
 def _prompts(model: str, n: int) -> list[str]:
     from core.data import load_items
     from core.model_loader import load_tokenizer
@@ -45,30 +82,16 @@ def _prompts(model: str, n: int) -> list[str]:
 
 def run_trl(args, prompts: list[str]) -> list[float]:
     """Seconds per optimizer step of TRL's GRPOTrainer (generation included)."""
-    import re
     import tempfile
 
     try:
         from datasets import Dataset
-        from transformers import TrainerCallback
         from trl import GRPOConfig, GRPOTrainer
     except ImportError as e:
         raise SystemExit(f"{TRL_HINT} ({e})") from None
     from core.model_loader import resolve_model_path
-    pat = re.compile(r"(?<!\w)" + re.escape(args.word) + r"(?!\w)", re.IGNORECASE)
-
-    def reward(completions, **kw):
-        return [1.0 if pat.search(c if isinstance(c, str) else c[-1]["content"]) else 0.0 for c in completions]
-
+    reward = word_reward(args.word)
     times: list[float] = []
-
-    class Timer(TrainerCallback):
-        def on_step_begin(self, a, state, control, **kw):
-            self.t0 = time.perf_counter()
-
-        def on_step_end(self, a, state, control, **kw):
-            times.append(time.perf_counter() - self.t0)
-            print(f"trl step {len(times)}: {times[-1]:.1f}s", flush=True)
 
     n = len(prompts) * args.samples
     data = Dataset.from_list([{"prompt": p} for p in prompts] * max(1, args.steps))
@@ -79,7 +102,7 @@ def run_trl(args, prompts: list[str]) -> list[float]:
                          bf16=False, report_to=[], save_strategy="no", logging_steps=1, seed=1,
                          num_iterations=1, shuffle_dataset=False)
         trainer = GRPOTrainer(model=resolve_model_path(args.model), reward_funcs=reward, args=cfg,
-                              train_dataset=data, callbacks=[Timer()])
+                              train_dataset=data, callbacks=[trl_step_timer(times)])
         trainer.train()
     return times
 

@@ -261,10 +261,10 @@ SHAPES = {"135m": {}, "1.7b": {"hidden_size": 2048, "num_hidden_layers": 24, "nu
 
 def keyword_rewards(samples, word: str = "the"):
     """1 per response containing ``word`` (the same instant reward TRL's side gets), [B] float."""
-    import re
-
     import torch
-    pat = re.compile(r"(?<!\w)" + re.escape(word) + r"(?!\w)", re.IGNORECASE)
+
+    from bench.peer import word_pattern
+    pat = word_pattern(word)
     return torch.tensor([1.0 if pat.search(s.response_text) else 0.0 for s in samples])
 
 
@@ -415,32 +415,14 @@ def _greedy_with(engine, prompts, cuda_graph: bool, tokens: int):
 
 def run_trl_gpu(args, model_path: str, prompts: list[str]) -> list[float]:
     """Seconds per optimizer step of TRL GRPOTrainer on this GPU (generation included), bf16, no KL."""
-    import re
     import tempfile
 
     from datasets import Dataset
-    from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
-    pat = re.compile(r"(?<!\w)" + re.escape(args.word) + r"(?!\w)", re.IGNORECASE)
 
-    def reward(completions, **kw):
-        return [1.0 if pat.search(c if isinstance(c, str) else c[-1]["content"]) else 0.0 for c in completions]
-
+    from bench.peer import trl_step_timer, word_reward
+    reward = word_reward(args.word)
     times: list[float] = []
-
-    class Timer(TrainerCallback):
-        def on_step_begin(self, a, state, control, **kw):
-            import torch
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            self.t0 = time.perf_counter()
-
-        def on_step_end(self, a, state, control, **kw):
-            import torch
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - self.t0)
-            print(f"trl step {len(times)}: {times[-1]:.2f}s", flush=True)
 
     import torch
     data = Dataset.from_list([{"prompt": p} for p in prompts] * max(1, args.steps))
@@ -456,7 +438,7 @@ def run_trl_gpu(args, model_path: str, prompts: list[str]) -> list[float]:
                          save_strategy="no", logging_steps=1, seed=1, num_iterations=1, shuffle_dataset=False,
                          gradient_checkpointing=args.grad_ckpt)
         trainer = GRPOTrainer(model=model_path, reward_funcs=reward, args=cfg, train_dataset=data,
-                              callbacks=[Timer()])
+                              callbacks=[trl_step_timer(times)])
         trainer.train()
     return times
 

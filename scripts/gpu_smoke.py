@@ -259,6 +259,10 @@ SHAPES = {"135m": {}, "1.7b": {"hidden_size": 2048, "num_hidden_layers": 24, "nu
                                "num_key_value_heads": 32, "intermediate_size": 8192}}
 
 
+#: What --loops accepts: HF_DECODE_LOOP values the peer bench can time ("+compile": HF_DECODE_COMPILE=1).
+PEER_LOOPS = ("kv-buffer", "graph", "graph+compile", "generate")
+
+
 def keyword_rewards(samples, word: str = "the"):
     """1 per response containing ``word`` (the same instant reward TRL's side gets), [B] float."""
     import torch
@@ -558,6 +562,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.prepare:
         return prepare(args.prepare, args.python_version)
+    bad = [loop for loop in args.loops.split(",") if loop not in PEER_LOOPS]
+    if bad:
+        ap.error(f"--loops: unknown loop(s) {bad}; choose from {', '.join(PEER_LOOPS)} (comma-separated)")
     import torch
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     env = environment()

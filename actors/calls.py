@@ -1,7 +1,7 @@
 """Bounded waits on actor calls, and which failures mean "an actor is gone".
 
 Every wait of the driver on an actor (``ray.get`` / ``ray.wait`` on the policy, critic, reference and rollout
-engines, weight sync included) goes through :func:`get` or :func:`wait_any` with ``ACTOR_TIMEOUT_S``: an actor
+engines, weight sync included) goes through :func:`get` or :func:`wait_any` with the run's ``ACTOR_TIMEOUT_S`` (passed by the caller): an actor
 that died answers at once with a :class:`ray.exceptions.RayActorError` (Ray notices the dead worker), and one
 that hangs (stopped, deadlocked, stuck in a collective) answers :class:`ActorCallTimeout` after the timeout, so
 the driver never waits forever. :func:`is_actor_failure` says whether an exception is one of those (the driver
@@ -11,30 +11,19 @@ the called code, which is raised as it is.
 from __future__ import annotations
 
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from core.config import RLFHConfig
 
-#: ACTOR_TIMEOUT_S of the run: the setting's default (core/config.py) until the driver sets the run's value
-#: with :func:`set_timeout_s` (``cfg.actor_timeout_s``: flag > environment > default). Not read from the
-#: environment here: core/config.py is the one place that does.
-_timeout_s: float = RLFHConfig.model_fields["actor_timeout_s"].default
+def timeout_s(cfg: RLFHConfig) -> float:
+    """Seconds one wait on actors may take: the run's ACTOR_TIMEOUT_S (``cfg.actor_timeout_s``). There is no
+    module-wide default: each caller passes the timeout of the run it belongs to."""
+    return float(cfg.actor_timeout_s)
 
 
-def timeout_s(cfg: Optional[RLFHConfig] = None) -> float:
-    """Seconds one wait on actors may take: ``cfg.actor_timeout_s``, or the run's (:func:`set_timeout_s`)."""
-    return float(cfg.actor_timeout_s) if cfg is not None else _timeout_s
-
-
-def start_timeout_s(cfg: Optional[RLFHConfig] = None) -> float:
+def start_timeout_s(cfg: RLFHConfig) -> float:
     """Seconds starting an actor (process, imports, model load) may take: ACTOR_TIMEOUT_S, at least 300."""
     return max(timeout_s(cfg), 300.0)
-
-
-def set_timeout_s(seconds: float) -> None:
-    """Make ``seconds`` (the run's ACTOR_TIMEOUT_S) the default of every wait; checked like the setting."""
-    global _timeout_s
-    _timeout_s = RLFHConfig.load({}, actor_timeout_s=seconds).actor_timeout_s   # ConfigError when not > 0
 
 
 def _timeout_error(what: str, seconds: float):
@@ -48,23 +37,24 @@ def _timeout_error(what: str, seconds: float):
     return err
 
 
-def get(refs: Any, what: str = "actor call", timeout: float | None = None) -> Any:
-    """``ray.get(refs)`` bounded by ``timeout`` (default ACTOR_TIMEOUT_S); a timeout names ``what``."""
+def get(refs: Any, what: str, timeout: float) -> Any:
+    """``ray.get(refs)`` bounded by ``timeout`` seconds (the run's ACTOR_TIMEOUT_S, :func:`timeout_s`); a timeout
+    raises ``ActorCallTimeout`` naming ``what`` (``role.method``: the driver restarts that role's group)."""
     import ray
-    t = _timeout_s if timeout is None else timeout
     try:
-        return ray.get(refs, timeout=t)
+        return ray.get(refs, timeout=timeout)
     except ray.exceptions.GetTimeoutError as e:
-        raise _timeout_error(what, t) from e
+        raise _timeout_error(what, timeout) from e
 
 
-def wait_any(pending: Sequence, deadline: float, what: str = "actor call") -> tuple[list, list]:
-    """``ray.wait(pending, num_returns=1)`` until ``deadline`` (``time.monotonic()``); raises on timeout."""
+def wait_any(pending: Sequence, deadline: float, what: str, timeout: float) -> tuple[list, list]:
+    """``ray.wait(pending, num_returns=1)`` until ``deadline`` (``time.monotonic()``, set ``timeout`` seconds
+    after the calls were launched); raises ``ActorCallTimeout`` naming ``what`` when nothing answered by then."""
     import ray
     left = deadline - time.monotonic()
     done, rest = ray.wait(list(pending), num_returns=1, timeout=max(0.0, left))
     if not done:
-        raise _timeout_error(what, _timeout_s)
+        raise _timeout_error(what, timeout)
     return done, rest
 
 

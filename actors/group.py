@@ -302,7 +302,7 @@ class ActorGroup:
 
     def run(self, method: str, *args, **kwargs) -> list:
         """Call ``method`` on every rank, wait, return the results in rank order."""
-        return calls.get(self.run_async(method, *args, **kwargs), f"{self.role}.{method}")
+        return calls.get(self.run_async(method, *args, **kwargs), f"{self.role}.{method}", calls.timeout_s(self.cfg))
 
     def dispatch_async(self, method: str, batch: Batch, **kwargs) -> list:
         shards = split_batch(batch, self._world_size)
@@ -311,7 +311,8 @@ class ActorGroup:
     def dispatch(self, method: str, batch: Batch, **kwargs) -> list:
         """Split ``batch`` into ``world_size`` contiguous shards (data parallel), call ``method(shard)`` on
         each rank, wait, return the results in rank order."""
-        return calls.get(self.dispatch_async(method, batch, **kwargs), f"{self.role}.{method}")
+        return calls.get(self.dispatch_async(method, batch, **kwargs), f"{self.role}.{method}",
+                         calls.timeout_s(self.cfg))
 
     def dispatch_cat(self, method: str, batch: Batch, **kwargs) -> torch.Tensor:
         """:meth:`dispatch` for per-sample tensor results: concatenated back along dim 0 ([B, ...])."""

@@ -664,10 +664,12 @@ def make_rollout_engine(cfg: RLFHConfig, engine_index: int = 0, backend: Optiona
 
 
 def generate_on_engines(engines: Sequence[Any], prompts: list[str], n: int, max_new_tokens: int,
-                        temperature: float, top_p: float, seed: Optional[int] = None) -> list[RolloutSample]:
+                        temperature: float, top_p: float, seed: Optional[int] = None, *,
+                        timeout: float) -> list[RolloutSample]:
     """Shard ``prompts`` over Ray engine handles (contiguous blocks), generate in parallel, merge prompt-major.
 
-    ``prompt_index`` of every returned sample indexes the full ``prompts`` list.
+    ``prompt_index`` of every returned sample indexes the full ``prompts`` list. ``timeout``: seconds the
+    engines may take (the run's ACTOR_TIMEOUT_S, ``actors.calls.timeout_s(cfg)``).
     """
     if not engines:
         raise ValueError("generate_on_engines: no rollout engines")
@@ -683,7 +685,7 @@ def generate_on_engines(engines: Sequence[Any], prompts: list[str], n: int, max_
         start += size
     out: list[RolloutSample] = []
     from actors import calls
-    for off, res in zip(offsets, calls.get(refs, "rollout generate")):
+    for off, res in zip(offsets, calls.get(refs, "rollout generate", timeout)):
         for smp in res:
             smp.prompt_index += off
             out.append(smp)

@@ -45,13 +45,14 @@ def stateless_nccl_group(master_addr: str, master_port: int, rank: int, world_si
     return PyNcclCommunicator(pg, device=device)
 
 
-def _engine_infos(engines: Sequence[Any]) -> list[dict]:
-    return calls.get([e.info.remote() for e in engines])
+def _engine_infos(engines: Sequence[Any], timeout: float) -> list[dict]:
+    return calls.get([e.info.remote() for e in engines], "weight sync: rollout.info", timeout)
 
 
 def choose_method(policy_group, engines: Sequence[Any]) -> str:
     """object_store unless the engines are vLLM on GPU; then cuda_ipc when they share the policy's GPUs."""
-    infos = _engine_infos(engines)
+    t = calls.timeout_s(policy_group.cfg)
+    infos = _engine_infos(engines, t)
     if all(i.get("shares_policy_weights") for i in infos):
         return "shared"
     if any(i["backend"] != "vllm" for i in infos):
@@ -61,7 +62,7 @@ def choose_method(policy_group, engines: Sequence[Any]) -> str:
         return "object_store"
     policy_uuids = set(policy_group.run("device_uuid"))
     engine_uuids = set()
-    for u in calls.get([e.device_uuid.remote() for e in engines]):
+    for u in calls.get([e.device_uuid.remote() for e in engines], "weight sync: rollout.device_uuid", t):
         engine_uuids.update(u if isinstance(u, list) else [u])
     if "cpu" in engine_uuids:
         return "object_store"
@@ -83,23 +84,27 @@ def sync_weights(policy_group, engines: Sequence[Any], method: str = "auto") -> 
     if method == "auto":
         method = state.get("method") or choose_method(policy_group, engines)
         state["method"] = method
+    t = calls.timeout_s(policy_group.cfg)
+    policy = policy_group.actors[0]
     t0 = time.time()
     if method == "object_store":
         refs = policy_group.run_async("state_dict_for_sync")
-        ray.wait(refs, num_returns=len(refs), timeout=calls.timeout_s(getattr(policy_group, "cfg", None)))   # every rank done (ZeRO-3 gathers are collective)
-        meta = calls.get(policy_group.actors[0].sync_meta.remote())
+        ray.wait(refs, num_returns=len(refs), timeout=t)   # every rank done (ZeRO-3 gathers are collective)
+        meta = calls.get(policy.sync_meta.remote(), "weight sync: policy.sync_meta", t)
         version = int(meta["version"])
         # refs[0] is rank 0's dict in the object store: each engine resolves the same object.
-        versions = calls.get([e.update_weights.remote(refs[0], version) for e in engines])
+        versions = calls.get([e.update_weights.remote(refs[0], version) for e in engines],
+                             "weight sync: rollout.update_weights", t)
         nbytes = int(meta.get("bytes", 0))
         del refs
     elif method == "shared":
-        version, nbytes = calls.get(policy_group.actors[0].weights_version.remote()), 0
-        versions = calls.get([e.follow_weights.remote(version) for e in engines])
+        version, nbytes = calls.get(policy.weights_version.remote(), "weight sync: policy.weights_version", t), 0
+        versions = calls.get([e.follow_weights.remote(version) for e in engines],
+                             "weight sync: rollout.follow_weights", t)
     elif method == "nccl":
-        version, nbytes, versions = _sync_nccl(policy_group, engines, state)
+        version, nbytes, versions = _sync_nccl(policy_group, engines, state, t)
     else:
-        version, nbytes, versions = _sync_cuda_ipc(policy_group, engines)
+        version, nbytes, versions = _sync_cuda_ipc(policy_group, engines, t)
     dt = time.time() - t0
     if len(set(versions)) != 1:
         raise RuntimeError(f"weight sync left engines at different versions: {versions}")
@@ -124,36 +129,38 @@ def _sync_state(policy_group) -> dict:
     return st
 
 
-def _sync_nccl(policy_group, engines, state) -> tuple[int, int, list[int]]:
+def _sync_nccl(policy_group, engines, state, t: float) -> tuple[int, int, list[int]]:
+    policy = policy_group.actors[0]
     if "nccl_ready" not in state:
         tp = policy_group.cfg.vllm_tensor_parallel_size
         world = 1 + len(engines) * tp
-        addr, _ = calls.get(policy_group.actors[0].master_address.remote())
-        port = calls.get(policy_group.actors[0].free_port.remote())
+        addr, _ = calls.get(policy.master_address.remote(), "weight sync: policy.master_address", t)
+        port = calls.get(policy.free_port.remote(), "weight sync: policy.free_port", t)
         refs = [e.init_weight_group.remote(addr, port, 1 + i * tp, world) for i, e in enumerate(engines)]
         refs += policy_group.run_async("init_weight_sync_group", addr, port, world)
-        calls.get(refs)
+        calls.get(refs, "weight sync: NCCL group (policy and rollout)", t)
         state["nccl_ready"] = True
-        state["metas"] = calls.get(policy_group.actors[0].weight_meta.remote())
+        state["metas"] = calls.get(policy.weight_meta.remote(), "weight sync: policy.weight_meta", t)
     metas = state["metas"]
-    version = calls.get(policy_group.actors[0].weights_version.remote())
+    version = calls.get(policy.weights_version.remote(), "weight sync: policy.weights_version", t)
     recv = [e.receive_weights_nccl.remote(metas, version) for e in engines]
     send = policy_group.run_async("broadcast_weights_nccl")
-    versions = calls.get(recv)
-    sent = calls.get(send)[0]
+    versions = calls.get(recv, "weight sync: rollout.receive_weights_nccl", t)
+    sent = calls.get(send, "weight sync: policy.broadcast_weights_nccl", t)[0]
     return version, int(sent["bytes"]), versions
 
 
-def _sync_cuda_ipc(policy_group, engines, bucket_bytes: int = 1 << 62) -> tuple[int, int, list[int]]:
+def _sync_cuda_ipc(policy_group, engines, t: float, bucket_bytes: int = 1 << 62) -> tuple[int, int, list[int]]:
     """One bucket by default: vLLM's in-place reload finalizes each layer per call, so a layer must not be
     split across calls. Lower ``bucket_bytes`` only for models whose extra full copy does not fit."""
-    version = calls.get(policy_group.actors[0].weights_version.remote())
+    version = calls.get(policy_group.actors[0].weights_version.remote(), "weight sync: policy.weights_version", t)
     start, nbytes, versions = 0, 0, []
     while True:
         parts = policy_group.run("ipc_handles_for_sync", bucket_bytes, start)
         by_uuid = {p["uuid"]: p["handles"] for p in parts}
         more = parts[0]["more"]
-        versions = calls.get([e.update_weights_ipc.remote(by_uuid, version, not more) for e in engines])
+        versions = calls.get([e.update_weights_ipc.remote(by_uuid, version, not more) for e in engines],
+                             "weight sync: rollout.update_weights_ipc", t)
         policy_group.run("release_ipc")
         nbytes += parts[0]["bytes"]
         start = parts[0]["next"]

@@ -117,10 +117,12 @@ class DevEvaluator:
 
     def run(self, engines: Sequence[Any], step: int) -> tuple[dict[str, float], list[DevAnswer]]:
         """Evaluate the engines' current weights; returns (``dev/...`` metrics, the graded answers)."""
+        from actors import calls
         from actors.rollout import generate_on_engines
         cfg = self.cfg
         t0 = time.perf_counter()
-        samples = generate_on_engines(engines, self.prompts, 1, cfg.dev_eval_max_len, 0.0, 1.0, seed=0)
+        samples = generate_on_engines(engines, self.prompts, 1, cfg.dev_eval_max_len, 0.0, 1.0, seed=0,
+                                      timeout=calls.timeout_s(cfg))
         texts = [""] * len(self.prompts)
         for s in samples:
             texts[s.prompt_index] = s.response_text

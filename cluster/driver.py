@@ -146,20 +146,21 @@ def _mean_dicts(dicts: Sequence[dict]) -> dict[str, float]:
     return {k: sum(v) / len(v) for k, v in out.items()}
 
 
-def _gather_timed(launched: dict[str, list], timer: PhaseTimer, serial: bool = False) -> dict[str, torch.Tensor]:
+def _gather_timed(launched: dict[str, list], timer: PhaseTimer, timeout: float,
+                  serial: bool = False) -> dict[str, torch.Tensor]:
     """Wait for concurrently launched per-rank calls; each phase's time runs from launch to its last rank's
     answer (phases overlap, so their times add up to more than the wall time). ``serial``: the phases run one
     after another in one process (the colocated layout), so each one's time runs from the previous phase's end.
     Returns ``{phase: [B, ...]}``."""
     from actors import calls
     t0 = start = time.perf_counter()
-    deadline = time.monotonic() + calls.timeout_s()
+    deadline = time.monotonic() + timeout
     owner = {ref: phase for phase, refs in launched.items() for ref in refs}
     left = {phase: len(refs) for phase, refs in launched.items()}
     pending = list(owner)
     while pending:
         # on a timeout the error names the phases still waited for (policy_forward, reference, critic)
-        done, pending = calls.wait_any(pending, deadline, ", ".join(sorted({owner[r] for r in pending})))
+        done, pending = calls.wait_any(pending, deadline, ", ".join(sorted({owner[r] for r in pending})), timeout)
         for ref in done:
             phase = owner[ref]
             left[phase] -= 1
@@ -167,7 +168,7 @@ def _gather_timed(launched: dict[str, list], timer: PhaseTimer, serial: bool = F
                 now = time.perf_counter()
                 timer.times[phase] = timer.times.get(phase, 0.0) + now - start
                 start = now if serial else t0
-    return {phase: torch.cat(calls.get(refs, phase), 0) for phase, refs in launched.items()}
+    return {phase: torch.cat(calls.get(refs, phase, timeout), 0) for phase, refs in launched.items()}
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
@@ -273,10 +274,8 @@ class Trainer:
     # ------------------------------------------------------------------ setup
     def setup(self) -> "Trainer":
         cfg = self.cfg
-        from actors import calls
         from core.model_loader import load_tokenizer
         from core.ray_bootstrap import start_ray
-        calls.set_timeout_s(cfg.actor_timeout_s)   # every wait on an actor is bounded
 
         self.prompts = load_prompts(cfg)
         self.steps_per_epoch, self.total_steps = plan_steps(cfg, len(self.prompts))
@@ -525,6 +524,7 @@ class Trainer:
     def make_experience(self, prompts: list[QAItem], step: int, timer: PhaseTimer,
                         row: dict[str, Any]) -> Optional[dict[str, torch.Tensor]]:
         """Rollout -> rewards -> forwards -> shaped rewards -> advantages. None when the batch is skipped."""
+        from actors import calls
         from actors.rollout import generate_on_engines
         from actors.types import make_batch
         from core import core_algos as algo
@@ -539,7 +539,7 @@ class Trainer:
             texts = [render_prompt(self.tokenizer, p.question, p.knowledge_text, m, system=system)
                      for p, m in zip(prompts, modes)]
             samples = generate_on_engines(g.rollout, texts, n, cfg.generate_max_len, cfg.temperature, cfg.top_p,
-                                          seed=cfg.seed * 100_003 + step)
+                                          seed=cfg.seed * 100_003 + step, timeout=calls.timeout_s(cfg))
             samples, injected = inject_abstentions(samples, n, cfg.abstain_samples, self.abstain_ids,
                                                    self.tokenizer)
             batch = make_batch(samples, self.pad_id)
@@ -591,7 +591,7 @@ class Trainer:
                     if bool(sel.any()):
                         row[f"gold_correct_rate/{m}"] = float(o_correct[sel].float().mean())
                         row[f"gold_abstain_rate/{m}"] = float(o_abst[sel].float().mean())
-            self._rollout_rates_by_type(row, prompts, samples, o_correct, o_abst, sampled)
+            self._rollout_rates_by_type(row, prompts, samples, o_correct, o_abst, sampled, modes)
             abstain_value: float | torch.Tensor = self._abstain_price(row, o_correct, o_abst, sampled, modes, samples)
             if cfg.outcome_abstain_evidence is not None:  # per prompt mode: evidence prompts get their own price
                 with_passage = torch.tensor([modes[s.prompt_index] == "evidence" for s in samples])
@@ -613,7 +613,7 @@ class Trainer:
             launched["reference"] = g.reference.dispatch_async("logprobs", batch, share=share)
         if "critic" in want:
             launched["critic"] = g.critic.dispatch_async("values", batch, share=share)
-        fwd = _gather_timed(launched, timer, serial=getattr(g, "layout", "") == "colocated")
+        fwd = _gather_timed(launched, timer, calls.timeout_s(cfg), serial=getattr(g, "layout", "") == "colocated")
         old_logprobs, ref_logprobs, values = fwd.get("policy_forward"), fwd.get("reference"), fwd.get("critic")
 
         # 4. the reward the policy trains on, composed in one pure function: verifier token rewards x
@@ -692,8 +692,8 @@ class Trainer:
                 prefs = (g.policy.dispatch_async("train_step", {k: exp[k][perm] for k in policy_keys if k in exp},
                                                  share=share)
                          if train_policy else [])
-                critic_stats += calls.get(crefs, "critic.train_step")
-                policy_stats += calls.get(prefs, "policy.train_step")
+                critic_stats += calls.get(crefs, "critic.train_step", calls.timeout_s(cfg))
+                policy_stats += calls.get(prefs, "policy.train_step", calls.timeout_s(cfg))
         out.update({f"policy/{k}": v for k, v in _mean_dicts(policy_stats).items()})
         out.update({f"critic/{k}": v for k, v in _mean_dicts(critic_stats).items()})
         out["policy_trained"] = train_policy
@@ -777,8 +777,9 @@ class Trainer:
     def _abstain_price(self, row: dict[str, Any], correct: torch.Tensor, abstained: torch.Tensor,
                        sampled: torch.Tensor, modes: list, samples: list) -> float:
         """This step's abstention reward: OUTCOME_ABSTAIN; with ABSTAIN_PRICE=answer-mean the mean outcome of
-        this step's closed-book answers (+ margin); with ABSTAIN_TARGET_RATE the adaptive price (kept in the
-        trainer state, so a resumed run goes on with it), moved after use by this step's rate."""
+        this step's closed-book answers (+ margin); with ABSTAIN_TARGET_RATE the adaptive price -- or, with
+        answer-mean, the adaptive margin -- kept in the trainer state (a resumed run goes on with it) and moved
+        after use by this step's closed-book abstention rate."""
         cfg = self.cfg
         if cfg.abstain_price == "fixed" and cfg.abstain_target_rate is None:
             return cfg.outcome_abstain
@@ -786,29 +787,40 @@ class Trainer:
         closed = torch.tensor([modes[s.prompt_index] == "closed" for s in samples]) & sampled
         sel = closed if bool(closed.any()) else sampled
         margin = 0.05 * (cfg.outcome_correct - cfg.outcome_wrong)   # strictly between wrong and correct
+        low, high = cfg.outcome_wrong + margin, cfg.outcome_correct - margin
+        rate = float(abstained[sel].float().mean())
         if cfg.abstain_price == "answer-mean":
+            offset = cfg.abstain_price_margin
+            if cfg.abstain_target_rate is not None:   # the controller moves the margin; the mean moves with the batch
+                offset = float(self.state.extra.get("abstain_margin", cfg.abstain_price_margin))
+                span = cfg.outcome_correct - cfg.outcome_wrong
+                self.state.extra["abstain_margin"] = algo.adapt_abstain_price(
+                    offset, rate, cfg.abstain_target_rate, cfg.abstain_price_step, -span, span)
+                row["abstain_margin"] = offset
             answered = sel & ~abstained
             rewards = torch.where(correct[answered], cfg.outcome_correct, cfg.outcome_wrong)
-            row["abstain_price"] = algo.answer_mean_abstain_price(
-                rewards, cfg.abstain_price_margin, cfg.outcome_wrong + margin, cfg.outcome_correct - margin)
+            row["abstain_price"] = algo.answer_mean_abstain_price(rewards, offset, low, high)
             return row["abstain_price"]
         price = float(self.state.extra.get("abstain_price", cfg.outcome_abstain))
-        rate = float(abstained[sel].float().mean())
         self.state.extra["abstain_price"] = algo.adapt_abstain_price(
-            price, rate, cfg.abstain_target_rate, cfg.abstain_price_step, cfg.outcome_wrong + margin,
-            cfg.outcome_correct - margin)
+            price, rate, cfg.abstain_target_rate, cfg.abstain_price_step, low, high)
         row["abstain_price"] = price
         return price
 
     @staticmethod
     def _rollout_rates_by_type(row: dict[str, Any], prompts: list, samples: list, correct: torch.Tensor,
-                               abstained: torch.Tensor, sampled: torch.Tensor) -> None:
-        """Gold correct / abstain rates of the policy's own samples per question type (yes/no, choice, open):
-        the quantities an abstention recipe should move apart (``rollout/abstain/TYPE``, ``rollout/correct/TYPE``)."""
+                               abstained: torch.Tensor, sampled: torch.Tensor, modes: list) -> None:
+        """Gold correct / abstain rates of the policy's own closed-book samples per question type (yes/no, choice,
+        open): the quantities an abstention recipe should move apart (``rollout/abstain/TYPE``,
+        ``rollout/correct/TYPE``). Closed book only: with the passage an open question is often answerable, and
+        mixing the two hid how rarely the model knows an open answer by itself."""
         from core.questions import question_type
         types = [question_type(prompts[s.prompt_index].question) for s in samples]
+        closed = torch.tensor([modes[s.prompt_index] == "closed" for s in samples])
+        if not bool(closed.any()):   # PROMPT_MODE=evidence: every sample has its passage
+            closed = torch.ones_like(closed)
         for t in ("yes_no", "choice", "open"):
-            sel = torch.tensor([x == t for x in types]) & sampled
+            sel = torch.tensor([x == t for x in types]) & sampled & closed
             if bool(sel.any()):
                 row[f"rollout/abstain/{t}"] = float(abstained[sel].float().mean())
                 row[f"rollout/correct/{t}"] = float(correct[sel].float().mean())

@@ -418,9 +418,12 @@ class RLFHConfig(ServiceSettings, ProcessSettings):
         "closed-book answers (declines and injected candidates excluded) plus ABSTAIN_PRICE_MARGIN, so the "
         "batch's advantages do not push abstention up or down on every question alike, only where a question's "
         "answers are worse (decline) or better (answer) than the policy's answers in general "
-        "(core_algos.answer_mean_abstain_price).", env="ABSTAIN_PRICE", group="reward")
+        "(core_algos.answer_mean_abstain_price). With ABSTAIN_TARGET_RATE as well, the controller moves the margin "
+        "instead of the price (starting from ABSTAIN_PRICE_MARGIN): the batch mean takes the fast common part, "
+        "the controller the slow drift of the level.", env="ABSTAIN_PRICE", group="reward")
     abstain_price_margin: float = setting(
-        0.0, "ABSTAIN_PRICE=answer-mean: added to the mean answer reward (> 0 leans toward declining).",
+        0.0, "ABSTAIN_PRICE=answer-mean: added to the mean answer reward (> 0 leans toward declining); with "
+        "ABSTAIN_TARGET_RATE, where the adapted margin starts.",
         env="ABSTAIN_PRICE_MARGIN", group="reward")
     abstain_price_step: float = setting(
         1.0, "ABSTAIN_TARGET_RATE: how far the abstention reward moves per unit of rate error per step.",
@@ -684,10 +687,9 @@ class RLFHConfig(ServiceSettings, ProcessSettings):
         if self.abstain_target_rate is not None and self.outcome_reward != "ternary":
             raise ValueError(f"ABSTAIN_TARGET_RATE={self.abstain_target_rate} adapts the abstention reward of "
                              "OUTCOME_REWARD=ternary, which is off; set OUTCOME_REWARD=ternary or unset it")
-        if self.abstain_price == "answer-mean" and (self.outcome_reward != "ternary"
-                                                    or self.abstain_target_rate is not None):
+        if self.abstain_price == "answer-mean" and self.outcome_reward != "ternary":
             raise ValueError("ABSTAIN_PRICE=answer-mean sets the abstention reward of OUTCOME_REWARD=ternary each "
-                             "step; it needs OUTCOME_REWARD=ternary and no ABSTAIN_TARGET_RATE (the other rule)")
+                             "step, which is off; set OUTCOME_REWARD=ternary or ABSTAIN_PRICE=fixed")
         if (self.early_stop_patience or self.final_model == "best") and not self.dev_eval_step:
             raise ValueError(
                 f"EARLY_STOP_PATIENCE={self.early_stop_patience} / FINAL_MODEL={self.final_model} read the in-loop "

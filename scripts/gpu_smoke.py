@@ -493,7 +493,8 @@ def run_ray(args, cfg) -> dict:
         prompts = [render_prompt(tok, q) for q in (QUESTIONS * 8)[:args.prompts]]
         for step in range(args.steps):
             with timed("generate"):
-                samples = generate_on_engines(g.rollout, prompts, args.n, args.tokens, 1.0, 1.0, seed=step)
+                samples = generate_on_engines(g.rollout, prompts, args.n, args.tokens, 1.0, 1.0, seed=step,
+                                              timeout=cfg.actor_timeout_s)
             batch = make_batch(samples, tok.pad_token_id)
             with timed("policy_logprobs"):
                 old = g.policy.dispatch_cat("logprobs", batch)

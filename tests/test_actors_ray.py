@@ -275,7 +275,7 @@ def test_dispatch_over_two_gloo_ranks(cfg, batch, samples, tiny_model_path, ray_
                 torch.testing.assert_close(ray_local.get(e.logprobs.remote(batch)), want, atol=1e-5, rtol=0)
             prompts = ["<|im_start|>user\nA?<|im_end|>\n", "<|im_start|>user\nB?<|im_end|>\n",
                        "<|im_start|>user\nC?<|im_end|>\n"]
-            out = generate_on_engines(engines, prompts, 2, 4, 1.0, 1.0, seed=1)
+            out = generate_on_engines(engines, prompts, 2, 4, 1.0, 1.0, seed=1, timeout=120)
             assert [s.prompt_index for s in out] == [0, 0, 1, 1, 2, 2]
             assert {s.extra["engine"] for s in out} == {0, 1}
             tok_ids = [s.prompt_token_ids for s in out]

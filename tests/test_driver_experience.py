@@ -349,14 +349,14 @@ def test_forward_phase_times_add_up_to_the_wall_time_when_phases_run_one_after_a
     clock = [1000.0]
     monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
 
-    def wait_any(pending, deadline, what=""):
+    def wait_any(pending, deadline, what, timeout):
         nxt = min(pending, key=finish.get)
         clock[0] = 1000.0 + finish[nxt]
         return [nxt], [r for r in pending if r != nxt]
     monkeypatch.setattr(calls, "wait_any", wait_any)
-    monkeypatch.setattr(calls, "get", lambda refs, what="": [torch.zeros(1, 2) for _ in refs])
+    monkeypatch.setattr(calls, "get", lambda refs, what, timeout: [torch.zeros(1, 2) for _ in refs])
     timer = PhaseTimer()
-    out = _gather_timed({"a": ["ref_a"], "b": ["ref_b"]}, timer, serial=serial)
+    out = _gather_timed({"a": ["ref_a"], "b": ["ref_b"]}, timer, 60.0, serial=serial)
     assert out["a"].shape == (1, 2)
     assert timer.times["a"] == pytest.approx(0.05, abs=1e-9)
     assert timer.times["b"] == pytest.approx(0.05 if serial else 0.10, abs=1e-9)

@@ -56,15 +56,13 @@ def test_an_error_raised_by_the_actors_code_is_not_a_failure_of_the_actor():
     assert calls.is_actor_failure(outer)
 
 
-def test_timeout_setting_is_checked():
-    old = calls.timeout_s()
-    try:
-        calls.set_timeout_s(12)
-        assert calls.timeout_s() == 12.0 and calls.start_timeout_s() == 300.0
-        with pytest.raises(ValueError):
-            calls.set_timeout_s(0)
-    finally:
-        calls.set_timeout_s(old)
+def test_every_wait_takes_the_runs_timeout_and_the_setting_is_checked():
+    from core.config import RLFHConfig
+    assert calls.start_timeout_s(RLFHConfig.load({}, actor_timeout_s=900)) == 900.0
+    with pytest.raises(ValueError, match="actor_timeout_s|ACTOR_TIMEOUT_S"):
+        RLFHConfig.load({}, actor_timeout_s=0)
+    err = calls._timeout_error("weight sync: policy.sync_meta", 12.0)
+    assert "weight sync: policy.sync_meta" in str(err) and "12s" in str(err) and calls.is_actor_failure(err)
 
 
 def _trainer(tmp_path):

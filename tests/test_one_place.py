@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from core.config import RLFHConfig, env_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,15 +145,15 @@ def test_every_environment_variable_the_code_reads_is_a_setting():
 
 
 def test_actor_timeout_comes_from_the_setting_only():
-    """actors/calls.py has no default and no environment read of its own: the setting's default until the driver
-    sets the run's value; a config passed in wins."""
+    """actors/calls.py has no default, no module-wide value and no environment read of its own: every wait takes
+    the timeout of the run's config, passed by the caller."""
     import actors.calls as calls
     src = (ROOT / "actors" / "calls.py").read_text(encoding="utf-8")
-    assert "os.environ" not in src and "1800" not in src
-    old = calls.timeout_s()
+    assert "os.environ" not in src and "1800" not in src and "global " not in src
     assert calls.timeout_s(RLFHConfig(actor_timeout_s=42.0)) == 42.0
     assert calls.start_timeout_s(RLFHConfig(actor_timeout_s=42.0)) == 300.0
-    assert calls.timeout_s() == old
+    with pytest.raises(TypeError):
+        calls.timeout_s()
 
 
 def test_the_five_labels_are_spelled_out_once():

@@ -49,7 +49,7 @@ from verifier_service.question import (ALL_HEADS, LOCATION_WORDS, ORG_WORDS, Ans
                                        analyze_question, predict_yesno)
 from verifier_service.retrieval import MaterialIndex
 
-ALGO_VERSION = "evidence-1.14"  # bump on any verdict change: cached verdicts of other versions are not reused
+ALGO_VERSION = "evidence-1.15"  # bump on any verdict change: cached verdicts of other versions are not reused
 
 # Without a gold answer, a candidate answer's label comes from its ranking margin against the other
 # entities of the evidence: P(correct) = sigmoid(SLOPE * (margin + OFFSET)). The offset leans towards
@@ -281,6 +281,8 @@ def _gold_match(text: str, ctx: _Ctx) -> float:
     n = " " + T.normalize(text) + " "
     if f" {ctx.gold_norm} " in n:
         return 1.0
+    if any(f" {alias} " in n for alias in country_aliases(ctx.gold_norm)):
+        return 1.0   # "from South Korea" states the gold "South Korean"; "in the United States", "American"
     g = [T.stem(w) for w in ctx.gold_norm.split()]
     numeric_gold = bool(ctx.gold_nums) and len([w for w in g if not w.isdigit() and w not in T.STOPWORDS
                                                 and w not in T.MONTHS]) <= 1
@@ -536,11 +538,30 @@ def _restates_question(st_text: str, qi: QuestionInfo, new_ents: list, new_nums:
     # Japanese symphonic conductor" only repeats the question's premise
     # The copied stretch must run to the statement's end: "... is wholly owned by a company headquartered in
     # Colombia" copies the question up to "headquartered in" and then fills its slot (an answer attempt).
-    st = T.normalize(st_text).split()
+    # Words compare by stem ("high-profile cases" copies "high-profile case"), and the question's wh-word
+    # is skipped: "... outspoken on a high-profile case that ..." copies "... outspoken on which high-profile
+    # case that ..." (normalisation has already dropped the article that stands in for it).
+    st = [_loose_stem(w) for w in T.normalize(st_text).split()]
     if len(st) < 3:
         return False
-    run, end = _longest_common_run(st, T.normalize(qi.text).split())
-    return run >= RESTATE_SHARE * len(st) and end == len(st)
+    q = [_loose_stem(w) for w in T.normalize(qi.text).split() if w not in _WH_WORDS]
+    run, end = _longest_common_run(st, q)
+    if not (run >= RESTATE_SHARE * len(st) and end == len(st)):
+        return False
+    # what precedes the copied stretch must not be a name: "The band Primal Scream is a 2011 British action
+    # comedy film parodying ..." puts a name (of the question, here) in the asked slot: an answer attempt
+    head = T.normalize(st_text).split()[:end - run]
+    names = {w for e in T.entities(st_text) if e.kind in ("name", "quoted") for w in e.norm.split()}
+    return not (set(head) & names)
+
+
+_WH_WORDS = frozenset("which what who whom whose".split())
+
+
+def _loose_stem(w: str) -> str:
+    """:func:`T.stem` without a final "e", so that "case" and "cases" ("cas") compare equal."""
+    s = T.stem(w)
+    return s[:-1] if len(s) >= 4 and s.endswith("e") else s
 
 
 def _longest_common_run(a: list[str], b: list[str]) -> tuple[int, int]:
@@ -598,9 +619,29 @@ def _contradicted_without(st_text: str, phrase: str, idx: MaterialIndex, qi: Que
     return sc is not None and sc.state == "contradicted" and bool(T.numbers(sc.conflict or ""))
 
 
+_LAST_WORD_RE = re.compile(r"(\w+)\W*$")
+
+
+def _drop_cut_word(st_text: str, ctx: _Ctx) -> str:
+    """``st_text`` without its last word when the token limit cut that word short: it is a strict prefix of a
+    word of the question, the materials or the gold answer and no word of them itself ("19" of 1970)."""
+    m = _LAST_WORD_RE.search(st_text)
+    if not m or not ctx.req.response.rstrip().endswith(st_text.rstrip()):
+        return st_text
+    w = m.group(1).lower()
+    known = ctx.idx.word_set | set(T.words(ctx.qi.text)) | set(T.words(ctx.gold or ""))
+    if w in known or not any(k.startswith(w) for k in known):
+        return st_text
+    return st_text[:m.start(1)].rstrip()
+
+
 def _dangles(st_text: str) -> bool:
-    """A statement that stops mid-phrase (on a function word or an open quote / bracket)."""
-    return bool(_DANGLING_END_RE.search(st_text.rstrip()))
+    """A statement that stops mid-phrase (on a function word or an open quote / bracket). A quote that closes
+    a title ('the CBS sitcom "Zombie Night"') is no open quote: it dangles only when the quotes are unpaired."""
+    t = st_text.rstrip()
+    if t.endswith(('"', "\u201d")) and (t.count('"') + t.count("\u201c") + t.count("\u201d")) % 2 == 0:
+        return False
+    return bool(_DANGLING_END_RE.search(t))
 
 
 def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx, st_start: int = -1) -> Verdict:
@@ -609,6 +650,9 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx, st_start: int = 
     qi, idx = ctx.qi, ctx.idx
     # hedge cues ("I think", "probably") are not claims: they neither need nor get evidence
     st_text, sent_text = T.strip_hedges(st_text), T.strip_hedges(sent_text)
+    if ctx.cut_off is not None and ctx.cut_off[0] <= st_start < ctx.cut_off[1]:
+        # the reply was cut off: its last word may be cut too ("built in 19" for 1970, "the band Pr")
+        st_text = _drop_cut_word(st_text, ctx)
     answer = _answer_phrase(st_text, ctx)
     stems = T.content_words(st_text)
     ents = [e for e in T.entities(st_text) if e.norm and e.norm not in ("answer",)]
@@ -617,7 +661,9 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx, st_start: int = 
     q_nums = T.numbers(qi.text)
     new_nums = nums - q_nums
     ent_words = {T.stem(w) for e in ents for w in T.words(e.text)}
-    new_stems = [s for s in stems if s not in qi.stems and s not in ent_words and not s.isdigit()]
+    q_loose = {_loose_stem(w) for w in qi.stems}
+    new_stems = [s for s in stems if s not in qi.stems and _loose_stem(s) not in q_loose and s not in ent_words
+                 and not s.isdigit()]
     stance = _stance(st_text, sent_text, first, qi, answer) if qi.qtype == "yesno" else None
     if stance is not None and _BOTH_YN_RE.search(st_text):
         stance = "both"  # "Yes or no": offers both answers, so it matches neither (Wrong, like "A or B")

@@ -381,6 +381,26 @@ _AND_RE = re.compile(r"\s+and\s+", re.IGNORECASE)
 _LIST_RE = re.compile(r",\s+")
 
 
+def _quote_spans(body: str) -> list[tuple[int, int]]:
+    """``(open, close)`` offsets of the quoted stretches of ``body`` (straight quotes paired in order, curly
+    quotes by kind); a title in quotes ("Two and a Half Men") is never cut."""
+    out = []
+    straight = [i for i, ch in enumerate(body) if ch == '"']
+    out += [(straight[i], straight[i + 1]) for i in range(0, len(straight) - 1, 2)]
+    opened = -1
+    for i, ch in enumerate(body):
+        if ch == "\u201c":
+            opened = i
+        elif ch == "\u201d" and opened >= 0:
+            out.append((opened, i))
+            opened = -1
+    return out
+
+
+def _in_quotes(i: int, spans: list[tuple[int, int]]) -> bool:
+    return any(a < i < b for a, b in spans)
+
+
 def _trim(text: str, s: int, e: int) -> tuple[int, int]:
     while s < e and (text[s].isspace() or text[s] in ",;:"):
         s += 1
@@ -416,8 +436,10 @@ def split_statements(text: str, sent: Span, question: str = "") -> list[Span]:
         return []
     body = text[s0:e0]
     # 1) clause separators
+    quotes = _quote_spans(body)
     cuts = [(s0 + m.start(), s0 + m.end()) for m in _CLAUSE_SEP_RE.finditer(body)
-            if m.start() > 0 and m.end() < len(body) and not _frame_relative(body, m, question)]
+            if m.start() > 0 and m.end() < len(body) and not _frame_relative(body, m, question)
+            and not _in_quotes(m.start(), quotes)]
     pieces = _cut(text, s0, e0, cuts)
     out: list[Span] = []
     for ps, pe in pieces:
@@ -457,7 +479,8 @@ _REL_WORDS = r"(?:who|which|that|whose|where)"
 # "such as", "specifically", "now", and appositives ("X, a Y").
 _COMMA_DEP_RE = re.compile(
     rf",\s+(?=(?:{_REL_WORDS}|including|such\s+as|specifically|especially|featuring|starring|with|"
-    r"now|currently|not|formerly|also\s+known|better\s+known|known|born|located|based|headquartered|"
+    r"now|currently|not|formerly|also\s+known|better\s+known|best\s+known|well\s+known|known|born|located|"
+    r"based|headquartered|"
     r"released|founded|formed|directed|written|produced|created|established|owned|operated|built|"
     r"(?:a|an|the)\s)\b)", re.IGNORECASE)
 # A new clause with its own named subject after a comma ("Barton Mine was halted by X, Camlaren Mine was not").
@@ -466,7 +489,8 @@ _COMMA_CLAUSE_RE = re.compile(r",\s+(?=[A-Z][\w\-.']*(?:\s+[A-Z][\w\-.']*){0,3}\
 _COMMA_NAME_RE = re.compile(r",\s+(?=[A-Z][\w\-]*(?:\s+[A-Z][\w\-]*)*\s*$)")
 # Relative clauses and "such as" without a comma ("plants that are both ...", "cases such as X").
 _BARE_DEP_RE = re.compile(rf"\s+(?=(?:{_REL_WORDS}\s+(?:is|was|are|were|has|had|have|also|now|then|"
-                          r"[a-z]+ed)\b|such\s+as\b|including\b))", re.IGNORECASE)
+                          r"[a-z]+ed)\b|such\s+as\b|including\b|(?:best\s+|well\s+|widely\s+)?known\s+for\b))",
+                          re.IGNORECASE)
 # A place after a date ("born on 14 November 1797, in a Scottish village"). (A date range after its
 # predicate, "was built from 1884 to 1889", stays with it: the predicate alone would restate the question.)
 _DATE_THEN_PLACE_RE = re.compile(r"(?<=\d)(?:,)?\s+(?=in\s+(?:(?:the|a|an)\s+)?[A-Z])")
@@ -476,11 +500,16 @@ _AND_NEW_RE = re.compile(
     r",?\s+and\s+(?=(?:(?:the|a|an)\s+\w+(?:\s+\w+){0,3}\s+(?:is|was|are|were|has|had)\b)|"
     r"(?:[A-Z][\w\-.']*(?:\s+[A-Z][\w\-.']*){0,3}\s+(?:is|was|are|were|has|had|serving)\b)|"
     r"(?:a|an)\s+[A-Za-z])")
+_COPULA_END_RE = re.compile(r"\b(?:is|was|are|were|be|been|being)\s*$", re.IGNORECASE)
 _PAREN_RE = re.compile(r"\(([^()]*)\)?")
 _ACRONYM_RE = re.compile(r"^[A-Z][A-Za-z0-9&.\-]{0,7}$")
 _PAREN_INNER_SEP_RE = re.compile(r"\s*[;\u2013\u2014]\s*|\s+-\s+|,\s+(?!\d)")
 _REL_START_RE = re.compile(_REL_WORDS + r"\b", re.IGNORECASE)
 _DET_START_RE = re.compile(r"(?:a|an|the)\s", re.IGNORECASE)
+
+
+_YESNO_Q_RE = re.compile(r"\s*(?:is|are|was|were|do|does|did|can|could|has|have|had|will|would|should)\s",
+                         re.IGNORECASE)
 
 
 def _has_verb(text: str) -> bool:
@@ -540,8 +569,10 @@ def split_facts(text: str, s: int, e: int, question: str = "") -> list[tuple[int
             return   # a noun phrase ("The person who defeated X was ..."), not a clause yet
         if not any(ch.isalnum() for ch in body[b:]) or (not content_words(piece) and not numbers(piece)):
             return
-        if rel and _frame_only(piece, question):
-            return   # "... the German composer who created X": the question's frame and its answer: one fact
+        if rel and _frame_only(piece, question) and not _YESNO_Q_RE.match(question):
+            # "... the German composer who created X": the question's frame and its answer: one fact. (For a
+            # yes/no question the frame is the answer: "A and B are both plants" takes the side "yes")
+            return
         cuts.append((a, b))
 
     for m in _COMMA_DEP_RE.finditer(body):
@@ -557,6 +588,8 @@ def split_facts(text: str, s: int, e: int, question: str = "") -> list[tuple[int
         if left_words and left_words[-1][:1].islower():
             add(m.start(), m.end())   # "from the same country, North Korea" (not "Winchester, Nevada")
     for m in _BARE_DEP_RE.finditer(body):
+        if _COPULA_END_RE.search(body[:m.start()]) or re.search(r"\b(?:best|well|widely)$", body[:m.start()]):
+            continue   # "the actress is known for ...": the predicate itself, not a dependent
         add(m.start(), m.end(), rel=True)
     for m in _DATE_THEN_PLACE_RE.finditer(body):
         add(m.start(), m.end())
@@ -564,7 +597,8 @@ def split_facts(text: str, s: int, e: int, question: str = "") -> list[tuple[int
         if not re.search(r"\b(?:both|between|either|neither)\b", body[max(0, m.start() - 60):m.start()].lower()):
             add(m.start(), m.end())
 
-    cuts.sort()
+    quotes = _quote_spans(body)
+    cuts = sorted(c for c in cuts if not _in_quotes(c[0], quotes))
     pieces, cur = [], 0
     for a, b in cuts:
         if a < cur:
@@ -597,7 +631,10 @@ def _split_clause(text: str, s: int, e: int) -> list[Span]:
     # "both A and B", "between A and B", "A and B are" (compound subject) stay whole
     spans: list[tuple[int, int]] = []
     cur = s
+    quotes = _quote_spans(body)
     for m in _AND_RE.finditer(body):
+        if _in_quotes(m.start(), quotes):
+            continue
         right = body[m.end():]
         left = body[:m.start()]
         if re.search(r"\b(?:both|between|either|neither)\b", left[-60:].lower()):
@@ -624,10 +661,12 @@ _LIST_TAIL_RE = re.compile(r",?\s+(?:and|or)\s+", re.IGNORECASE)
 def _split_list(text: str, s: int, e: int) -> list[Span]:
     """'X includes A, B, and C' -> ['X includes A', 'B', 'C'] when the items are short (<= 4 words each)."""
     body = text[s:e]
-    parts = [(m.start(), m.end()) for m in _LIST_RE.finditer(body)]
+    quotes = _quote_spans(body)
+    parts = [(m.start(), m.end()) for m in _LIST_RE.finditer(body) if not _in_quotes(m.start(), quotes)]
     tail = None
     for m in _LIST_TAIL_RE.finditer(body):
-        tail = (m.start(), m.end())
+        if not _in_quotes(m.start(), quotes):
+            tail = (m.start(), m.end())
     if len(parts) < 1 or tail is None or tail[0] < (parts[-1][0] if parts else 0):
         return [Span(s, e, body)]
     seps = [p for p in parts if p[0] < tail[0]] + [tail]

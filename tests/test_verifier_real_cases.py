@@ -1,29 +1,20 @@
 """The evidence backend on the kinds of sentences the policy really writes (issue 27, tuned on the tune part
 of bench/data/real_answers.jsonl): hand-written sentences and passages, one case per decomposition or
 labelling rule (quoted titles, "known for", yes/no frames, cut-off words, closing quotes, restated
-questions, country names, facts joined from two sentences, a lone paraphrased word)."""
+questions, country names)."""
 from __future__ import annotations
 
 import pytest
 
 from core.config import RLFHConfig
 from core.verify_schema import VerifyRequest
-from verifier_service import text as T
+from test_decompose_facts import _facts   # the split, with every span checked against the text
 from verifier_service.core import Verifier
 
 
 @pytest.fixture(scope="module")
 def verifier() -> Verifier:
     return Verifier(RLFHConfig.load(environ={}), backend="evidence")
-
-
-def _facts(resp: str, question: str = "") -> list[str]:
-    d = T.decompose(resp, question)
-    out = [s.text for sts in d.statements for s in sts]
-    for sts in d.statements:
-        for s in sts:
-            assert resp[s.start:s.end] == s.text
-    return out
 
 
 def _labels(verifier, question, response, materials, gold=None) -> list[tuple[str, str]]:

@@ -57,6 +57,10 @@ def test_config_needs_dev_eval_for_early_stop_and_best():
     with pytest.raises(ValueError, match="ABSTAIN_TARGET_RATE"):
         RLFHConfig(abstain_target_rate=0.5)
     assert RLFHConfig(abstain_target_rate=0.5, outcome_reward="ternary").abstain_price_step == 1.0
+    with pytest.raises(ValueError, match="ABSTAIN_PRICE=answer-mean"):
+        RLFHConfig(abstain_price="answer-mean", outcome_reward="none", token_reward_weight=1.0)
+    both = RLFHConfig(abstain_price="answer-mean", abstain_target_rate=0.5, outcome_reward="ternary")
+    assert both.abstain_target_rate == 0.5     # the controller moves the margin (Trainer._abstain_price)
 
 
 @pytest.mark.slow

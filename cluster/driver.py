@@ -591,11 +591,12 @@ class Trainer:
                     if bool(sel.any()):
                         row[f"gold_correct_rate/{m}"] = float(o_correct[sel].float().mean())
                         row[f"gold_abstain_rate/{m}"] = float(o_abst[sel].float().mean())
-            self._rollout_rates_by_type(row, prompts, samples, o_correct, o_abst, sampled, modes)
-            abstain_value: float | torch.Tensor = self._abstain_price(row, o_correct, o_abst, sampled, modes, samples)
+            closed = torch.tensor([modes[s.prompt_index] == "closed" for s in samples])   # [N] no passage
+            self._rollout_rates_by_type(row, prompts, samples, o_correct, o_abst,
+                                        sampled & closed if bool(closed.any()) else sampled)
+            abstain_value: float | torch.Tensor = self._abstain_price(row, o_correct, o_abst, sampled, closed)
             if cfg.outcome_abstain_evidence is not None:  # per prompt mode: evidence prompts get their own price
-                with_passage = torch.tensor([modes[s.prompt_index] == "evidence" for s in samples])
-                abstain_value = torch.where(with_passage, cfg.outcome_abstain_evidence, abstain_value)
+                abstain_value = torch.where(~closed, cfg.outcome_abstain_evidence, abstain_value)
             outcome = algo.ternary_outcome_rewards(o_correct, o_abst, cfg.outcome_correct, abstain_value,
                                                    cfg.outcome_wrong)
 
@@ -775,17 +776,17 @@ class Trainer:
         return str(out)
 
     def _abstain_price(self, row: dict[str, Any], correct: torch.Tensor, abstained: torch.Tensor,
-                       sampled: torch.Tensor, modes: list, samples: list) -> float:
+                       sampled: torch.Tensor, closed: torch.Tensor) -> float:
         """This step's abstention reward: OUTCOME_ABSTAIN; with ABSTAIN_PRICE=answer-mean the mean outcome of
         this step's closed-book answers (+ margin); with ABSTAIN_TARGET_RATE the adaptive price -- or, with
         answer-mean, the adaptive margin -- kept in the trainer state (a resumed run goes on with it) and moved
-        after use by this step's closed-book abstention rate."""
+        after use by this step's closed-book abstention rate. ``closed``: ``[N]`` bool, the sample's prompt has no
+        passage."""
         cfg = self.cfg
         if cfg.abstain_price == "fixed" and cfg.abstain_target_rate is None:
             return cfg.outcome_abstain
         from core import core_algos as algo
-        closed = torch.tensor([modes[s.prompt_index] == "closed" for s in samples]) & sampled
-        sel = closed if bool(closed.any()) else sampled
+        sel = closed & sampled if bool((closed & sampled).any()) else sampled
         margin = 0.05 * (cfg.outcome_correct - cfg.outcome_wrong)   # strictly between wrong and correct
         low, high = cfg.outcome_wrong + margin, cfg.outcome_correct - margin
         rate = float(abstained[sel].float().mean())
@@ -809,18 +810,16 @@ class Trainer:
 
     @staticmethod
     def _rollout_rates_by_type(row: dict[str, Any], prompts: list, samples: list, correct: torch.Tensor,
-                               abstained: torch.Tensor, sampled: torch.Tensor, modes: list) -> None:
+                               abstained: torch.Tensor, counted: torch.Tensor) -> None:
         """Gold correct / abstain rates of the policy's own closed-book samples per question type (yes/no, choice,
         open): the quantities an abstention recipe should move apart (``rollout/abstain/TYPE``,
         ``rollout/correct/TYPE``). Closed book only: with the passage an open question is often answerable, and
-        mixing the two hid how rarely the model knows an open answer by itself."""
+        mixing the two hid how rarely the model knows an open answer by itself. ``counted``: ``[N]`` bool, the
+        policy's own closed-book samples (every own sample when no prompt is closed book)."""
         from core.questions import question_type
         types = [question_type(prompts[s.prompt_index].question) for s in samples]
-        closed = torch.tensor([modes[s.prompt_index] == "closed" for s in samples])
-        if not bool(closed.any()):   # PROMPT_MODE=evidence: every sample has its passage
-            closed = torch.ones_like(closed)
         for t in ("yes_no", "choice", "open"):
-            sel = torch.tensor([x == t for x in types]) & sampled & closed
+            sel = torch.tensor([x == t for x in types]) & counted
             if bool(sel.any()):
                 row[f"rollout/abstain/{t}"] = float(abstained[sel].float().mean())
                 row[f"rollout/correct/{t}"] = float(correct[sel].float().mean())

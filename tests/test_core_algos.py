@@ -676,16 +676,15 @@ def test_answer_mean_price_with_a_target_rate_adapts_the_margin_not_the_mean():
     cfg = RLFHConfig(outcome_reward="ternary", abstain_price="answer-mean", abstain_target_rate=0.5,
                      abstain_price_step=0.5, abstain_price_margin=0.1)
     fake = SimpleNamespace(cfg=cfg, state=SimpleNamespace(extra={}))
-    samples = [SimpleNamespace(prompt_index=i) for i in range(4)]
-    modes = ["closed", "closed", "closed", "evidence"]
+    closed = torch.tensor([True, True, True, False])
     correct = torch.tensor([True, False, False, True])
     abstained = torch.tensor([False, False, True, False])
     sampled = torch.ones(4, dtype=torch.bool)
     row = {}
-    price = Trainer._abstain_price(fake, row, correct, abstained, sampled, modes, samples)
+    price = Trainer._abstain_price(fake, row, correct, abstained, sampled, closed)
     # closed-book answers: +1 and -1 (the decline and the evidence sample are left out): mean 0, + margin 0.1
     assert price == pytest.approx(0.1) and row["abstain_margin"] == pytest.approx(0.1)
     # closed-book rate 1/3 < 0.5: the margin rises by 0.5 x (0.5 - 1/3)
     assert fake.state.extra["abstain_margin"] == pytest.approx(0.1 + 0.5 * (0.5 - 1 / 3))
-    price2 = Trainer._abstain_price(fake, {}, correct, abstained, sampled, modes, samples)
+    price2 = Trainer._abstain_price(fake, {}, correct, abstained, sampled, closed)
     assert price2 == pytest.approx(0.1 + 0.5 * (0.5 - 1 / 3))

@@ -88,7 +88,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "abstain>wrong (0: all). Default 3.")
     d.set_defaults(func=_run("dpo"))
     w = bsub.add_parser("warmstart", help="Abstention-prior warm start for RL: SFT on the model's own answers with "
-                                          "\"I don't know.\" on a RANDOM share of closed-book questions.",
+                                          "\"I don't know.\" on a random share of closed-book questions, on wrong answers or where "
+                                          "a probe says answering does not pay.",
                         description="The RL recipe's first stage (baselines/warmstart.py): the base model answers "
                                     "each question greedily; a seeded random share of the closed-book questions "
                                     "(independent of the gold answer, which is never read) gets the abstention "
@@ -102,11 +103,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--abstain-share-evidence", type=float, default=0.0,
                    help="The same for questions asked with their evidence passage. Default 0: with the passage "
                         "the model keeps its own answers.")
-    w.add_argument("--abstain-where", choices=["random", "wrong"], default="random",
+    w.add_argument("--abstain-where", choices=["random", "wrong", "probed"], default="random",
                    help="random (default): the abstention targets ignore correctness (no gold answer read); the "
                         "model learns only that it may decline. wrong: only answers the gold grader marks wrong "
                         "may become the abstention (each with probability --abstain-share), right ones are kept, "
-                        "as in R-Tuning: the warm start then already leans toward declining where it is wrong.")
+                        "as in R-Tuning: the warm start then already leans toward declining where it is wrong. "
+                        "probed: --probe-samples answers per closed-book question are sampled and graded "
+                        "(cached under $RLFH_CACHE_DIR/probe); a question gets the abstention exactly when its "
+                        "right-sample rate is below (1 + --abstain-price) / 2, where answering stops paying under "
+                        "the ternary reward (--abstain-share then applies to nothing closed-book).")
+    w.add_argument("--probe-samples", type=int, default=8,
+                   help="With --abstain-where probed: answers sampled per question. Default 8.")
+    w.add_argument("--probe-temperature", type=float, default=0.7,
+                   help="With --abstain-where probed: their temperature (the trainer's TEMPERATURE). Default 0.7.")
+    w.add_argument("--abstain-price", type=float, default=-0.5,
+                   help="With --abstain-where probed: the reward of declining in the RL that follows "
+                        "(OUTCOME_ABSTAIN; right +1, wrong -1), which sets the threshold. Default -0.5 "
+                        "(decline below 25%% right).")
     w.add_argument("--no-reuse", dest="reuse", action="store_false",
                    help="Rebuild even when --out holds a warm start made with the same settings.")
     w.set_defaults(func=_run("warmstart"))

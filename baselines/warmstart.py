@@ -12,8 +12,15 @@ spreads at random (docs/DEMO.md). This warm start makes abstention an ordinary o
 3. One epoch of SFT on those targets (loss on the response tokens).
 
 The result declines about ``abstain_share`` of closed-book questions *at random*; RL with a correctness
-reward then has to learn where declining pays. `rlfh eval` of the warm start alone is the row that shows
-what RL added. Results are cached: the same settings re-use the saved folder.
+reward then has to learn where declining pays.
+
+``--abstain-where wrong`` (R-Tuning) replaces only answers the gold grader marks wrong, each with probability
+``abstain_share``. ``--abstain-where probed`` (TruthRL's knowledge boundary, :mod:`baselines.probe`) samples k
+answers per closed-book question and declines exactly where the right-sample rate is below the rate at which
+answering pays under the trainer's ternary reward, ``(1 + price) / 2``: the warm start is then the policy the RL
+reward prefers, as far as k samples can tell, and RL (with a KL anchor to it) refines it.
+
+`rlfh eval` of the warm start alone is the row that shows what RL added. Results are cached: the same settings re-use the saved folder.
 """
 from __future__ import annotations
 
@@ -31,7 +38,8 @@ from baselines.common import (BaselineError, DEFAULT_ABSTAIN_TEXT, check_sft_arg
 log = logging.getLogger("baselines.warmstart")
 
 CACHE_KEYS = ("model", "data", "limit", "type_share", "mode", "evidence_share", "system", "abstain_text",
-              "abstain_share", "abstain_share_evidence", "abstain_where", "epochs", "lr", "batch_size", "seed", "max_new_tokens")
+              "abstain_share", "abstain_share_evidence", "abstain_where", "epochs", "lr", "batch_size", "seed",
+              "max_new_tokens", "probe_samples", "probe_temperature", "abstain_price")
 
 
 @dataclass
@@ -41,8 +49,9 @@ class WarmTarget:
     prompt_mode: str   # closed | evidence
     prompt: str
     target: str        # what the model is trained to say
-    source: str        # "own" (its greedy answer) | "abstain" (the abstention text, chosen at random)
+    source: str        # "own" (its greedy answer) | "abstain" (the abstention text)
     answer: str        # the base model's own greedy answer
+    probe_right: Optional[int] = None   # --abstain-where probed: right samples of the probe's k (closed book)
 
 
 def abstains(question: str, share: float, seed: int) -> bool:
@@ -59,7 +68,8 @@ def abstains(question: str, share: float, seed: int) -> bool:
 def warmstart_targets(items: Sequence, prompts: Sequence[str], modes: Sequence[str], answers: Sequence[str],
                       abstain_share: float, abstain_share_evidence: float, seed: int,
                       abstain_text: str = DEFAULT_ABSTAIN_TEXT,
-                      right: Optional[Sequence[bool]] = None) -> list[WarmTarget]:
+                      right: Optional[Sequence[bool]] = None,
+                      decline: Optional[Sequence[bool]] = None) -> list[WarmTarget]:
     """One :class:`WarmTarget` per item, in input order.
 
     Args:
@@ -69,9 +79,13 @@ def warmstart_targets(items: Sequence, prompts: Sequence[str], modes: Sequence[s
         right: None (``--abstain-where random``: the choice ignores correctness), or N booleans, the gold
             grade of each answer (``--abstain-where wrong``: only wrong answers may be replaced, each with
             probability ``abstain_share``; right answers are always kept, as in R-Tuning).
+        decline: None, or N booleans (``--abstain-where probed``): a closed-book question gets the abstention
+            iff its entry is True (the probe's right-sample rate is below the answer threshold); the shares
+            then apply to evidence questions only.
     """
     n = len(items)
-    if not (len(prompts) == len(modes) == len(answers) == n) or (right is not None and len(right) != n):
+    if not (len(prompts) == len(modes) == len(answers) == n) or any(
+            x is not None and len(x) != n for x in (right, decline)):
         raise ValueError(f"warmstart_targets: {n} items, {len(prompts)} prompts, {len(modes)} modes, "
                          f"{len(answers)} answers{'' if right is None else f', {len(right)} grades'} (need one "
                          "of each per item)")
@@ -80,15 +94,29 @@ def warmstart_targets(items: Sequence, prompts: Sequence[str], modes: Sequence[s
         share = abstain_share_evidence if m == "evidence" else abstain_share
         if right is not None and right[i] and a.strip():
             share = 0.0
-        if abstains(it.question, share, seed) or not a.strip():
+        if decline is not None and m != "evidence":
+            declined = decline[i]
+        else:
+            declined = abstains(it.question, share, seed)
+        if declined or not a.strip():
             out.append(WarmTarget(it.uid, it.question, m, p, abstain_text, "abstain", a))
         else:
             out.append(WarmTarget(it.uid, it.question, m, p, a, "own", a))
     return out
 
 
+def _probe_summary(probes: dict, args) -> dict:
+    from baselines.probe import answer_threshold, bucket_counts
+    return {"samples": args.probe_samples, "temperature": args.probe_temperature,
+            "threshold": answer_threshold(args.abstain_price), "buckets": bucket_counts(list(probes.values()))}
+
+
+PROBE_KEYS = ("probe_samples", "probe_temperature", "abstain_price")
+
+
 def settings_of(args) -> dict:
-    return {k: getattr(args, k) for k in CACHE_KEYS}
+    """What the cache compares; the probe's settings only where they matter (--abstain-where probed)."""
+    return {k: getattr(args, k) for k in CACHE_KEYS if args.abstain_where == "probed" or k not in PROBE_KEYS}
 
 
 def cached(out: Path, settings: dict) -> bool:
@@ -112,6 +140,15 @@ def run(args) -> int:
         v = getattr(args, name)
         if not 0.0 <= v <= 1.0:
             raise BaselineError(f"--{name.replace('_', '-')} must be in [0, 1], got {v}")
+    if args.abstain_where == "probed":
+        if args.probe_samples < 1:
+            raise BaselineError(f"--probe-samples must be >= 1 (answers sampled per question), got "
+                                f"{args.probe_samples}")
+        if not args.probe_temperature > 0:
+            raise BaselineError(f"--probe-temperature must be > 0 (the probe samples), got {args.probe_temperature}")
+        if not -1.0 <= args.abstain_price < 1.0:
+            raise BaselineError(f"--abstain-price must be in [-1, 1) (the trainer's OUTCOME_ABSTAIN), got "
+                                f"{args.abstain_price}")
     settings = settings_of(args)
     out_path = Path(args.out)
     if getattr(args, "reuse", True) and cached(out_path, settings):
@@ -146,8 +183,28 @@ def run(args) -> int:
         from evaluation.graders import CORRECT
         right = [g.grade == CORRECT for g in grade_all(items, answers)]
         log.info("gold grader: %d of %d answers right (always kept)", sum(right), len(right))
+    decline, probes = None, {}
+    if args.abstain_where == "probed":   # TruthRL-style: decline where answering does not pay at the price
+        from baselines.probe import PROBE_SEED, answer_threshold, bucket_counts, probe_questions
+        closed = [i for i, m in enumerate(modes) if m != "evidence"]
+        closed_prompts = [render_prompt(tok, items[i].question, items[i].knowledge_text, "closed", system=system)
+                          for i in closed]
+        found, from_cache = probe_questions(
+            model, tok, [items[i] for i in closed], closed_prompts, k=args.probe_samples,
+            temperature=args.probe_temperature, max_new_tokens=args.max_new_tokens, seed=PROBE_SEED,
+            model_name=str(path), batch_size=args.gen_batch_size, progress=args.progress)
+        probes = {items[i].uid: pr for i, pr in zip(closed, found)}
+        threshold = answer_threshold(args.abstain_price)
+        decline = [(it.uid in probes and probes[it.uid].p < threshold) for it in items]
+        log.info("probe (%s): %s of %d closed-book questions; declining where the right rate < %.3f "
+                 "(price %g): %d", "cached" if from_cache else f"{args.probe_samples} samples at T "
+                 f"{args.probe_temperature}", bucket_counts(found), len(found), threshold, args.abstain_price,
+                 sum(decline))
     targets = warmstart_targets(items, prompts, modes, answers, args.abstain_share, args.abstain_share_evidence,
-                                args.seed, args.abstain_text, right)
+                                args.seed, args.abstain_text, right, decline)
+    for t in targets:
+        if t.uid in probes:
+            t.probe_right = probes[t.uid].right
     counts = {f"{m}/{s}": sum(t.prompt_mode == m and t.source == s for t in targets)
               for m in ("closed", "evidence") for s in ("own", "abstain")}
     write_jsonl(out / "targets.jsonl", [asdict(t) for t in targets])
@@ -157,7 +214,8 @@ def run(args) -> int:
     hist = sft_on_targets(model, tok, targets, args, "warm start", token_budget=args.micro_batch_size * 256,
                           autocast=True)
     meta = {"baseline": "warmstart", "base_model": args.model, "base_path": path, "settings": settings,
-            "targets": counts, "loss_first": hist.first, "loss_last": hist.last, "losses": hist.losses,
+            "targets": counts, "probe": _probe_summary(probes, args) if probes else None,
+            "loss_first": hist.first, "loss_last": hist.last, "losses": hist.losses,
             "seconds": {"generate": t_gen, "train": hist.seconds}}
     from baselines.common import save_model
     save_model(model, tok, out, json.loads(json.dumps(meta, default=str)))
@@ -165,6 +223,8 @@ def run(args) -> int:
     print_summary("Warm start (abstention prior)", [
         ("questions", str(len(items))),
         *[(f"{k} targets", str(v)) for k, v in counts.items()],
+        *([("probe never / sometimes / known", " / ".join(str(v) for v in meta["probe"]["buckets"].values()))]
+          if probes else []),
         ("optimizer steps", str(len(hist.losses))),
         ("loss first / last", f"{fmt_loss(hist.first)} / {fmt_loss(hist.last)}"),
         ("answer time", f"{t_gen:.0f}s ({gstats.tokens_per_s:.0f} tok/s)"),

@@ -35,8 +35,14 @@ class DevAnswer:
     abstained: bool
 
 
-def dev_items(spec: str, size: int) -> list:
-    """``size`` items of ``spec`` with a gold answer, chosen by question hash (the same for every run)."""
+def dev_items(spec: str, size: int, type_share: float = 0.0) -> tuple[list, dict[str, float]]:
+    """``size`` items of ``spec`` with a gold answer, chosen by question hash (the same for every run), and the
+    share of each question type in all of ``spec`` (``{type: share}``, the natural mix).
+
+    ``type_share > 0``: yes/no and two-option questions make up at least that share each
+    (:func:`core.data.stratify_question_types`), so a 64-question set holds more than the ~8 the natural mix
+    gives; :func:`dev_metrics` then weighs the types back to the natural mix for the score.
+    """
     from core.data import load_items, question_hash
     if spec.startswith("halueval") and spec.partition(":")[2] == "test":
         raise ValueError("DEV_EVAL_DATA=halueval:test is the held-out split: evaluate during training on "
@@ -49,8 +55,12 @@ def dev_items(spec: str, size: int) -> list:
                          "knowledge and right_answer)") from None
     if not items:
         raise ValueError(f"DEV_EVAL_DATA={spec}: no items with a gold answer (right_answer)")
+    from core.data import stratify_question_types
+    from core.questions import question_type
+    types = [question_type(it.question) for it in items]
+    natural = {t: types.count(t) / len(types) for t in TYPES}
     ranked = sorted(items, key=lambda it: question_hash(it.question))
-    return ranked[:size]
+    return stratify_question_types(ranked, size, type_share), natural
 
 
 def grade_dev(items: Sequence, modes: Sequence[str], answers: Sequence[str]) -> list[DevAnswer]:
@@ -66,7 +76,7 @@ def grade_dev(items: Sequence, modes: Sequence[str], answers: Sequence[str]) -> 
 
 
 def dev_metrics(graded: Sequence[DevAnswer], outcome_correct: float = 1.0, outcome_abstain: float = -0.5,
-                outcome_wrong: float = -1.0) -> dict[str, float]:
+                outcome_wrong: float = -1.0, type_weights: Optional[dict[str, float]] = None) -> dict[str, float]:
     """Flat ``dev/...`` metrics of graded answers, per mode and per question type.
 
     Keys (MODE in closed / evidence, TYPE in yes_no / choice / open):
@@ -74,6 +84,10 @@ def dev_metrics(graded: Sequence[DevAnswer], outcome_correct: float = 1.0, outco
       ``dev/MODE/acc_attempted`` (correct among the answered; absent when none answered),
       ``dev/MODE/abstain/TYPE``, ``dev/MODE/correct/TYPE`` (shares within the type),
       ``dev/MODE/score`` (mean ternary outcome), ``dev/score`` (the mean of the modes' scores).
+
+    ``type_weights`` (``{type: weight}``, e.g. the natural mix of a type-stratified set): the mode's score is the
+    weighted mean of its per-type mean outcomes (weights renormalised over the types present) instead of the
+    plain mean over questions; the shares stay plain.
     """
     out: dict[str, float] = {}
     modes = list(dict.fromkeys(a.mode for a in graded))
@@ -89,11 +103,18 @@ def dev_metrics(graded: Sequence[DevAnswer], outcome_correct: float = 1.0, outco
         if c + w:
             out[f"dev/{m}/acc_attempted"] = c / (c + w)
         out[f"dev/{m}/score"] = (outcome_correct * c + outcome_abstain * ab + outcome_wrong * w) / n
+        by_type = {}
         for t in TYPES:
             sub = [a for a in rows if a.qtype == t]
             if sub:
                 out[f"dev/{m}/abstain/{t}"] = sum(a.abstained and not a.correct for a in sub) / len(sub)
                 out[f"dev/{m}/correct/{t}"] = sum(a.correct for a in sub) / len(sub)
+                by_type[t] = sum(outcome_correct if a.correct else outcome_abstain if a.abstained else outcome_wrong
+                                 for a in sub) / len(sub)
+        if type_weights:
+            total = sum(type_weights.get(t, 0.0) for t in by_type)
+            if total > 0:
+                out[f"dev/{m}/score"] = sum(type_weights.get(t, 0.0) * v for t, v in by_type.items()) / total
     if modes:   # every mode weighs the same: declining everywhere costs the evidence half its right answers
         out["dev/score"] = sum(out[f"dev/{m}/score"] for m in modes) / len(modes)
     return out
@@ -105,7 +126,8 @@ class DevEvaluator:
     def __init__(self, cfg, tokenizer):
         from core.prompts import render_prompt, resolve_system
         self.cfg = cfg
-        self.items = dev_items(cfg.dev_eval_data, cfg.dev_eval_size)
+        self.items, natural = dev_items(cfg.dev_eval_data, cfg.dev_eval_size, cfg.dev_eval_type_share)
+        self.type_weights = natural if cfg.dev_eval_type_share else None
         self.modes = cfg.dev_eval_modes.split("+")
         system = resolve_system(cfg.system_prompt)
         self.asked = [(it, m) for m in self.modes for it in self.items]
@@ -127,7 +149,7 @@ class DevEvaluator:
         for s in samples:
             texts[s.prompt_index] = s.response_text
         graded = grade_dev([it for it, _ in self.asked], [m for _, m in self.asked], texts)
-        out = dev_metrics(graded, cfg.outcome_correct, cfg.outcome_abstain, cfg.outcome_wrong)
+        out = dev_metrics(graded, cfg.outcome_correct, cfg.outcome_abstain, cfg.outcome_wrong, self.type_weights)
         out["time/dev_eval"] = round(time.perf_counter() - t0, 3)
         score = out["dev/score"]
         if self.best_score is None or score > self.best_score + 1e-9:

@@ -629,6 +629,12 @@ class RLFHConfig(ServiceSettings, ProcessSettings):
         "path with question, knowledge and right_answer.", env="DEV_EVAL_DATA", group="ckpt", min_length=1)
     dev_eval_size: int = setting(64, "Dev questions per in-loop evaluation (the same ones every time, chosen by "
                                      "question hash).", env="DEV_EVAL_SIZE", group="ckpt", ge=1)
+    dev_eval_type_share: float = setting(
+        0.0, "Pick the dev questions so that yes/no and two-option ones make up at least this share each (e.g. "
+        "0.25: 16 of each in 64 instead of the ~8 in all the natural mix gives), and weigh the question types back "
+        "to the dev split's natural mix in the dev score, so FINAL_MODEL=best sees what a step does to the types "
+        "a small model often gets right. 0: the first DEV_EVAL_SIZE questions by hash, plain mean.",
+        env="DEV_EVAL_TYPE_SHARE", group="ckpt", ge=0, lt=0.5)
     dev_eval_modes: Literal["closed", "evidence", "closed+evidence"] = setting(
         "closed", "Prompt modes of the in-loop dev evaluation; the dev score (early stopping, FINAL_MODEL=best) is "
         "the mean of the modes' ternary outcome scores.", env="DEV_EVAL_MODES", group="ckpt")

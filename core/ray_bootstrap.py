@@ -136,7 +136,9 @@ def start_ray(cfg, num_cpus: Optional[float] = None, include_dashboard: Optional
         num_cpus = max(os.cpu_count() or 1, math.ceil(_cpus_needed(cfg)))
     if include_dashboard is None:
         include_dashboard = True
-    kwargs = dict(num_cpus=num_cpus, include_dashboard=include_dashboard,
+    # address="local": always a new embedded cluster. Without it ray.init() joins a cluster that `ray start` left
+    # on this machine (and then refuses num_cpus); RAY_ADDRESS is the way to join one on purpose.
+    kwargs = dict(address="local", num_cpus=num_cpus, include_dashboard=include_dashboard,
                   runtime_env={"env_vars": env_vars}, log_to_driver=True)
     if include_dashboard:
         port = cfg.dashboard_port

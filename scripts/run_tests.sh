@@ -44,8 +44,16 @@ export PATH="$PWD/.venv/bin:$PATH"
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 DS_ACCELERATOR=cpu TOKENIZERS_PARALLELISM=false
 # The 25 slowest tests are printed at the end; every test's time (setup + call + teardown) goes to
 # .pytest-durations.json, slowest first (tests/conftest.py writes it), for whoever keeps the suite fast.
+# Two pytest-xdist workers, a module at a time (--dist loadfile, longest modules first: tests/conftest.py): on the
+# 2-core CI machine much of the suite waits on Ray, Serve and subprocess start-up, which the other worker fills.
+# Every test that starts Ray, Serve or Redis does so on free ports, so two run side by side.
+# RLFH_TEST_WORKERS=0 runs in one process (e.g. to debug with -s / --pdb).
+WORKERS="${RLFH_TEST_WORKERS:-2}"
+XDIST=(-n "$WORKERS")
+[[ "$WORKERS" != "0" ]] && XDIST+=(--dist loadfile)
+echo "[tests] $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $WORKERS xdist workers"
 set +e
-$BIN/python -m pytest --durations=25 --durations-file=.pytest-durations.json "$@"
+$BIN/python -m pytest "${XDIST[@]}" --durations=25 --durations-file=.pytest-durations.json "$@"
 rc=$?
 set -e
 if [[ $rc -eq 5 ]]; then echo "[tests] pytest collected no tests"; exit 1; fi

@@ -69,16 +69,17 @@ if [[ "$BASE_MODEL" == "smollm2-135m-instruct" && "${ACTOR_NUM_GPUS_PER_NODE:-0}
   WARM_START="${WARM_START:-graded}"
   HELDOUT_REPORT="${HELDOUT_REPORT:-1}"
 fi
-WARM_START="${WARM_START:-none}"              # graded | random | none
+WARM_START="${WARM_START:-none}"              # probed | graded | random | none
 WARM_START_SHARE="${WARM_START_SHARE:-0.6}"   # graded: share of wrong answers replaced by "I don't know.";
-                                              # random: share of all closed-book targets
+                                              # random: share of all closed-book targets; probed: unused (the
+                                              # probe and OUTCOME_ABSTAIN decide, see baselines/probe.py)
 WARM_START_QUESTIONS="${WARM_START_QUESTIONS:-256}"
 HELDOUT_REPORT="${HELDOUT_REPORT:-0}"         # 1: before/after table on held-out questions at the end
 HELDOUT_DATA="${HELDOUT_DATA:-halueval:test}"
 HELDOUT_LIMIT="${HELDOUT_LIMIT:-100}"
 case "$WARM_START" in
-  graded|random|none) ;;
-  *) echo "[train.sh] WARM_START must be 'graded', 'random' or 'none', got '$WARM_START'" >&2; exit 2 ;;
+  probed|graded|random|none) ;;
+  *) echo "[train.sh] WARM_START must be 'probed', 'graded', 'random' or 'none', got '$WARM_START'" >&2; exit 2 ;;
 esac
 
 # The effective configuration: every setting whose value differs from its default. A bad value stops here.
@@ -95,12 +96,16 @@ echo "${changed:-  (none: the embedded default)}"
 SAVE_PATH="${SAVE_PATH:-runs/rlfh}"
 if [[ "$WARM_START" != "none" ]]; then
   # cached per model and settings: a second run re-uses the folder (rlfh baseline warmstart checks the settings)
-  WARM_DIR="${WARM_START_DIR:-${RLFH_CACHE_DIR:-$HOME/.cache/rlfh}/warmstart/$(basename "$BASE_MODEL")-${WARM_START}-q${WARM_START_QUESTIONS}-s${WARM_START_SHARE}-e${EVIDENCE_SHARE:-0.5}-seed${SEED:-42}}"
-  echo "[train.sh] 1/3 warm start ($WARM_START: $WARM_START_SHARE of the candidates -> \"I don't know.\") -> $WARM_DIR"
+  share="s${WARM_START_SHARE}" where=random
+  [[ "$WARM_START" == "graded" ]] && where=wrong
+  # probed: k sampled answers per question decide; declining where answering does not pay at OUTCOME_ABSTAIN
+  [[ "$WARM_START" == "probed" ]] && where=probed share="p${OUTCOME_ABSTAIN:--0.5}"
+  WARM_DIR="${WARM_START_DIR:-${RLFH_CACHE_DIR:-$HOME/.cache/rlfh}/warmstart/$(basename "$BASE_MODEL")-${WARM_START}-q${WARM_START_QUESTIONS}-${share}-e${EVIDENCE_SHARE:-0.5}-seed${SEED:-42}}"
+  echo "[train.sh] 1/3 warm start ($WARM_START -> \"I don't know.\") -> $WARM_DIR"
   "$RLFH" --log-level WARNING baseline warmstart --model "$BASE_MODEL" --data "${PROMPT_DATA:-halueval:train}" \
     --limit "$WARM_START_QUESTIONS" --type-share "${TYPE_BALANCE:-0.25}" --mode "${PROMPT_MODE:-mixed}" \
     --evidence-share "${EVIDENCE_SHARE:-0.5}" --abstain-share "$WARM_START_SHARE" --seed "${SEED:-42}" \
-    --abstain-where "$([[ "$WARM_START" == "graded" ]] && echo wrong || echo random)" \
+    --abstain-where "$where" --abstain-price "${OUTCOME_ABSTAIN:--0.5}" --probe-temperature "${TEMPERATURE:-0.7}" \
     --gen-batch-size 32 --micro-batch-size 8 --no-progress --out "$WARM_DIR"
   export MODEL_PATH="$WARM_DIR"
 fi

@@ -154,8 +154,8 @@ def test_load_questions_refuses_test_split_and_bad_limit(tmp_path):
 
 # ------------------------------------------------------------------------------------------------ commands
 
-def _rlfh(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
+def _rlfh(*args: str, timeout: int = 600, **env_vars: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false", **env_vars)
     # one torch thread: on this shared 2-core machine two OpenMP threads stall each other (minutes per step)
     return subprocess.run([sys.executable, "-m", "cluster.cli", *args, "--threads", "1"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
@@ -272,6 +272,61 @@ def test_warmstart_command_builds_then_reuses(tmp_path, tiny_model_path):
     assert (out / "model.safetensors").stat().st_mtime_ns == stamp
     r = _rlfh(*args[:-2], "--abstain-share", "1.5", "--out", str(out))
     assert r.returncode == 2 and "--abstain-share must be in [0, 1]" in r.stderr
+    # probed: k samples per closed-book question, cached under RLFH_CACHE_DIR/probe, recorded per target
+    probed = tmp_path / "probed"
+    r = _rlfh(*args[:-2], "--abstain-where", "probed", "--probe-samples", "2", "--out", str(probed),
+              RLFH_CACHE_DIR=str(tmp_path / "cache"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    meta = json.loads((probed / "baseline.json").read_text())
+    rows = [json.loads(x) for x in (probed / "targets.jsonl").read_text().splitlines()]
+    closed = [x for x in rows if x["prompt_mode"] == "closed"]
+    assert closed and all(x["probe_right"] is not None for x in closed)
+    assert sum(meta["probe"]["buckets"].values()) == len(closed) and meta["probe"]["threshold"] == 0.25
+    assert len(list((tmp_path / "cache" / "probe").glob("*.jsonl"))) == 1
+    r = _rlfh(*args[:-2], "--abstain-where", "probed", "--abstain-price", "1", "--out", str(out))
+    assert r.returncode == 2 and "--abstain-price must be in [-1, 1)" in r.stderr
+    r = _rlfh(*args[:-2], "--abstain-where", "probed", "--probe-samples", "0", "--out", str(out))
+    assert r.returncode == 2 and "--probe-samples must be >= 1" in r.stderr
+
+
+def test_probed_warmstart_declines_exactly_where_answering_does_not_pay():
+    from baselines.probe import Probe, answer_threshold, bucket_counts, bucket_of
+    from baselines.warmstart import warmstart_targets
+    # right +1, wrong -1, declined -0.5: answering is worth 2p - 1, which beats -0.5 above p = 0.25
+    assert answer_threshold(-0.5) == pytest.approx(0.25) and answer_threshold(-1.0) == 0.0
+    with pytest.raises(ValueError, match=r"\[-1, 1\)"):
+        answer_threshold(1.0)
+    assert [bucket_of(r, 8) for r in (0, 1, 3, 4, 8)] == ["never", "sometimes", "sometimes", "known", "known"]
+    probes = [Probe(str(i), "q", r, 8) for i, r in enumerate((0, 1, 2, 3, 8))]
+    assert bucket_counts(probes) == {"never": 1, "sometimes": 3, "known": 1}
+    items = [QAItem(question=f"Q{i}?", knowledge="k", right_answer="A", uid=str(i)) for i in range(6)]
+    modes = ["closed"] * 5 + ["evidence"]
+    thr = answer_threshold(-0.5)
+    decline = [pr.p < thr for pr in probes] + [True]   # the evidence entry is ignored: shares apply there
+    t = warmstart_targets(items, ["p"] * 6, modes, ["ans"] * 6, 0.5, 0.0, seed=0, decline=decline)
+    # 0 and 1 of 8 right decline; 2 of 8 (= the threshold: indifferent) and above keep the model's answer
+    assert [x.source for x in t] == ["abstain", "abstain", "own", "own", "own", "own"]
+
+
+def test_probe_is_cached_per_model_prompts_and_sampling(tmp_path, tiny_model_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from baselines.probe import cache_path, probe_questions
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    items = [QAItem(question=f"Is {c} a letter?", knowledge="k", right_answer="yes", uid=c) for c in "abc"]
+    prompts = [f"Q: {it.question}\nA:" for it in items]
+    kw = dict(k=2, temperature=1.0, max_new_tokens=3, seed=1, model_name="tiny", progress=False, cache_root=tmp_path)
+    first, hit = probe_questions(model, tok, items, prompts, **kw)
+    assert not hit and [pr.uid for pr in first] == ["a", "b", "c"] and all(pr.samples == 2 for pr in first)
+    assert all(0 <= pr.right <= 2 for pr in first)
+    again, hit = probe_questions(model, tok, items, prompts, **kw)
+    assert hit and again == first
+    # other sampling settings or other prompts: another cache entry
+    assert cache_path("tiny", prompts, 3, 1.0, 3, 1, tmp_path) != cache_path("tiny", prompts, 2, 1.0, 3, 1, tmp_path)
+    _, hit = probe_questions(model, tok, items[:2], prompts[:2], **kw)
+    assert not hit
+    with pytest.raises(ValueError, match="probe samples must be >= 1"):
+        probe_questions(model, tok, items, prompts, **{**kw, "k": 0})
 
 
 def test_micro_batches_pack_by_length_and_keep_every_example():

@@ -27,6 +27,12 @@ def test_dev_metrics_by_hand():
     assert m["dev/evidence/correct"] == 0.5 and "dev/evidence/abstain/yes_no" not in m
     # nothing attempted: no accuracy on attempted answers (not a silent 0)
     assert "dev/closed/acc_attempted" not in dev_metrics([_a("open", abstained=True)])
+    # type weights (a stratified set weighed back to the natural mix): per-type mean outcomes, weighted.
+    # closed: yes/no (1 - 1) / 2 = 0, choice 1, open (-0.5 - 1) / 2 = -0.75; evidence: open only
+    w = dev_metrics(rows, 1.0, -0.5, -1.0, type_weights={"yes_no": 0.1, "choice": 0.1, "open": 0.8})
+    assert w["dev/closed/score"] == pytest.approx(0.1 * 0 + 0.1 * 1 + 0.8 * -0.75)
+    assert w["dev/evidence/score"] == pytest.approx(0.0)            # one type present: its own mean
+    assert w["dev/closed/correct"] == m["dev/closed/correct"]        # the shares stay plain
 
 
 def test_grade_dev_uses_the_gold_grader_and_question_type():
@@ -39,8 +45,15 @@ def test_grade_dev_uses_the_gold_grader_and_question_type():
 
 
 def test_dev_items_fixed_subset_and_refuses_test():
-    a = dev_items("halueval:dev", 20)
-    assert len(a) == 20 and [x.question for x in a] == [x.question for x in dev_items("halueval:dev", 20)]
+    from core.questions import question_type
+    a, natural = dev_items("halueval:dev", 20)
+    assert len(a) == 20 and [x.question for x in a] == [x.question for x in dev_items("halueval:dev", 20)[0]]
+    assert sum(natural.values()) == pytest.approx(1.0) and natural["open"] > 0.7   # the split's own mix
+    # stratified: at least a quarter yes/no and a quarter two-option, distinct questions, still fixed per run
+    s, same = dev_items("halueval:dev", 64, 0.25)
+    types = [question_type(x.question) for x in s]
+    assert len({x.question for x in s}) == 64 and same == natural
+    assert types.count("yes_no") >= 16 and types.count("choice") >= 16
     with pytest.raises(ValueError, match="held-out"):
         dev_items("halueval:test", 5)
     with pytest.raises(ValueError, match="DEV_EVAL_DATA=/no/such.jsonl"):
@@ -67,7 +80,9 @@ def test_config_needs_dev_eval_for_early_stop_and_best():
 def test_trainer_evaluates_dev_in_the_loop_and_keeps_the_best_step(tmp_path, tiny_model_path):
     """The real loop (Ray actor groups, tiny random model: mechanics, not learning) with DEV_EVAL_STEP=1:
     an evaluation before the first step and after each step, in metrics.jsonl / dev_eval.jsonl / the curves,
-    and FINAL_MODEL=best exports the snapshot of the best dev step."""
+    and FINAL_MODEL=best exports the snapshot of the best dev step. It runs the abstention recipe's reward
+    branch too (make train's): the gold-judged ternary outcome, one injected "I don't know." per group, the
+    price controller, the KL anchor, closed-book and evidence prompts mixed."""
     import json
 
     from cluster.driver import Trainer
@@ -77,9 +92,11 @@ def test_trainer_evaluates_dev_in_the_loop_and_keeps_the_best_step(tmp_path, tin
     cfg = RLFHConfig.load(
         environ={}, model_path=tiny_model_path, save_path=str(tmp_path), prompt_data="halueval:train",
         max_samples=32, rollout_batch_size=2, n_samples_per_prompt=2, generate_max_len=6, prompt_max_len=96,
-        train_batch_size=4, micro_train_batch_size=4, micro_rollout_batch_size=8, advantage_estimator="grpo",
-        kl_coef=0.0, actor_lr=1e-3, max_steps=2, seed=3, use_tensorboard=False, rollout_backend="hf",
-        dev_eval_step=1, dev_eval_size=4, dev_eval_modes="closed+evidence", dev_eval_max_len=4, final_model="best")
+        train_batch_size=4, micro_train_batch_size=4, micro_rollout_batch_size=8, advantage_estimator="rloo",
+        kl_coef=0.1, actor_lr=1e-3, max_steps=2, seed=3, use_tensorboard=False, rollout_backend="hf",
+        dev_eval_step=1, dev_eval_size=4, dev_eval_modes="closed+evidence", dev_eval_max_len=4, final_model="best",
+        prompt_mode="mixed", evidence_share=0.5, outcome_reward="ternary", outcome_judge="gold",
+        outcome_abstain=-0.5, abstain_samples=1, abstain_target_rate=0.5, abstain_price_step=0.2)
     handle = start_ray(cfg, num_cpus=4, include_dashboard=False)
     trainer = Trainer(cfg, reward_fn=KeywordReward("the"), show_progress=False)
     try:
@@ -97,6 +114,15 @@ def test_trainer_evaluates_dev_in_the_loop_and_keeps_the_best_step(tmp_path, tin
             assert k in d, k
         assert d["dev/closed/correct"] + d["dev/closed/incorrect"] + d["dev/closed/abstain"] == pytest.approx(1.0)
     assert all("dev/score" in r for r in result.history)           # merged into each evaluated step's record
+    for r in result.history:   # the ternary branch: gold outcomes, one injected abstention per prompt, the price
+        assert r["injected_abstentions"] == 2 and 0.0 <= r["gold_abstain_rate"] <= 1.0
+        assert any(k.startswith("rollout/abstain/") for k in r), sorted(r)
+        assert -1.0 <= r["abstain_price"] <= 1.0
+    # the controller: price - step * (closed-book sampled abstention rate - target), used from the next step on
+    first, second = result.history[0], result.history[1]
+    rate = first.get("gold_abstain_rate/closed", first["gold_abstain_rate"])
+    assert first["abstain_price"] == -0.5
+    assert second["abstain_price"] == pytest.approx(-0.5 - 0.2 * (rate - 0.5))
     answers = (tmp_path / "dev_answers.jsonl").read_text().splitlines()
     assert len(answers) == 3 * 2 * 4                                 # 3 evaluations x 2 modes x 4 questions
     best_step = int(dev[-1]["dev/best_step"])

@@ -1,0 +1,137 @@
+"""Knowledge-boundary probing: how often the base model answers each training question right (TruthRL-style).
+
+The model answers every closed-book question ``k`` times by sampling; the gold grader counts the right ones.
+A question's share of right samples ``p`` is what the model *knows* about it, and it is the quantity a ternary
+reward (right +1, wrong -1, declined ``price``) prices: answering pays in expectation exactly when
+``2p - 1 > price``, i.e. ``p > (1 + price) / 2`` (:func:`answer_threshold`). The warm start's ``probed`` mode
+declines below that threshold, so RL starts at the policy its reward prefers instead of one that declines at
+random or by the greedy answer's single grade (which, on a yes/no question the model gets right half the time,
+is a coin flip).
+
+Probing is a one-off cost per (model, questions, k, temperature): the result is cached as JSONL under
+``$RLFH_CACHE_DIR/probe/`` and re-used by every later warm start with the same settings. Its sampling seed is
+fixed (:data:`PROBE_SEED`), not the run's: the probe measures the base model, so every seed's warm start shares
+one probe.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+log = logging.getLogger("baselines.probe")
+
+BUCKETS = ("never", "sometimes", "known")
+PROBE_SEED = 0
+
+
+@dataclass
+class Probe:
+    uid: str
+    question: str
+    right: int       # samples the gold grader accepted
+    samples: int     # k
+
+    @property
+    def p(self) -> float:
+        return self.right / self.samples if self.samples else 0.0
+
+    @property
+    def bucket(self) -> str:
+        """never (0 of k right) | sometimes (fewer than half) | known (at least half)."""
+        return bucket_of(self.right, self.samples)
+
+
+def bucket_of(right: int, samples: int) -> str:
+    if right <= 0:
+        return "never"
+    return "known" if 2 * right >= samples else "sometimes"
+
+
+def answer_threshold(price: float) -> float:
+    """The right-answer rate above which answering beats declining under a ternary reward.
+
+    Right +1, wrong -1, declined ``price`` (in [-1, 1)): answering is worth ``2p - 1`` in expectation, so it
+    pays when ``p > (1 + price) / 2``. ``price=-0.5`` gives 0.25.
+    """
+    if not -1.0 <= price < 1.0:
+        raise ValueError(f"the abstention price must be in [-1, 1), got {price}")
+    return (1.0 + price) / 2.0
+
+
+def bucket_counts(probes: Sequence[Probe]) -> dict[str, int]:
+    return {b: sum(pr.bucket == b for pr in probes) for b in BUCKETS}
+
+
+def cache_path(model: str, prompts: Sequence[str], k: int, temperature: float, max_new_tokens: int,
+               seed: int, cache_root: Optional[Path] = None) -> Path:
+    """``$RLFH_CACHE_DIR/probe/<hash>.jsonl``; the hash covers the model, every prompt and the sampling settings."""
+    if cache_root is None:
+        from core.assets import cache_dir
+        cache_root = cache_dir()
+    h = hashlib.sha256(json.dumps([model, list(prompts), k, temperature, max_new_tokens, seed]).encode())
+    return Path(cache_root) / "probe" / f"{h.hexdigest()[:20]}.jsonl"
+
+
+def load_cached(path: Path, uids: Sequence[str]) -> Optional[list[Probe]]:
+    """The cached probes for exactly ``uids`` (in that order), or None when the file is missing or differs."""
+    if not path.is_file():
+        return None
+    try:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        probes = [Probe(r["uid"], r["question"], int(r["right"]), int(r["samples"])) for r in rows]
+    except (OSError, ValueError, KeyError, TypeError):
+        log.warning("probe cache %s is unreadable: probing again", path)
+        return None
+    if [pr.uid for pr in probes] != list(uids):
+        return None
+    return probes
+
+
+def probe_questions(model, tokenizer, items: Sequence, prompts: Sequence[str], *, k: int, temperature: float,
+                    max_new_tokens: int, seed: int, model_name: str, batch_size: int = 32,
+                    progress: bool = True, cache_root: Optional[Path] = None) -> tuple[list[Probe], bool]:
+    """Sample ``k`` answers per prompt and count the gold grader's right ones.
+
+    Args:
+        items: N items with ``uid``, ``question``, ``right_answer``; prompts: N closed-book prompts.
+        model_name: what names the model in the cache key (its path or embedded name).
+    Returns:
+        (N probes in input order, whether they came from the cache).
+    """
+    if k < 1:
+        raise ValueError(f"probe samples must be >= 1, got {k}")
+    if len(items) != len(prompts):
+        raise ValueError(f"probe_questions: {len(items)} items, {len(prompts)} prompts (need one each)")
+    path = cache_path(model_name, prompts, k, temperature, max_new_tokens, seed, cache_root)
+    cached = load_cached(path, [it.uid for it in items])
+    if cached is not None:
+        log.info("probe: re-using %s (%d questions)", path, len(cached))
+        return cached, True
+    from tqdm import tqdm
+    from baselines.common import grade_all
+    from evaluation.generate import eval_engine
+    from evaluation.graders import CORRECT
+    # the trainer's own sampler (KV buffer, the k samples of a prompt share one prefill): what RL will sample
+    per_call = max(1, batch_size // k)
+    engine = eval_engine(model, tokenizer, per_call * k, 1024)
+    probes = []
+    with tqdm(total=len(prompts), desc="probe", unit="q", disable=not progress, dynamic_ncols=True) as bar:
+        for start in range(0, len(prompts), per_call):
+            chunk = list(prompts[start:start + per_call])
+            samples = engine.generate(chunk, n=k, max_new_tokens=max_new_tokens, temperature=temperature, top_p=1.0,
+                                      seed=seed + start)
+            for j, it in enumerate(items[start:start + per_call]):
+                answers = [s.response_text.strip() for s in samples[j * k:(j + 1) * k]]
+                grades = grade_all([it] * len(answers), answers)
+                probes.append(Probe(it.uid, it.question, sum(g.grade == CORRECT for g in grades), k))
+            bar.update(len(chunk))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(asdict(pr)) + "\n" for pr in probes))
+    tmp.replace(path)
+    log.info("probe: %d questions x %d samples -> %s (%s)", len(probes), k, path, bucket_counts(probes))
+    return probes, False

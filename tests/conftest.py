@@ -151,7 +151,7 @@ def _module_cost(config) -> dict:
 def pytest_collection_modifyitems(session, config, items):
     _shared_service["modules"] = frozenset(
         str(it.path) for it in items if SHARED_SERVICE_FIXTURE in getattr(it, "fixturenames", ()))
-    if getattr(config.option, "numprocesses", None):
+    if os.environ.get("PYTEST_XDIST_WORKER"):   # the workers collect (the same order in each); the controller not
         cost = _module_cost(config)
         items.sort(key=lambda it: -cost.get(it.path.name, 0.0))   # stable: a module's own order is kept
 

@@ -36,7 +36,7 @@ def running_service(**overrides) -> Iterator[dict]:
     redis_proc = RedisProcess().start()
     started_ray = not ray.is_initialized()
     if started_ray:
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     cfg = RLFHConfig.load(environ={}, redis_url=redis_proc.url, cache_ttl_s=600, **overrides)
     try:
         url = deploy(cfg, "127.0.0.1", free_port())

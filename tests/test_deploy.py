@@ -190,7 +190,7 @@ def ray_with_job_api():
     port = free_port()
     mp = agent_port_patch(free_port())
     try:
-        ray.init(num_cpus=1, include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=port)
+        ray.init(address="local", num_cpus=1, include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=port)
     finally:
         mp.undo()
     try:

@@ -144,7 +144,7 @@ def reward_service_with_metrics():
     from conftest import free_port
 
     metrics_port = free_port()
-    ray.init(num_cpus=2, include_dashboard=False, _metrics_export_port=metrics_port)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, _metrics_export_port=metrics_port)
     try:
         cfg = RLFHConfig.load(environ={}, reward_api_token=TOKEN)
         url = app.deploy(cfg, "127.0.0.1", free_port())

@@ -41,7 +41,7 @@ def service(redis_url):
     from conftest import free_port
     from reward_service.app import deploy
 
-    ray.init(num_cpus=2, include_dashboard=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
     cfg = RLFHConfig.load(environ={}, redis_url=redis_url, reward_api_token=TOKEN, max_batch_items=16,
                           verifier_num_cpus=0.2, reward_num_cpus=0.2)
     try:

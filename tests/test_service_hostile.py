@@ -37,7 +37,7 @@ def service(redis_url):
     from reward_service.app import deploy
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])   # ship slow_factory to the replicas
-    ray.init(num_cpus=2, include_dashboard=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
     cfg = RLFHConfig.load(environ={}, redis_url=redis_url, reward_api_token=TOKEN, max_batch_items=8,
                           verifier_num_cpus=0.2, reward_num_cpus=0.2)
     try:

@@ -51,7 +51,7 @@ def service():
 
     redis_proc = RedisProcess().start()
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])   # ship FaultyVerifier to the replicas
-    ray.init(num_cpus=2, include_dashboard=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
     cfg = RLFHConfig.load(environ={}, redis_url=redis_proc.url, reward_api_token=TOKEN, max_batch_items=MAX_ITEMS,
                           cache_ttl_s=600)
     try:

@@ -44,13 +44,14 @@ export PATH="$PWD/.venv/bin:$PATH"
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 DS_ACCELERATOR=cpu TOKENIZERS_PARALLELISM=false
 # The 25 slowest tests are printed at the end; every test's time (setup + call + teardown) goes to
 # .pytest-durations.json, slowest first (tests/conftest.py writes it), for whoever keeps the suite fast.
-# Two pytest-xdist workers, a module at a time (--dist loadfile, longest modules first: tests/conftest.py): on the
-# 2-core CI machine much of the suite waits on Ray, Serve and subprocess start-up, which the other worker fills.
-# Every test that starts Ray, Serve or Redis does so on free ports, so two run side by side.
-# RLFH_TEST_WORKERS=0 runs in one process (e.g. to debug with -s / --pdb).
-WORKERS="${RLFH_TEST_WORKERS:-2}"
-XDIST=(-n "$WORKERS")
-[[ "$WORKERS" != "0" ]] && XDIST+=(--dist loadfile)
+# RLFH_TEST_WORKERS=N (N >= 2) runs the suite on N pytest-xdist workers, a module at a time (--dist loadfile,
+# longest modules first: tests/conftest.py); every test that starts Ray, Serve or Redis does so on free ports, so
+# two run side by side. Default 0, one process: on the 2-core CI machine two workers were SLOWER (2026-11-26,
+# 2-core AMD EPYC: 28:23 against 25:16 in one process) -- the Ray tests' processes and the model tests' torch
+# threads oversubscribe the cores (one decode test took 201 s instead of 20 s). Use it where cores are plenty.
+WORKERS="${RLFH_TEST_WORKERS:-0}"
+XDIST=()
+[[ "$WORKERS" != "0" ]] && XDIST=(-n "$WORKERS" --dist loadfile)
 echo "[tests] $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $WORKERS xdist workers"
 set +e
 $BIN/python -m pytest "${XDIST[@]}" --durations=25 --durations-file=.pytest-durations.json "$@"

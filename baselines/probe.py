@@ -115,7 +115,7 @@ def probe_questions(model, tokenizer, items: Sequence, prompts: Sequence[str], *
     from baselines.common import grade_all
     from evaluation.generate import eval_engine
     from evaluation.graders import CORRECT
-    # the trainer's own sampler (KV buffer, the k samples of a prompt share one prefill): what RL will sample
+    # the rollout engine's sampler (KV buffer; the k samples of a prompt share one prefill), as RL samples
     per_call = max(1, batch_size // k)
     engine = eval_engine(model, tokenizer, per_call * k, 1024)
     probes = []

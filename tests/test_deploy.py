@@ -3,6 +3,7 @@ and the container image definition (not built here: no Docker engine; checked by
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -158,6 +159,14 @@ def test_submit_auth_headers_and_masked_dry_run(monkeypatch, capsys):
     env = json.loads(out)["runtime_env"]["env_vars"]
     assert "hunter2" not in out
     assert env["REDIS_URL"] == "redis://***@cache:6379/0" and env["MODEL_API_KEY"] == "***"
+
+
+def test_train_sh_names_the_warm_start_choices_on_a_bad_value():
+    """scripts/train.sh stops before any work on a WARM_START it does not know, naming every valid one."""
+    r = subprocess.run(["bash", "scripts/train.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "WARM_START": "sometimes"})
+    assert r.returncode == 2
+    assert "WARM_START must be 'probed', 'graded', 'random' or 'none', got 'sometimes'" in r.stderr
 
 
 # ------------------------------------------------------------------------------------------ rlfh submit (real Ray)

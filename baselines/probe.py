@@ -68,11 +68,14 @@ def bucket_counts(probes: Sequence[Probe]) -> dict[str, int]:
 
 def cache_path(model: str, prompts: Sequence[str], k: int, temperature: float, max_new_tokens: int,
                seed: int, cache_root: Optional[Path] = None) -> Path:
-    """``$RLFH_CACHE_DIR/probe/<hash>.jsonl``; the hash covers the model, every prompt and the sampling settings."""
+    """``$RLFH_CACHE_DIR/probe/<hash>.jsonl``; the hash covers the model, every prompt, the sampling settings and
+    the gold grader's version (a grader fix re-probes)."""
+    from evaluation.graders import GRADER_VERSION
     if cache_root is None:
         from core.assets import cache_dir
         cache_root = cache_dir()
-    h = hashlib.sha256(json.dumps([model, list(prompts), k, temperature, max_new_tokens, seed]).encode())
+    h = hashlib.sha256(json.dumps([model, list(prompts), k, temperature, max_new_tokens, seed,
+                                   GRADER_VERSION]).encode())
     return Path(cache_root) / "probe" / f"{h.hexdigest()[:20]}.jsonl"
 
 

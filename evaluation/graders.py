@@ -47,6 +47,9 @@ from typing import Optional
 
 from core.questions import choice_options
 
+#: Bumped whenever a rule changes some answer's grade; caches of grades (baselines/probe.py) key on it.
+GRADER_VERSION = "2"   # 2: a choice gold spelled out longer than its option still names the option
+
 CORRECT, INCORRECT, NOT_ATTEMPTED = "correct", "incorrect", "not_attempted"
 GRADES: tuple[str, ...] = (CORRECT, INCORRECT, NOT_ATTEMPTED)
 
@@ -298,6 +301,19 @@ def question_entities(question: str) -> list[str]:
     return out
 
 
+def _closest_option(options: list[list[str]], g_tok: list[str]) -> Optional[int]:
+    """The option a gold answer that matches none of them verbatim still names: the one sharing the most words
+    with it (stopwords aside, a plural "s" folded), when exactly one shares the most. HaluEval's gold often
+    spells out what the question shortens: "Lorraine Vivian Hansberry" for the option "Lorraine Hansberry",
+    "Firs" for "Fir". None when no option shares a word, or two tie."""
+    def words(toks: list[str]) -> set[str]:
+        return {t[:-1] if len(t) > 3 and t.endswith("s") else t for t in toks if t not in _STOPWORDS}
+    gold = words(g_tok)
+    shared = [len(words(o) & gold) for o in options]
+    best = max(shared, default=0)
+    return shared.index(best) if best > 0 and shared.count(best) == 1 else None
+
+
 def answer_candidates(question: Optional[str], g_tok: list[str]) -> Optional[tuple[list[list[str]], int]]:
     """Candidate answers the question itself names, and which is the gold: (candidates, gold index) or None.
 
@@ -312,6 +328,8 @@ def answer_candidates(question: Optional[str], g_tok: list[str]) -> Optional[tup
         o_tok = [normalize_tokens(o) for o in opts]
         gi = next((i for i, o in enumerate(o_tok) if o and (o == g_tok or _find(o, g_tok) >= 0
                                                            or _find(g_tok, o) >= 0)), None)
+        if gi is None:
+            gi = _closest_option(o_tok, g_tok)
         if gi is not None:
             return o_tok, gi
     if _find(normalize_tokens(question), g_tok) < 0:

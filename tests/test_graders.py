@@ -153,6 +153,21 @@ def test_choice_questions_use_the_option_named_first():
     assert g("Jonathan Stark, not Henri Leconte.", "Jonathan Stark", q).grade == CORRECT
 
 
+def test_choice_gold_spelled_out_longer_than_its_option_still_picks_the_option():
+    # HaluEval's gold spells out what the question shortens; the answer picks the option, not the spelling
+    q = "Which author was born first, Lorraine Hansberry or Sandra Gulland?"
+    r = grade_answer("Lorraine Hansberry was born in 1930.", "Lorraine Vivian Hansberry", q)
+    assert (r.grade, r.reason) == (CORRECT, "choice")
+    r = grade_answer("Sandra Gulland was born first.", "Lorraine Vivian Hansberry", q)
+    assert (r.grade, r.reason) == (INCORRECT, "choice")
+    q = "Which genus has more species, Fir or Chelone?"
+    assert grade_answer("The genus Fir is larger than Chelone.", "Firs", q).grade == CORRECT
+    assert grade_answer("Chelone has more species.", "Firs", q).grade == INCORRECT
+    # a gold that shares no word with either option (or as many with both) picks none: the other rules decide
+    q = "Which is older, Camp A or Camp B?"
+    assert grade_answer("Camp A is older.", "neither", q).reason != "choice"
+
+
 def test_gold_named_in_the_question_needs_a_choice():
     q = ("Which hospital is known to have more services out of Sibley Memorial Hospital and MedStar Georgetown "
          "University Hospital?")

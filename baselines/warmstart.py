@@ -115,8 +115,13 @@ PROBE_KEYS = ("probe_samples", "probe_temperature", "abstain_price")
 
 
 def settings_of(args) -> dict:
-    """What the cache compares; the probe's settings only where they matter (--abstain-where probed)."""
-    return {k: getattr(args, k) for k in CACHE_KEYS if args.abstain_where == "probed" or k not in PROBE_KEYS}
+    """What the cache compares; the probe's settings only where they matter (--abstain-where probed), and the gold
+    grader's version where its grades choose the targets (wrong, probed)."""
+    out = {k: getattr(args, k) for k in CACHE_KEYS if args.abstain_where == "probed" or k not in PROBE_KEYS}
+    if args.abstain_where != "random":
+        from evaluation.graders import GRADER_VERSION
+        out["grader"] = GRADER_VERSION
+    return out
 
 
 def cached(out: Path, settings: dict) -> bool:

@@ -20,7 +20,8 @@ answers per closed-book question and declines exactly where the right-sample rat
 answering pays under the trainer's ternary reward, ``(1 + price) / 2``: the warm start is then the policy the RL
 reward prefers, as far as k samples can tell, and RL (with a KL anchor to it) refines it.
 
-`rlfh eval` of the warm start alone is the row that shows what RL added. Results are cached: the same settings re-use the saved folder.
+`rlfh eval` of the warm start alone is the row that shows what RL added. Results are cached: the same settings
+re-use the saved folder.
 """
 from __future__ import annotations
 

@@ -44,9 +44,9 @@ export PATH="$PWD/.venv/bin:$PATH"
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 DS_ACCELERATOR=cpu TOKENIZERS_PARALLELISM=false
 # The 25 slowest tests are printed at the end; every test's time (setup + call + teardown) goes to
 # .pytest-durations.json, slowest first (tests/conftest.py writes it), for whoever keeps the suite fast.
-# RLFH_TEST_WORKERS=N (N >= 2) runs the suite on N pytest-xdist workers, a module at a time (--dist loadfile,
-# longest modules first: tests/conftest.py); every test that starts Ray, Serve or Redis does so on free ports, so
-# two run side by side. Default 0, one process: on the 2-core CI machine two workers were SLOWER (2026-11-26,
+# RLFH_TEST_WORKERS=N (N >= 2) runs the suite on N pytest-xdist workers, a module at a time (--dist loadfile: a
+# module's fixtures start once); every test that starts Ray, Serve or Redis does so on free ports, so two run side
+# by side. Default 0, one process: on the 2-core CI machine two workers were SLOWER (2026-11-26,
 # 2-core AMD EPYC: 28:23 against 25:16 in one process) -- the Ray tests' processes and the model tests' torch
 # threads oversubscribe the cores (one decode test took 201 s instead of 20 s). Use it where cores are plenty.
 WORKERS="${RLFH_TEST_WORKERS:-0}"

@@ -121,40 +121,9 @@ SHARED_SERVICE_FIXTURE = "shared_reward_service"
 _shared_service: dict = {"cm": None, "value": None, "modules": frozenset()}
 
 
-# ------------------------------------------------------------------------------------------------ scheduling
-# With RLFH_TEST_WORKERS=N scripts/run_tests.sh runs the suite on N pytest-xdist workers, a module at a time
-# (--dist loadfile: a module's fixtures, e.g. its Ray cluster, start once). The modules go out in collection order,
-# so the longest ones go first (longest-processing-time-first) and no worker is left with a 2-minute module at
-# the end. The order comes
-# from the last run's .pytest-durations.json when there is one; a fresh clone uses this list (the slowest modules
-# of a full run, 2026-11-26). A stale list costs balance, never correctness.
-SLOW_MODULES_FIRST = ("test_faults.py", "test_e2e_train.py", "test_learning.py", "test_select.py", "test_speed.py",
-                      "test_layouts.py", "test_decode.py", "test_baselines.py", "test_dev_eval.py",
-                      "test_eval_cli.py", "test_actors_ray.py")
-
-
-def _module_cost(config) -> dict:
-    path = config.getoption("--durations-file", None)
-    try:
-        import json
-        with open(path or "", encoding="utf-8") as f:
-            per_test = json.load(f)["durations_s"]
-    except (OSError, ValueError, KeyError, TypeError):
-        n = len(SLOW_MODULES_FIRST)
-        return {m: float(n - i) for i, m in enumerate(SLOW_MODULES_FIRST)}
-    cost: dict = {}
-    for nodeid, sec in per_test.items():
-        mod = nodeid.split("::")[0].rsplit("/", 1)[-1]
-        cost[mod] = cost.get(mod, 0.0) + float(sec)
-    return cost
-
-
 def pytest_collection_modifyitems(session, config, items):
     _shared_service["modules"] = frozenset(
         str(it.path) for it in items if SHARED_SERVICE_FIXTURE in getattr(it, "fixturenames", ()))
-    if os.environ.get("PYTEST_XDIST_WORKER"):   # the workers collect (the same order in each); the controller not
-        cost = _module_cost(config)
-        items.sort(key=lambda it: -cost.get(it.path.name, 0.0))   # stable: a module's own order is kept
 
 
 @pytest.fixture

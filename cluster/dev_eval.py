@@ -111,13 +111,54 @@ def dev_metrics(graded: Sequence[DevAnswer], outcome_correct: float = 1.0, outco
                 out[f"dev/{m}/correct/{t}"] = sum(a.correct for a in sub) / len(sub)
                 by_type[t] = sum(outcome_correct if a.correct else outcome_abstain if a.abstained else outcome_wrong
                                  for a in sub) / len(sub)
+        # the shares at the natural type mix (= the plain shares without type_weights): what the selection reads
+        out[f"dev/{m}/natural/correct"], out[f"dev/{m}/natural/incorrect"] = c / n, w / n
         if type_weights:
             total = sum(type_weights.get(t, 0.0) for t in by_type)
             if total > 0:
                 out[f"dev/{m}/score"] = sum(type_weights.get(t, 0.0) * v for t, v in by_type.items()) / total
+                for key, of in (("correct", lambda a: a.correct),
+                                ("incorrect", lambda a: not a.correct and not a.abstained)):
+                    out[f"dev/{m}/natural/{key}"] = sum(
+                        type_weights.get(t, 0.0) * sum(map(of, sub)) / len(sub)
+                        for t in by_type for sub in [[a for a in rows if a.qtype == t]]) / total
     if modes:   # every mode weighs the same: declining everywhere costs the evidence half its right answers
         out["dev/score"] = sum(out[f"dev/{m}/score"] for m in modes) / len(modes)
     return out
+
+
+def selection_value(dev: dict[str, float], max_incorrect: Optional[float]) -> tuple[float, float, float]:
+    """How a dev evaluation ranks for FINAL_MODEL=best and early stopping (a higher tuple is better).
+
+    ``max_incorrect`` None: ``(dev/score, 0, 0)``, the ternary outcome. A number (DEV_SELECT_MAX_INCORRECT): the
+    held-out gate's own terms. Among the evaluations whose closed-book incorrect share
+    (``dev/closed/natural/incorrect``) is at most ``max_incorrect``, the one with the most closed-book right
+    answers (``dev/closed/natural/correct``), ties to the most right answers with the passage
+    (``dev/evidence/natural/correct``, 0 without that mode): ``(1, closed correct, evidence correct)``. An
+    evaluation over the bound ranks below every one within it, fewer incorrect answers first:
+    ``(0, -incorrect, evidence correct)``. Why not the ternary score: its price for declining decides how many
+    right answers it trades for fewer wrong ones, and on a small dev set the passage half's noise outweighs the
+    closed-book differences the gate is about.
+    """
+    if max_incorrect is None:
+        return (dev["dev/score"], 0.0, 0.0)
+    if "dev/closed/natural/correct" not in dev:
+        raise ValueError("DEV_SELECT_MAX_INCORRECT ranks closed-book dev answers, and the dev metrics carry no "
+                         "dev/closed/natural/correct: add 'closed' to DEV_EVAL_MODES")
+    incorrect = dev["dev/closed/natural/incorrect"]
+    evidence = dev.get("dev/evidence/natural/correct", 0.0)
+    if incorrect > max_incorrect + 1e-9:
+        return (0.0, -incorrect, evidence)
+    return (1.0, dev["dev/closed/natural/correct"], evidence)
+
+
+def _better(a: Sequence[float], b: Sequence[float], tol: float = 1e-9) -> bool:
+    """``a`` ranks above ``b``: lexicographic, where values within ``tol`` tie (a full tie is not better: the
+    earlier step stays)."""
+    for x, y in zip(a, b):
+        if abs(x - y) > tol:
+            return x > y
+    return False
 
 
 class DevEvaluator:
@@ -133,7 +174,8 @@ class DevEvaluator:
         self.asked = [(it, m) for m in self.modes for it in self.items]
         self.prompts = [render_prompt(tokenizer, it.question, it.knowledge_text, m, system=system)
                         for it, m in self.asked]
-        self.best_score: Optional[float] = None
+        self.best_score: Optional[float] = None   # dev/score of the best step (for the logs)
+        self.best_value: Optional[tuple[float, float, float]] = None   # selection_value of the best step
         self.best_step: Optional[int] = None
         self.evals_since_best = 0
 
@@ -152,8 +194,9 @@ class DevEvaluator:
         out = dev_metrics(graded, cfg.outcome_correct, cfg.outcome_abstain, cfg.outcome_wrong, self.type_weights)
         out["time/dev_eval"] = round(time.perf_counter() - t0, 3)
         score = out["dev/score"]
-        if self.best_score is None or score > self.best_score + 1e-9:
-            self.best_score, self.best_step, self.evals_since_best = score, step, 0
+        value = selection_value(out, cfg.dev_select_max_incorrect)
+        if self.best_value is None or _better(value, self.best_value):
+            self.best_value, self.best_score, self.best_step, self.evals_since_best = value, score, step, 0
         else:
             self.evals_since_best += 1
         out["dev/best_score"] = self.best_score

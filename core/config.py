@@ -638,16 +638,24 @@ class RLFHConfig(ServiceSettings, ProcessSettings):
     dev_eval_modes: Literal["closed", "evidence", "closed+evidence"] = setting(
         "closed", "Prompt modes of the in-loop dev evaluation; the dev score (early stopping, FINAL_MODEL=best) is "
         "the mean of the modes' ternary outcome scores.", env="DEV_EVAL_MODES", group="ckpt")
+    dev_select_max_incorrect: Optional[float] = setting(
+        None, "How FINAL_MODEL=best and EARLY_STOP_PATIENCE rank the in-loop dev evaluations. Empty: by the dev "
+        "score (the ternary outcome). A share, e.g. 0.25: by the gate's own terms -- the most right answers "
+        "(closed book and DEV_EVAL_MODES' others, at the natural question-type mix) among the evaluations whose "
+        "closed-book incorrect share is at most this; the ternary score's price for declining otherwise decides "
+        "how many right answers it gives up for fewer wrong ones.", env="DEV_SELECT_MAX_INCORRECT", group="ckpt",
+        gt=0, le=1)
     dev_eval_max_len: int = setting(40, "New tokens per greedy dev answer.", env="DEV_EVAL_MAX_LEN", group="ckpt",
                                     ge=1)
     early_stop_patience: int = setting(
         0, "Stop training when this many in-loop dev evaluations in a row did not beat the best dev score (the "
         "ternary outcome OUTCOME_CORRECT / OUTCOME_ABSTAIN / OUTCOME_WRONG of the greedy answers, averaged over "
-        "DEV_EVAL_MODES). "
+        "DEV_EVAL_MODES; DEV_SELECT_MAX_INCORRECT ranks them otherwise). "
         "Needs DEV_EVAL_STEP. 0: off.", env="EARLY_STOP_PATIENCE", group="ckpt", ge=0)
     final_model: Literal["last", "best"] = setting(
         "last", "What SAVE_PATH/final holds: 'last' (the policy after the last step) or 'best' (the policy at the "
-        "in-loop dev evaluation with the best dev score; needs DEV_EVAL_STEP).", env="FINAL_MODEL", group="ckpt")
+        "in-loop dev evaluation with the best dev score, or as DEV_SELECT_MAX_INCORRECT ranks them; needs "
+        "DEV_EVAL_STEP).", env="FINAL_MODEL", group="ckpt")
     actor_timeout_s: float = setting(
         1800.0, "Longest the driver waits on one actor call (generate, forward, train step, weight sync, save), "
         "seconds. An actor that dies is noticed at once; one that hangs, after this long. Either way the actor "

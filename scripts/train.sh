@@ -36,37 +36,41 @@ export TOKENIZERS_PARALLELISM="${TOKENIZERS_PARALLELISM:-false}"
 if ! command -v nvidia-smi >/dev/null 2>&1; then export DS_ACCELERATOR="${DS_ACCELERATOR:-cpu}"; fi
 
 # The embedded default (SmolLM2-135M on CPU, local Ray) runs the abstention recipe (docs/DEMO.md: what it is,
-# how it was found, what each attempt gave; it does NOT pass the closed-book held-out gate yet). Its parts on a
-# quiet 2-core machine: warm start ~5 min once (cached), 24 RL steps ~35 s each plus 7 dev evaluations ~36 s
-# each, the held-out report ~5 min (the base model's answers cached after the first run):
-#   1. warm start (cached): SFT on the model's own greedy answers where some of those the gold grader marks wrong
-#      become "I don't know." (WARM_START_SHARE of them, R-Tuning-style), so abstention is an on-policy action;
-#   2. RL: RLOO on its own samples plus one "I don't know." candidate per group (so declining is weighed against
-#      the model's answers on every question), TruthRL's ternary outcome reward (right +1, declined: a price
-#      adapted to hold half the closed-book samples declined, wrong -1; judged against the gold answer), 15% of the
-#      questions with their passage, yes/no and two-option questions balanced against open ones; greedy answers to 64 dev
-#      questions every DEV_EVAL_STEP steps, and the best dev step becomes the final model (FINAL_MODEL=best);
+# how it was found, what each attempt gave, and how it did on held-out questions). On a quiet 2-core machine:
+# warm start ~15 min once (cached), 12 RL steps ~45 s each plus 7 dev evaluations ~33 s each, the held-out
+# report ~5 min (the base model's answers cached after the first run):
+#   1. warm start (cached): a knowledge-boundary probe samples 8 answers per training question and grades them;
+#      SFT (3 epochs) on the model's own greedy answers, with "I don't know." as the target exactly where fewer
+#      than (1 + OUTCOME_ABSTAIN) / 2 of the samples were right (where answering does not pay under the reward
+#      below); its question mix leans on yes/no and two-option questions (WARM_START_TYPE_BALANCE), so the
+#      model sees both answers and declines of every type;
+#   2. RL: RLOO on its own samples plus one "I don't know." candidate per group, TruthRL's ternary outcome reward
+#      (right +1, declined -0.6, wrong -1; judged against the gold answer), a KL anchor to the warm start, 15% of
+#      the questions with their passage; greedy answers to 64 dev questions every DEV_EVAL_STEP steps, and the
+#      final model is the dev step with the most right answers among those with at most 25% wrong
+#      (FINAL_MODEL=best, DEV_SELECT_MAX_INCORRECT);
 #   3. held-out report: base vs trained, greedy, on HELDOUT_LIMIT test questions the run never saw, closed book
 #      and with the passage: correct / incorrect / declined, accuracy on attempted, the random-abstention row,
 #      paired tests and the gate verdict.
 # Only when MODEL_PATH is the embedded model and no GPU or remote cluster is asked for; a value set in the
-# environment (or a flag) always wins. Other models get the same steps with WARM_START=graded HELDOUT_REPORT=1.
+# environment (or a flag) always wins. Other models get the same steps with WARM_START=probed HELDOUT_REPORT=1.
 BASE_MODEL="${MODEL_PATH:-smollm2-135m-instruct}"
 if [[ "$BASE_MODEL" == "smollm2-135m-instruct" && "${ACTOR_NUM_GPUS_PER_NODE:-0}" == "0" \
       && -z "${RAY_ADDRESS:-}" ]]; then
   export PROMPT_DATA="${PROMPT_DATA:-halueval:train}"
   export PROMPT_MODE="${PROMPT_MODE:-mixed}" EVIDENCE_SHARE="${EVIDENCE_SHARE:-0.15}" TYPE_BALANCE="${TYPE_BALANCE:-0.25}"
-  export ADVANTAGE_ESTIMATOR="${ADVANTAGE_ESTIMATOR:-rloo}" KL_COEF="${KL_COEF:-0}" TEMPERATURE="${TEMPERATURE:-0.7}"
+  export ADVANTAGE_ESTIMATOR="${ADVANTAGE_ESTIMATOR:-rloo}" KL_COEF="${KL_COEF:-0.1}" TEMPERATURE="${TEMPERATURE:-0.7}"
   export OUTCOME_REWARD="${OUTCOME_REWARD:-ternary}" OUTCOME_JUDGE="${OUTCOME_JUDGE:-gold}"
   export OUTCOME_ABSTAIN="${OUTCOME_ABSTAIN:--0.6}" TOKEN_REWARD_WEIGHT="${TOKEN_REWARD_WEIGHT:-0}"
-  export ABSTAIN_TARGET_RATE="${ABSTAIN_TARGET_RATE-0.5}" ABSTAIN_PRICE_STEP="${ABSTAIN_PRICE_STEP:-0.15}"  # empty: no controller
   export ABSTAIN_SAMPLES="${ABSTAIN_SAMPLES:-1}"
   export ROLLOUT_BATCH_SIZE="${ROLLOUT_BATCH_SIZE:-16}" N_SAMPLES_PER_PROMPT="${N_SAMPLES_PER_PROMPT:-4}"
   export TRAIN_BATCH_SIZE="${TRAIN_BATCH_SIZE:-64}" MICRO_TRAIN_BATCH_SIZE="${MICRO_TRAIN_BATCH_SIZE:-8}"
-  export ACTOR_LR="${ACTOR_LR:-1e-5}" MAX_STEPS="${MAX_STEPS:-24}" GENERATE_MAX_LEN="${GENERATE_MAX_LEN:-40}"
-  export DEV_EVAL_STEP="${DEV_EVAL_STEP:-4}" DEV_EVAL_SIZE="${DEV_EVAL_SIZE:-64}"
+  export ACTOR_LR="${ACTOR_LR:-5e-6}" MAX_STEPS="${MAX_STEPS:-12}" GENERATE_MAX_LEN="${GENERATE_MAX_LEN:-40}"
+  export DEV_EVAL_STEP="${DEV_EVAL_STEP:-2}" DEV_EVAL_SIZE="${DEV_EVAL_SIZE:-64}" DEV_EVAL_TYPE_SHARE="${DEV_EVAL_TYPE_SHARE:-0.25}"
   export DEV_EVAL_MODES="${DEV_EVAL_MODES:-closed+evidence}" FINAL_MODEL="${FINAL_MODEL:-best}"
-  WARM_START="${WARM_START:-graded}"
+  export DEV_SELECT_MAX_INCORRECT="${DEV_SELECT_MAX_INCORRECT-0.25}"   # empty: by the ternary dev score
+  WARM_START="${WARM_START:-probed}" WARM_START_TYPE_BALANCE="${WARM_START_TYPE_BALANCE:-0.4}"
+  WARM_START_EPOCHS="${WARM_START_EPOCHS:-3}"
   HELDOUT_REPORT="${HELDOUT_REPORT:-1}"
 fi
 WARM_START="${WARM_START:-none}"              # probed | graded | random | none
@@ -74,6 +78,8 @@ WARM_START_SHARE="${WARM_START_SHARE:-0.6}"   # graded: share of wrong answers r
                                               # random: share of all closed-book targets; probed: unused (the
                                               # probe and OUTCOME_ABSTAIN decide, see baselines/probe.py)
 WARM_START_QUESTIONS="${WARM_START_QUESTIONS:-256}"
+WARM_START_TYPE_BALANCE="${WARM_START_TYPE_BALANCE:-${TYPE_BALANCE:-0.25}}"  # the warm start's question-type mix
+WARM_START_EPOCHS="${WARM_START_EPOCHS:-1}"   # SFT passes over its targets
 HELDOUT_REPORT="${HELDOUT_REPORT:-0}"         # 1: before/after table on held-out questions at the end
 HELDOUT_DATA="${HELDOUT_DATA:-halueval:test}"
 HELDOUT_LIMIT="${HELDOUT_LIMIT:-100}"
@@ -100,10 +106,11 @@ if [[ "$WARM_START" != "none" ]]; then
   [[ "$WARM_START" == "graded" ]] && where=wrong
   # probed: k sampled answers per question decide; declining where answering does not pay at OUTCOME_ABSTAIN
   [[ "$WARM_START" == "probed" ]] && where=probed share="p${OUTCOME_ABSTAIN:--0.5}"
-  WARM_DIR="${WARM_START_DIR:-${RLFH_CACHE_DIR:-$HOME/.cache/rlfh}/warmstart/$(basename "$BASE_MODEL")-${WARM_START}-q${WARM_START_QUESTIONS}-${share}-e${EVIDENCE_SHARE:-0.5}-seed${SEED:-42}}"
+  WARM_DIR="${WARM_START_DIR:-${RLFH_CACHE_DIR:-$HOME/.cache/rlfh}/warmstart/$(basename "$BASE_MODEL")-${WARM_START}-q${WARM_START_QUESTIONS}-${share}-t${WARM_START_TYPE_BALANCE}-ep${WARM_START_EPOCHS}-e${EVIDENCE_SHARE:-0.5}-seed${SEED:-42}}"
   echo "[train.sh] 1/3 warm start ($WARM_START -> \"I don't know.\") -> $WARM_DIR"
   "$RLFH" --log-level WARNING baseline warmstart --model "$BASE_MODEL" --data "${PROMPT_DATA:-halueval:train}" \
-    --limit "$WARM_START_QUESTIONS" --type-share "${TYPE_BALANCE:-0.25}" --mode "${PROMPT_MODE:-mixed}" \
+    --limit "$WARM_START_QUESTIONS" --type-share "$WARM_START_TYPE_BALANCE" --epochs "$WARM_START_EPOCHS" \
+    --mode "${PROMPT_MODE:-mixed}" \
     --evidence-share "${EVIDENCE_SHARE:-0.5}" --abstain-share "$WARM_START_SHARE" --seed "${SEED:-42}" \
     --abstain-where "$where" --abstain-price "${OUTCOME_ABSTAIN:--0.5}" --probe-temperature "${TEMPERATURE:-0.7}" \
     --gen-batch-size 32 --micro-batch-size 8 --no-progress --out "$WARM_DIR"

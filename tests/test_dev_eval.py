@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.dev_eval import DevAnswer, dev_items, dev_metrics, grade_dev
+from cluster.dev_eval import DevAnswer, _better, dev_items, dev_metrics, grade_dev, selection_value
 from core.data import QAItem
 
 
@@ -33,6 +33,35 @@ def test_dev_metrics_by_hand():
     assert w["dev/closed/score"] == pytest.approx(0.1 * 0 + 0.1 * 1 + 0.8 * -0.75)
     assert w["dev/evidence/score"] == pytest.approx(0.0)            # one type present: its own mean
     assert w["dev/closed/correct"] == m["dev/closed/correct"]        # the shares stay plain
+    # ... and the natural-mix shares the gate selection reads: correct yes/no 1/2, choice 1, open 0;
+    # incorrect yes/no 1/2, choice 0, open 1/2
+    assert w["dev/closed/natural/correct"] == pytest.approx(0.1 * 0.5 + 0.1 * 1 + 0.8 * 0)
+    assert w["dev/closed/natural/incorrect"] == pytest.approx(0.1 * 0.5 + 0.1 * 0 + 0.8 * 0.5)
+    assert m["dev/closed/natural/incorrect"] == m["dev/closed/incorrect"]   # no weights: the plain shares
+
+
+def test_selection_by_the_gate_terms_ranks_right_answers_within_the_incorrect_bound():
+    def dev(score, closed_c, closed_i, ev_c):
+        return {"dev/score": score, "dev/closed/natural/correct": closed_c, "dev/closed/natural/incorrect": closed_i,
+                "dev/evidence/natural/correct": ev_c, "dev/evidence/natural/incorrect": 0.4}
+    # e24's steps 0, 2 and 6 (docs/DEMO.md, rounded)
+    warm, answers_more, too_many_wrong = dev(-0.27, 0.035, 0.17, 0.53), dev(-0.32, 0.056, 0.18, 0.47), \
+        dev(-0.26, 0.072, 0.34, 0.55)
+    # the ternary score prefers the warm start and then the step with 34% wrong; the gate terms prefer more
+    # closed-book right answers, whatever the passage half's noise says ...
+    assert selection_value(warm, None) > selection_value(answers_more, None)
+    assert selection_value(too_many_wrong, None) == (-0.26, 0.0, 0.0)
+    assert selection_value(answers_more, 0.25) == (1.0, 0.056, 0.47)
+    assert _better(selection_value(answers_more, 0.25), selection_value(warm, 0.25))
+    # ... as long as closed-book incorrect stays within the bound; over it, any step within it wins
+    assert selection_value(too_many_wrong, 0.25) == (0.0, -0.34, 0.55)
+    assert _better(selection_value(warm, 0.25), selection_value(too_many_wrong, 0.25))
+    assert _better(selection_value(dev(0, 0, 0.30, 0), 0.25), selection_value(too_many_wrong, 0.25))
+    # a closed-book tie goes to the passage half; a full tie keeps the earlier step
+    assert _better(selection_value(dev(0, 0.056, 0.2, 0.49), 0.25), selection_value(answers_more, 0.25))
+    assert not _better(selection_value(answers_more, 0.25), selection_value(dict(answers_more), 0.25))
+    with pytest.raises(ValueError, match="DEV_EVAL_MODES"):
+        selection_value({"dev/score": 0.0}, 0.25)
 
 
 def test_grade_dev_uses_the_gold_grader_and_question_type():
@@ -96,7 +125,8 @@ def test_trainer_evaluates_dev_in_the_loop_and_keeps_the_best_step(tmp_path, tin
         kl_coef=0.1, actor_lr=1e-3, max_steps=2, seed=3, use_tensorboard=False, rollout_backend="hf",
         dev_eval_step=1, dev_eval_size=4, dev_eval_modes="closed+evidence", dev_eval_max_len=4, final_model="best",
         prompt_mode="mixed", evidence_share=0.5, outcome_reward="ternary", outcome_judge="gold",
-        outcome_abstain=-0.5, abstain_samples=1, abstain_target_rate=0.5, abstain_price_step=0.2)
+        outcome_abstain=-0.5, abstain_samples=1, abstain_target_rate=0.5, abstain_price_step=0.2,
+        dev_select_max_incorrect=0.5)
     handle = start_ray(cfg, num_cpus=4, include_dashboard=False)
     trainer = Trainer(cfg, reward_fn=KeywordReward("the"), show_progress=False)
     try:
@@ -126,6 +156,9 @@ def test_trainer_evaluates_dev_in_the_loop_and_keeps_the_best_step(tmp_path, tin
     answers = (tmp_path / "dev_answers.jsonl").read_text().splitlines()
     assert len(answers) == 3 * 2 * 4                                 # 3 evaluations x 2 modes x 4 questions
     best_step = int(dev[-1]["dev/best_step"])
+    # DEV_SELECT_MAX_INCORRECT: the best step is the one the gate terms rank first (the earliest of equals)
+    ranked = max(dev, key=lambda d: (selection_value(d, 0.5), -d["step"]))
+    assert best_step == ranked["step"]
     assert json.loads((tmp_path / "snapshots" / "best" / "dev_eval.json").read_text())["step"] == best_step
     assert (tmp_path / "final" / "config.json").is_file()
     assert (tmp_path / "training_curves.png").stat().st_size > 10_000

@@ -25,6 +25,20 @@ def _prompts(tok, k=5):
                 add_special_tokens=False)["input_ids"] for i, it in enumerate(items)]
 
 
+@pytest.fixture(scope="module")
+def greedy_ref(model_and_tok):
+    """``(prompts, ref)``: the 5 prompts of :func:`_prompts` and ``model.generate``'s greedy 24 tokens for them,
+    computed once for the module (9 tests compare with it; a generate is about as long as the loop it checks).
+    Tests get fresh lists."""
+    model, tok = model_and_tok
+    prompts = _prompts(tok)
+    ref = _hf_greedy(model, tok, prompts, 24, [tok.eos_token_id])
+
+    def fresh():
+        return [list(p) for p in prompts], [list(r) for r in ref]
+    return fresh
+
+
 def _hf_greedy(model, tok, prompt_ids, max_new_tokens, eos):
     from transformers import GenerationConfig
     P = max(map(len, prompt_ids))
@@ -47,7 +61,7 @@ def _through_first(ids, eos):
 
 @pytest.mark.parametrize("share_prefix,prefill_tokens,n", [(True, 4096, 1), (False, 4096, 1), (True, 250, 2),
                                                              (False, 250, 1)])
-def test_greedy_kv_buffer_equals_transformers_generate(model_and_tok, share_prefix, prefill_tokens, n):
+def test_greedy_kv_buffer_equals_transformers_generate(model_and_tok, greedy_ref, share_prefix, prefill_tokens, n):
     """Left padding, prompts of 48-122 tokens, rows ending at different steps (so rows are dropped mid-way): the
     same tokens as ``model.generate`` with sdpa and a DynamicCache, and the model's attention setting restored.
     ``share_prefix``: the chat template's system prompt, which all prompts start with, prefilled once.
@@ -58,11 +72,10 @@ def test_greedy_kv_buffer_equals_transformers_generate(model_and_tok, share_pref
 
     from actors.decode import prefill_chunks, sample
     model, tok = model_and_tok
-    prompts = _prompts(tok)
+    prompts, ref = greedy_ref()
     assert max(map(len, prompts)) > 2 * min(map(len, prompts))
     assert len(os.path.commonprefix(prompts)) > 20
     eos = [tok.eos_token_id]
-    ref = _hf_greedy(model, tok, prompts, 24, eos)
     widths = []
     hook = model.register_forward_pre_hook(lambda m, a, k: widths.append(k["input_ids"].shape), with_kwargs=True)
     try:
@@ -121,14 +134,14 @@ def test_prefill_chunks_cover_the_prompts_within_the_token_budget():
 
 
 @pytest.mark.parametrize("compact_share,n", [(0.0, 1), (0.0, 3), (2.0, 3)])
-def test_dropping_finished_rows_keeps_every_row_its_own_tokens(model_and_tok, monkeypatch, compact_share, n):
+def test_dropping_finished_rows_keeps_every_row_its_own_tokens(model_and_tok, greedy_ref, monkeypatch, compact_share,
+                                                               n):
     """Finished rows dropped at every step (share 0) or never (share 2): the same greedy continuations, and with
     n > 1 each prompt's n rows are copies of its n == 1 continuation (one prefill, rows repeated)."""
     import actors.decode as D
     model, tok = model_and_tok
-    prompts = _prompts(tok, 5)
+    prompts, ref = greedy_ref()
     eos = [tok.eos_token_id]
-    ref = _hf_greedy(model, tok, prompts, 24, eos)
     # the row that ends first goes first: dropping it must move every later row's buffer up
     first = min(range(len(ref)), key=lambda i: len(ref[i]))
     assert len(ref[first]) < 24
@@ -141,15 +154,14 @@ def test_dropping_finished_rows_keeps_every_row_its_own_tokens(model_and_tok, mo
 
 
 @pytest.mark.parametrize("n,sync_every", [(1, 1), (2, 5)])
-def test_fixed_shape_loop_greedy_equals_transformers_generate(model_and_tok, n, sync_every):
+def test_fixed_shape_loop_greedy_equals_transformers_generate(model_and_tok, greedy_ref, n, sync_every):
     """HF_DECODE_LOOP=graph's step (eager here: the same function a CUDA graph records on a GPU): attention over
     the whole buffer with unwritten columns masked, finished rows kept, the write column and positions on the
     device, the host checking for the end only every ``sync_every`` steps: token for token ``model.generate``."""
     from actors.decode import sample
     model, tok = model_and_tok
-    prompts = _prompts(tok)
+    prompts, ref = greedy_ref()
     eos = [tok.eos_token_id]
-    ref = _hf_greedy(model, tok, prompts, 24, eos)
     got = sample(model, prompts, n=n, max_new_tokens=24, temperature=0.0, top_p=1.0, eos_ids=eos,
                  pad_id=tok.pad_token_id, fixed_shapes=True, sync_every=sync_every)
     assert got == [r for r in ref for _ in range(n)]

@@ -139,10 +139,12 @@ def test_two_steps_train_sync_and_checkpoint(cluster, run_dir, tiny_model_path):
 
 def test_resume_continues_at_the_same_step_and_data_position(cluster, run_dir, tiny_model_path):
     """Drop the step-2 checkpoint, resume from step 1: step 2 must use the same prompts (and, with the
-    weights restored exactly, produce the same rollouts) as the uninterrupted run."""
+    weights restored exactly, produce the same rollouts) as the uninterrupted run. The reward is in-process
+    (KeywordReward): nothing compared here depends on where rewards come from, and a Serve deploy + shutdown
+    costs ~20 s; resuming with the real service is tests/test_faults.py's SIGKILLed trainer (scripts/train.sh)."""
     from safetensors.torch import load_file
 
-    from cluster.driver import Trainer
+    from cluster.driver import KeywordReward, Trainer
     groups = cluster["groups"]
     cfg = tiny_cfg(run_dir, tiny_model_path)
     ck = Path(cfg.effective_ckpt_path)
@@ -150,7 +152,7 @@ def test_resume_continues_at_the_same_step_and_data_position(cluster, run_dir, t
     shutil.rmtree(ck / "global_step_00002")
     os.remove(ck / "latest")
 
-    trainer = Trainer(cfg, groups=groups)
+    trainer = Trainer(cfg, reward_fn=KeywordReward("the"), groups=groups)
     try:
         trainer.setup()
         assert trainer.resumed_from == str(ck / "global_step_00001")
@@ -205,33 +207,48 @@ def test_reward_service_down_skips_the_batch_and_leaves_the_policy_alone(cluster
 def test_training_with_redis_caches_verifications_across_runs(cluster, tmp_path, private_redis, tiny_model_path):
     """REDIS_URL set: the reward service's verification cache is a real redis-server. A first run writes its
     verifications there (with the TTL); a second run over the same prompts reads the identical abstention
-    candidates back from it (counted as cached), and both train."""
+    candidates back from it (counted as cached, and read from the server: its keyspace hits), and both train.
+    One service (REDIS_URL's settings) serves both runs through REWARD_URL: a Serve deploy + shutdown per run
+    cost ~20 s each, and the Redis cache has no in-process layer, so a hit in the second run is a Redis read."""
     import redis
 
+    from conftest import free_port
+
     from cluster.driver import Trainer
+    from reward_service.app import deploy, shutdown
     from reward_service.cache import KEY_PREFIX
     groups = cluster["groups"]
     client = redis.Redis.from_url(private_redis.url)
     assert client.dbsize() == 0
-    rows = []
-    for run in ("first", "second"):
-        cfg = tiny_cfg(tmp_path / run, tiny_model_path, redis_url=private_redis.url, max_steps=1, save_step=0)
-        trainer = Trainer(cfg, groups=groups)
-        try:
-            trainer.setup()
-            result = trainer.fit()
-        finally:
-            trainer.close()
-        assert result.completed and result.steps_this_run == 1 and not result.history[-1]["skipped"]
-        assert result.history[-1]["policy_trained"] and result.history[-1]["statements_per_response"] > 0
-        rows.append(result.history[-1])
-        if run == "first":
-            keys = client.keys(KEY_PREFIX + "*")
-            assert len(keys) >= cfg.rollout_batch_size       # at least the abstention candidates' verifications
-            assert 0 < client.ttl(keys[0]) <= cfg.cache_ttl_s
+    rows, hits = [], [int(client.info("stats")["keyspace_hits"])]
+    url = deploy(tiny_cfg(tmp_path / "service", tiny_model_path, redis_url=private_redis.url), "127.0.0.1",
+                 free_port())
+    try:
+        for run in ("first", "second"):
+            cfg = tiny_cfg(tmp_path / run, tiny_model_path, redis_url=private_redis.url, max_steps=1, save_step=0,
+                           reward_url=url)
+            trainer = Trainer(cfg, groups=groups)
+            try:
+                trainer.setup()
+                result = trainer.fit()
+                cache = trainer._service_reward.client.stats()["cache"]
+            finally:
+                trainer.close()
+            assert result.completed and result.steps_this_run == 1 and not result.history[-1]["skipped"]
+            assert result.history[-1]["policy_trained"] and result.history[-1]["statements_per_response"] > 0
+            assert cache["backend"] == "redis", cache
+            rows.append(result.history[-1])
+            hits.append(int(client.info("stats")["keyspace_hits"]))
+            if run == "first":
+                keys = client.keys(KEY_PREFIX + "*")
+                assert len(keys) >= cfg.rollout_batch_size       # at least the abstention candidates' verifications
+                assert 0 < client.ttl(keys[0]) <= cfg.cache_ttl_s
+    finally:
+        shutdown()
     # one abstention candidate per prompt (of n = 2 samples): the same prompts give the same candidates
     assert rows[1]["prompts"] == rows[0]["prompts"]
     assert rows[1]["cached_rate"] >= 0.5 and rows[1]["cached_rate"] > rows[0]["cached_rate"]
+    assert hits[2] - hits[1] >= cfg.rollout_batch_size, hits     # the second run's hits were Redis reads
 
 
 def test_self_verifier_judges_with_the_policys_rollout_engines(cluster, tmp_path, tiny_model_path):

@@ -105,24 +105,28 @@ def _one_step(layout: str, model_path: str, prompts: list[str], pad_id: int, bat
         g.shutdown()
 
 
+@pytest.fixture(scope="module")
+def layouts_ray():
+    """One Ray for both parametrizations (a start + shutdown is ~10 s on the 2-core runner); each run creates and
+    shuts down its own actor groups (``_one_step``), so the next finds an idle cluster."""
+    import ray
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             object_store_memory=1024 ** 3)
+    yield
+    ray.shutdown()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("autocast", ["off", "bf16"])
-def test_colocated_and_separate_layouts_give_the_same_rollout_forwards_and_update(tiny_model_path, autocast):
+def test_colocated_and_separate_layouts_give_the_same_rollout_forwards_and_update(tiny_model_path, autocast,
+                                                                                   layouts_ray):
     """fp32 forwards (TRAIN_AUTOCAST=off) and the CPU default's bf16 autocast: the same update in both layouts."""
-    import ray
-
     from core.model_loader import load_tokenizer
     from core.prompts import render_prompt
     tok = load_tokenizer(tiny_model_path)
     prompts = [render_prompt(tok, q) for q in QUESTIONS]
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             object_store_memory=1024 ** 3)
-    try:
-        sep = _one_step("separate", tiny_model_path, prompts, tok.pad_token_id, autocast=autocast)
-        col = _one_step("colocated", tiny_model_path, prompts, tok.pad_token_id, batch=sep["batch"],
-                        autocast=autocast)
-    finally:
-        ray.shutdown()
+    sep = _one_step("separate", tiny_model_path, prompts, tok.pad_token_id, autocast=autocast)
+    col = _one_step("colocated", tiny_model_path, prompts, tok.pad_token_id, batch=sep["batch"], autocast=autocast)
 
     # the same seed samples the same tokens (fp32 rollouts: the colocated engine IS the fp32 policy module)
     assert [s.response_token_ids for s in col["samples"]] == [s.response_token_ids for s in sep["samples"]]

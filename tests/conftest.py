@@ -53,6 +53,17 @@ def pytest_sessionfinish(session, exitstatus):
 HANG_S = 60.0
 
 
+@pytest.fixture(autouse=True)
+def _restore_torch_threads():
+    """A test that pins torch to one thread (for bit-equal comparisons) must not leave every later module of the
+    session on one thread: restore the count it found."""
+    import torch
+    before = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != before:
+        torch.set_num_threads(before)
+
+
 # The one free_port (core/ports.py says why it draws from 20000-32767 and not from the kernel's ephemeral range);
 # tests import it from here as before.
 from core.ports import free_port  # noqa: E402,F401

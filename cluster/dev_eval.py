@@ -103,7 +103,7 @@ def dev_metrics(graded: Sequence[DevAnswer], outcome_correct: float = 1.0, outco
         if c + w:
             out[f"dev/{m}/acc_attempted"] = c / (c + w)
         out[f"dev/{m}/score"] = (outcome_correct * c + outcome_abstain * ab + outcome_wrong * w) / n
-        by_type = {}
+        by_type, shares = {}, {}   # per type: mean outcome; (correct share, incorrect share)
         for t in TYPES:
             sub = [a for a in rows if a.qtype == t]
             if sub:
@@ -111,17 +111,17 @@ def dev_metrics(graded: Sequence[DevAnswer], outcome_correct: float = 1.0, outco
                 out[f"dev/{m}/correct/{t}"] = sum(a.correct for a in sub) / len(sub)
                 by_type[t] = sum(outcome_correct if a.correct else outcome_abstain if a.abstained else outcome_wrong
                                  for a in sub) / len(sub)
+                shares[t] = (sum(a.correct for a in sub) / len(sub),
+                             sum(not a.correct and not a.abstained for a in sub) / len(sub))
         # the shares at the natural type mix (= the plain shares without type_weights): what the selection reads
         out[f"dev/{m}/natural/correct"], out[f"dev/{m}/natural/incorrect"] = c / n, w / n
         if type_weights:
             total = sum(type_weights.get(t, 0.0) for t in by_type)
             if total > 0:
                 out[f"dev/{m}/score"] = sum(type_weights.get(t, 0.0) * v for t, v in by_type.items()) / total
-                for key, of in (("correct", lambda a: a.correct),
-                                ("incorrect", lambda a: not a.correct and not a.abstained)):
-                    out[f"dev/{m}/natural/{key}"] = sum(
-                        type_weights.get(t, 0.0) * sum(map(of, sub)) / len(sub)
-                        for t in by_type for sub in [[a for a in rows if a.qtype == t]]) / total
+                for i, key in enumerate(("correct", "incorrect")):
+                    out[f"dev/{m}/natural/{key}"] = sum(type_weights.get(t, 0.0) * v[i]
+                                                        for t, v in shares.items()) / total
     if modes:   # every mode weighs the same: declining everywhere costs the evidence half its right answers
         out["dev/score"] = sum(out[f"dev/{m}/score"] for m in modes) / len(modes)
     return out

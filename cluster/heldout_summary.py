@@ -23,7 +23,10 @@ from typing import Any, Optional
 
 
 def _pct(v: Optional[float]) -> str:
-    return "-" if v is None else f"{100 * v:.1f}"
+    if v is None:
+        return "-"
+    s = f"{100 * v:.1f}"
+    return "0.0" if s == "-0.0" else s   # a share computed as 1 - sum(...) can land a hair below zero
 
 
 def mode_rows(group: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:

@@ -49,7 +49,7 @@ from verifier_service.question import (ALL_HEADS, LOCATION_WORDS, ORG_WORDS, Ans
                                        analyze_question, predict_yesno)
 from verifier_service.retrieval import MaterialIndex
 
-ALGO_VERSION = "evidence-1.15"  # bump on any verdict change: cached verdicts of other versions are not reused
+ALGO_VERSION = "evidence-1.16"  # bump on any verdict change: cached verdicts of other versions are not reused
 
 # Without a gold answer, a candidate answer's label comes from its ranking margin against the other
 # entities of the evidence: P(correct) = sigmoid(SLOPE * (margin + OFFSET)). The offset leans towards
@@ -187,7 +187,7 @@ class EvidenceBackend:
         for sent, sts, hedged in zip(d.sentences, d.statements, d.hedged):
             out = []
             for st, h in zip(sts, hedged):
-                v = judge(st.text, sent.text, first, ctx, st.start)
+                v = judge(st.text, sent.text, first, ctx, st.start, req.response[sent.start:st.start])
                 first = False
                 out.append(Statement(text=st.text, start=st.start, end=st.end, label=label_of(v, h),
                                      informativeness=v.informativeness, evidence=v.evidence[:3],
@@ -339,6 +339,20 @@ def _mentions_all_options(text: str, qi: QuestionInfo) -> bool:
     return all(f" {T.normalize(o)} " in n for o in qi.options)
 
 
+def _denies_option(text: str, option: str, first: bool) -> bool:
+    """A later statement that denies the option it names, after the reply has chosen ("Barton Mine was halted
+    by a fire, Camlaren Mine was not."): the negation follows the option and does not stand before the
+    other one ("Lucrezia Borgia, not Il pirata" chooses Lucrezia Borgia)."""
+    if first:
+        return False
+    i = text.lower().find(option.lower())
+    if i < 0:
+        return False
+    rest = text[i + len(option):]
+    return bool(_NEG_RE.search(rest)) and _NEG_RE.search(text[:i]) is None and \
+        not re.search(r"\bnot\s+(?:the\s+)?[A-Z]", rest)
+
+
 def _chosen_option(text: str, qi: QuestionInfo) -> Optional[str]:
     """The option of an 'A or B' question the statement picks (the first one it mentions)."""
     n = " " + T.normalize(text) + " "
@@ -470,7 +484,8 @@ def slot_check(text: str, idx: MaterialIndex, qi: QuestionInfo) -> Optional[Slot
         w = next(iter(cset & set(idx.sents[best].stems)))
         if sum(1 for es in idx.sents if w in es.stems) > 1:
             return None
-    missing = [e for e, ok in zip(ents, present_in[best]) if not ok]
+    missing = [e for e, ok in zip(ents, present_in[best])
+               if not ok and not any(_name_variant(e.norm, c.norm) for c in idx.sentence_entities[best])]
     if not missing:
         return SlotCheck("supported", best, share, shared=shared)
     es = idx.sents[best]
@@ -502,6 +517,16 @@ def slot_check(text: str, idx: MaterialIndex, qi: QuestionInfo) -> Optional[Slot
         if all(any(present_in[si][ents.index(e)] for si in earlier) for e in missing):
             return SlotCheck("supported", best, share, shared=shared)
     return SlotCheck("elsewhere", best, share, shared=shared)
+
+
+def _name_variant(a: str, b: str) -> bool:
+    """Two spellings of one person's name (normalised): the same last word and first names that start alike
+    ("bernard madoff" / "bernie madoff"; not "ruth madoff")."""
+    aw, bw = a.split(), b.split()
+    if len(aw) < 2 or len(bw) < 2 or a == b or aw[-1] != bw[-1]:
+        return False
+    f, g = aw[0], bw[0]
+    return len(f) >= 3 and len(g) >= 3 and f[:3] == g[:3] and f.isalpha() and g.isalpha()
 
 
 def _fragment_check(ents: list, sent_text: str, idx: MaterialIndex, qi: QuestionInfo) -> Optional[SlotCheck]:
@@ -547,12 +572,71 @@ def _restates_question(st_text: str, qi: QuestionInfo, new_ents: list, new_nums:
     q = [_loose_stem(w) for w in T.normalize(qi.text).split() if w not in _WH_WORDS]
     run, end = _longest_common_run(st, q)
     if not (run >= RESTATE_SHARE * len(st) and end == len(st)):
-        return False
+        # or the question's words in its order with a few left out ("Sorghum is a type of grass harvested for
+        # edible fruit" for "Sorghum x drummondii is a type of grass harvested for what type of edible fruit")
+        if not (run >= 0.5 * len(st) and _gapped_copy(st, q)):
+            return False
+        end, run = len(st), len(st)
     # what precedes the copied stretch must not be a name: "The band Primal Scream is a 2011 British action
     # comedy film parodying ..." puts a name (of the question, here) in the asked slot: an answer attempt
     head = T.normalize(st_text).split()[:end - run]
     names = {w for e in T.entities(st_text) if e.kind in ("name", "quoted") for w in e.norm.split()}
     return not (set(head) & names)
+
+
+_COPULA_RE = re.compile(r"\b(?:is|was|are|were)\b", re.IGNORECASE)
+
+
+# a fragment without a subject of its own: a relative clause or a bare predicate
+_DEPENDENT_START_RE = re.compile(r"\W*(?:who|which|that|whose|where|is|was|are|were)\b", re.IGNORECASE)
+
+
+_COMPLEMENT_RE = re.compile(r"\b(?:is|was|are|were)\s+(?:(?:the|a|an)\s+)*(?P<x>[^,;]+?)\W*$", re.IGNORECASE)
+
+
+def _named_complement(st_text: str) -> Optional[str]:
+    """The name that is the whole complement of the statement's last copula ("... is Gurgaon"), else None."""
+    m = None
+    for m in _COMPLEMENT_RE.finditer(st_text):
+        pass
+    if m is None or m.start() == 0:
+        return None
+    x = m.group("x").strip()
+    es = T.entities(x)
+    if len(es) == 1 and es[0].kind in ("name", "quoted") and re.sub(r"^(?:the|a|an)\s+", "", x.strip(" \"'"),
+                                                                    flags=re.IGNORECASE) == es[0].text:
+        return es[0].text
+    return None
+
+
+def _tautology(st_text: str, before: str) -> bool:
+    """The statement says nothing its own sentence has not: a fragment whose every content word and number
+    the sentence already stated before it ("plants that are both Hottonia and Othonna" after "Hottonia and
+    Othonna are both plants"), or "A is B" with the same content words on both sides of the copula."""
+    cw = set(T.content_words(st_text))
+    if not cw or _NEG_RE.search(st_text):
+        return False
+    if before.strip() and _DEPENDENT_START_RE.match(st_text):
+        prev = set(T.content_words(before))
+        if cw <= prev and T.numbers(st_text) <= T.numbers(before):
+            return True
+    m = _COPULA_RE.search(st_text)
+    if m:
+        left, right = set(T.content_words(st_text[:m.start()])), set(T.content_words(st_text[m.end():]))
+        return bool(left) and left == right
+    return False
+
+
+def _fills_question(st_text: str, new_ents: list, qi: QuestionInfo) -> bool:
+    """With its new names / numbers left out, the statement is the question's words in the question's order
+    (a few of them left out): it copies the question and puts its answer in the asked slot."""
+    rest = st_text
+    for e in sorted(new_ents, key=lambda e: -e.start):
+        rest = rest[:e.start] + " " + rest[e.end:]
+    # ("between 1987 and 2001" leaves "between and": the linker of two answers is not a word of the frame)
+    st = [_loose_stem(w) for w in T.normalize(rest).split() if w not in ("and", "or")]
+    q = [_loose_stem(w) for w in T.normalize(qi.text).split() if w not in _WH_WORDS]
+    return len(st) >= 4 and _gapped_copy(st, q)
 
 
 _WH_WORDS = frozenset("which what who whom whose".split())
@@ -562,6 +646,17 @@ def _loose_stem(w: str) -> str:
     """:func:`T.stem` without a final "e", so that "case" and "cases" ("cas") compare equal."""
     s = T.stem(w)
     return s[:-1] if len(s) >= 4 and s.endswith("e") else s
+
+
+def _gapped_copy(a: list[str], b: list[str], max_gap: int = 2) -> bool:
+    """``a`` is ``b`` with words left out, at most ``max_gap`` in a row between two kept ones (the first
+    kept word anywhere)."""
+    reach = {j for j, y in enumerate(b) if y == a[0]} if a else set()
+    for x in a[1:]:
+        reach = {j for j, y in enumerate(b) if y == x and any(0 < j - r <= max_gap + 1 for r in reach)}
+        if not reach:
+            return False
+    return bool(reach)
 
 
 def _longest_common_run(a: list[str], b: list[str]) -> tuple[int, int]:
@@ -644,9 +739,10 @@ def _dangles(st_text: str) -> bool:
     return bool(_DANGLING_END_RE.search(t))
 
 
-def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx, st_start: int = -1) -> Verdict:
+def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx, st_start: int = -1, before: str = "") -> Verdict:
     """Verdict for one statement (see the module docstring for the rules). ``st_start``: the statement's
-    offset in the response (-1: unknown), to tell the statement a cut-off reply ends in."""
+    offset in the response (-1: unknown), to tell the statement a cut-off reply ends in; ``before``: the
+    text of its sentence before it (a fragment that only repeats it claims nothing new)."""
     qi, idx = ctx.qi, ctx.idx
     # hedge cues ("I think", "probably") are not claims: they neither need nor get evidence
     st_text, sent_text = T.strip_hedges(st_text), T.strip_hedges(sent_text)
@@ -673,9 +769,21 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx, st_start: int = 
     hits = idx.search(stems + new_stems, k=2)
     evidence = [idx.sents[i].text for i, _ in hits]
 
-    if _restates_question(st_text, qi, new_ents, new_nums, new_stems, stance, option):
+    # "The school is The Hill School", "The flag carrier airline of India is Gurgaon": a copula whose
+    # complement is one of the question's names offers that name as the answer (not a restatement)
+    named = _named_complement(st_text) if qi.qtype not in ("yesno", "choice") else None
+    if named is not None and not qi.mentions(named):
+        named = None
+    if named is None and _restates_question(st_text, qi, new_ents, new_nums, new_stems, stance, option):
         # every word, name and number of it is the question's: it claims nothing the question did not
         # (restating the question earns no truth reward, right or wrong)
+        return Verdict(truth=0.0, confidence=0.7, informativeness=1, evidence=evidence, vague=True)
+    if sent_text.rstrip().endswith("?") and sent_text.rstrip().rstrip("?").rstrip().endswith(st_text.rstrip(" ?")):
+        # the reply asks (back) a question: "... starring Joseph Mazzello as who?" claims nothing
+        return Verdict(truth=0.0, confidence=0.7, informativeness=1, evidence=[], vague=True)
+    if _tautology(st_text, before):
+        # "... are both plants that are both Hottonia and Othonna", "The team of X was once the team of X":
+        # it only repeats what its own sentence already said
         return Verdict(truth=0.0, confidence=0.7, informativeness=1, evidence=evidence, vague=True)
     if ctx.cut_off is not None and ctx.cut_off[0] <= st_start < ctx.cut_off[1] and _dangles(st_text):
         # the reply was cut off inside this statement ("known for her work in films such as"): no claim yet
@@ -688,6 +796,8 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx, st_start: int = 
     has_content = bool(new_ents or new_nums or stance or option or answer or denial or relevant
                        or (new_stems and not set(new_stems) <= FILLER_STEMS and (set(stems) & qi.stems)))
     slot_ent = None
+    if named is not None:
+        slot_ent, has_content = named, True
     if not has_content and qi.qtype in ("person", "location", "date", "number", "work", "org") and ents:
         # "Jason Lester won the 2003 World Series of Poker" for "Who won ..., leaving Jason Lester 4th?":
         # restates the question and fills its slot with an entity taken from the question itself
@@ -729,6 +839,15 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx, st_start: int = 
     vocab = idx.vocab | ctx.gold_stems
     word_support = (sum(1 for s in new_stems if s in vocab) / len(new_stems)) if new_stems else 1.0
 
+    # ---- the question with its slot filled: every word but its new names / numbers is the question's
+    # ("Deltora Quest made its Pakistani debut on a TV channel created by Turner International Pakistan" for
+    # "... on a TV channel created by what company?"). Its one claim is the answer: the question's names in
+    # it are the question's premise (a multi-hop question's first hop, often in another evidence sentence
+    # than the answer), so the slot check of the whole statement does not overrule the answer check.
+    filled = (qi.qtype not in ("yesno", "choice") and bool(new_ents) and answer is None
+              and (len(new_ents) == 1 or all(e.kind in ("number", "date") for e in new_ents))
+              and not [w for w in new_stems if w not in FILLER_STEMS] and _fills_question(st_text, new_ents, qi))
+
     # ---- answer role & check
     truth_ans: Optional[float] = None   # signed, in [-1, 1]
     gold_stated = False                 # the statement states the whole gold answer
@@ -745,7 +864,9 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx, st_start: int = 
             _, fit, _ = ctx.ranker.score(e.text)
             if fit > best_fit:
                 best_fit, best_e = fit, e
-        if best_e is not None and best_fit >= 0.5 and (topical or ctx.n_statements == 1):
+        # (the name that fills a copied question's slot is its answer unless its type is plainly another)
+        if best_e is not None and (best_fit >= 0.5 or (filled and best_fit > -0.5)) \
+                and (topical or ctx.n_statements == 1):
             is_answer, cand, ans_fit = True, best_e.text, best_fit
         elif qi.qtype in ("number", "date") and new_nums and (topical or ctx.n_statements == 1):
             is_answer, ans_fit = True, 1.0  # "won two titles" answers "how many titles"
@@ -763,7 +884,11 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx, st_start: int = 
             negated = gm >= 0.6 and _negates(st_text, ctx.gold)
             if option is not None and ctx.qi.options:
                 opt_ok = _option_matches_gold(option, ctx) and not _mentions_all_options(st_text, qi)
-                truth_ans, conf_ans = (1.0, 0.93) if opt_ok and not negated else (-1.0, 0.92)
+                if not opt_ok and _denies_option(st_text, option, first):
+                    # "Camlaren Mine was not": denies the option that is not the answer
+                    truth_ans, conf_ans = 1.0, 0.85
+                else:
+                    truth_ans, conf_ans = (1.0, 0.93) if opt_ok and not negated else (-1.0, 0.92)
             elif gm >= 0.6 and not negated:
                 truth_ans, conf_ans = 1.0, 0.75 + 0.2 * gm
             elif negated:
@@ -779,6 +904,11 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx, st_start: int = 
         elif option is not None:
             r = ctx.ranker.rank(option)
             p = _sigmoid(OPTION_SLOPE * (r.margin + OPTION_OFFSET)) if r.found else 0.3
+            if _denies_option(st_text, option, first):
+                # "Camlaren Mine was not": denies the option; right when another option fits better
+                others = [ctx.ranker.rank(o).score for o in qi.options if o != option]
+                best = max(others, default=-math.inf)
+                p = _sigmoid(OPTION_SLOPE * (best - r.score)) if r.found and best > -math.inf else 0.5
             truth_ans, conf_ans = (1.0 if p >= 0.5 else -1.0), max(p, 1 - p)
             evidence = [idx.sents[i].text for i in r.evidence] + evidence
         elif denial and not new_ents and not new_nums and idx.sents:
@@ -828,7 +958,7 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx, st_start: int = 
             truth, conf = -1.0, 0.6  # the right answer wrapped in an unsupported name/number
         else:
             truth, conf = -1.0, min(0.97, 0.8 + 0.05 * k)
-    elif sc is not None and sc.state == "contradicted" and not gold_ok:
+    elif sc is not None and sc.state == "contradicted" and not gold_ok and not (filled and truth_ans is not None):
         # "a 2004 comedy film" where the sentence saying the rest has "a 1988 comedy film": the swapped
         # entity occurs elsewhere in the materials, but the evidence puts another one in its place
         truth, conf = -1.0, 0.75 + 0.2 * sc.context_share
@@ -837,7 +967,7 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx, st_start: int = 
         # a background fact stated by the evidence, not offered as the answer: true, whatever the answer is
         truth, conf = 1.0, 0.6 + 0.3 * sc.context_share
     elif sc is not None and sc.state == "elsewhere" and sc.context_share >= 0.9 and sc.shared >= 4 \
-            and not gold_ok:
+            and not gold_ok and not (filled and truth_ans is not None):
         # one evidence sentence says all the rest of it, but not this entity: the entity was put in
         truth, conf = -1.0, 0.7
     elif truth_ans is not None:

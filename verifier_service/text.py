@@ -522,6 +522,14 @@ def _frame_only(piece: str, question: str) -> bool:
     return bool(question) and bool(cw) and set(cw) <= set(content_words(question))
 
 
+def _names_option(piece: str, question: str) -> bool:
+    """The piece names one of the options of an "A or B" question."""
+    from verifier_service.question import analyze_question   # (question imports this module)
+    opts = analyze_question(question).options if question else []
+    n = " " + normalize(piece) + " "
+    return any(normalize(o) and f" {normalize(o)} " in n for o in opts)
+
+
 def split_facts(text: str, s: int, e: int, question: str = "") -> list[tuple[int, int]]:
     """Cut the clause ``text[s:e]`` into fact spans (half-open, absolute offsets, trimmed).
 
@@ -569,9 +577,12 @@ def split_facts(text: str, s: int, e: int, question: str = "") -> list[tuple[int
             return   # a noun phrase ("The person who defeated X was ..."), not a clause yet
         if not any(ch.isalnum() for ch in body[b:]) or (not content_words(piece) and not numbers(piece)):
             return
-        if rel and _frame_only(piece, question) and not _YESNO_Q_RE.match(question):
+        if rel and _frame_only(piece, question) and not _YESNO_Q_RE.match(question) \
+                and not _names_option(piece, question):
             # "... the German composer who created X": the question's frame and its answer: one fact. (For a
-            # yes/no question the frame is the answer: "A and B are both plants" takes the side "yes")
+            # yes/no question the frame is the answer: "A and B are both plants" takes the side "yes"; for an
+            # "A or B" question a frame that names one option has chosen it: "David Mamet is a film
+            # director" answers "Between Augusto Roa Bastos and David Mamet, who is a film director?")
             return
         cuts.append((a, b))
 

@@ -187,11 +187,14 @@ def test_cli_rejects_bad_options(tmp_path):
     assert r.returncode == 2 and "--overwrite" in r.stderr
 
 
+# The commands' mechanics (answer, grade, build the targets or pairs, train, save a loadable HF folder) on the tiny
+# random Llama of tests/conftest.py: nothing asserted depends on what the model knows (R-Tuning's targets are its
+# right answers or the abstention whatever they are; DPO's first loss is log 2 for any policy equal to its reference).
 @pytest.mark.slow
-def test_rtuning_command_end_to_end(tmp_path):
+def test_rtuning_command_end_to_end(tmp_path, tiny_model_path):
     out = tmp_path / "rt"
-    r = _rlfh("baseline", "rtuning", "--limit", "4", "--epochs", "1", "--batch-size", "4", "--max-new-tokens", "12",
-              "--no-progress", "--out", str(out))
+    r = _rlfh("baseline", "rtuning", "--model", tiny_model_path, "--limit", "4", "--epochs", "1", "--batch-size", "4",
+              "--max-new-tokens", "12", "--no-progress", "--out", str(out))
     assert r.returncode == 0, r.stderr[-3000:]
     assert "R-Tuning baseline" in r.stdout and "loss first / last" in r.stdout
     meta = json.loads((out / "baseline.json").read_text())
@@ -206,10 +209,11 @@ def test_rtuning_command_end_to_end(tmp_path):
 
 
 @pytest.mark.slow
-def test_dpo_command_end_to_end(tmp_path):
+def test_dpo_command_end_to_end(tmp_path, tiny_model_path):
     out = tmp_path / "dpo"
-    r = _rlfh("baseline", "dpo", "--limit", "3", "--samples", "2", "--epochs", "1", "--batch-size", "4",
-              "--max-new-tokens", "12", "--pairs-per-question", "2", "--no-progress", "--out", str(out))
+    r = _rlfh("baseline", "dpo", "--model", tiny_model_path, "--limit", "3", "--samples", "2", "--epochs", "1",
+              "--batch-size", "4", "--max-new-tokens", "12", "--pairs-per-question", "2", "--no-progress",
+              "--out", str(out))
     assert r.returncode == 0, r.stderr[-3000:]
     assert "DPO baseline" in r.stdout
     meta = json.loads((out / "baseline.json").read_text())

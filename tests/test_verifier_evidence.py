@@ -301,3 +301,57 @@ def test_a_nickname_of_the_same_person_is_no_swap(verifier):
     from verifier_service.evidence import _name_variant
     assert _name_variant("bernard madoff", "bernie madoff")
     assert not _name_variant("ruth madoff", "bernie madoff")
+
+
+# ----------------------------------------------------------------------------- evidence-1.17 rules (issue 27)
+# Hand-written sentences and passages: a question does not name its own answer; examples are claims.
+
+CUP = ["The Harbor Rovers club won the 1921 Lakeside Cup.",
+       "The Lakeside League, founded in 1890, is the oldest football league of the region."]
+Q_CUP = "Which club won the 1921 Lakeside Cup of the Lakeside League?"
+
+
+def test_the_questions_own_name_before_the_asked_verb_is_a_wrong_answer(verifier):
+    # "Which club won ... of the Lakeside League?": "The Lakeside League won ..." puts one of the question's own
+    # names in the asked slot. Without gold it is Wrong (a question does not name its answer); with gold too.
+    resp = "The Lakeside League won the 1921 Lakeside Cup."
+    for gold in (None, "Harbor Rovers"):
+        assert [lab for _, lab in _labels16(verifier, Q_CUP, resp, CUP, gold)] == ["Wrong"], gold
+    # the right club, not named by the question, is unaffected
+    ok = "The Harbor Rovers won the 1921 Lakeside Cup."
+    for gold in (None, "Harbor Rovers"):
+        assert [lab for _, lab in _labels16(verifier, Q_CUP, ok, CUP, gold)] == ["Correct"], gold
+    from verifier_service.evidence import _own_name_in_subject_slot, _question_name
+    from verifier_service.question import analyze_question
+    qi = analyze_question(Q_CUP)
+    assert _own_name_in_subject_slot(resp, qi) == "Lakeside League"
+    # a question name in another role (not before the asked verb) is no answer attempt
+    assert _own_name_in_subject_slot("The Lakeside League is the oldest league.", qi) is None
+    # a part of a longer title is not the question's name ("Harold & Kumar" in "A Very Harold & Kumar 3D ...")
+    assert not _question_name("Harold & Kumar", analyze_question("A Very Harold & Kumar 3D Christmas is part of "
+                                                                 "what series?"))
+    assert _question_name("Lakeside League", qi)
+
+
+def test_the_questions_own_name_in_a_copied_copula_frame_is_an_answer_attempt(verifier):
+    q = "Who is the writer of the radio comedy for which Tom Hale is best known?"
+    mats = ["Tom Hale is best known for playing Sid in the radio comedy Night Shift.",
+            "Night Shift is a radio comedy written by Ada Marsh."]
+    sts = _labels16(verifier, q, "Tom Hale is the writer of the radio comedy Night Shift.", mats)
+    assert [lab for _, lab in sts] == ["Wrong"], sts
+    from verifier_service.evidence import _own_name_in_subject_slot
+    from verifier_service.question import analyze_question
+    # the copula alone is not enough: the words after it must copy the question's
+    assert _own_name_in_subject_slot("Tom Hale is an actor.", analyze_question(q)) is None
+
+
+def test_examples_nothing_supports_are_wrong_not_vague(verifier):
+    q = "Which was closed by a natural disaster, Red Hill Mine or Blue Lake Mine?"
+    mats = ["Red Hill Mine was closed in 1950 after a flood.", "Blue Lake Mine shut down during a strike in 1961."]
+    sts = dict(_labels16(verifier, q, "Red Hill Mine was closed by a natural disaster, such as a volcano or an "
+                         "avalanche.", mats, "Red Hill Mine"))
+    assert sts["such as a volcano or an avalanche"] == "Wrong", sts
+    # an example the passage states is no unsupported claim
+    sts = dict(_labels16(verifier, q, "Red Hill Mine was closed by a natural disaster, such as a flood.", mats,
+                         "Red Hill Mine"))
+    assert sts.get("such as a flood", "Correct") != "Wrong", sts

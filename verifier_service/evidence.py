@@ -49,7 +49,7 @@ from verifier_service.question import (ALL_HEADS, LOCATION_WORDS, ORG_WORDS, Ans
                                        analyze_question, predict_yesno)
 from verifier_service.retrieval import MaterialIndex
 
-ALGO_VERSION = "evidence-1.16"  # bump on any verdict change: cached verdicts of other versions are not reused
+ALGO_VERSION = "evidence-1.17"  # bump on any verdict change: cached verdicts of other versions are not reused
 
 # Without a gold answer, a candidate answer's label comes from its ranking margin against the other
 # entities of the evidence: P(correct) = sigmoid(SLOPE * (margin + OFFSET)). The offset leans towards
@@ -609,6 +609,66 @@ def _named_complement(st_text: str) -> Optional[str]:
     return None
 
 
+# "Which team won ...", "Who directed ...": the verb whose subject the wh-phrase is (auxiliaries and copulas
+# excepted: "Who is ..." has no verb to match a statement's subject by)
+_EXAMPLES_RE = re.compile(r"\W*(?:such\s+as|including|like|for\s+example|for\s+instance|e\.g\.)\s", re.IGNORECASE)
+_WH_SUBJECT_RE = re.compile(r"^\W*(?:who|(?:which|what)\s+[a-z]+)\s+(?P<v>[a-z]+)\b", re.IGNORECASE)
+_WH_SUBJECT2_RE = re.compile(r"^\W*(?:which|what)\s+[a-z]+\s+[a-z]+\s+(?P<v>[a-z]+)\b", re.IGNORECASE)
+_AUX_WORDS = frozenset("is was are were be been do does did has have had can could will would should may might "
+                       "must".split())
+
+
+def _question_name(phrase: str, qi: QuestionInfo) -> bool:
+    """``phrase`` is one of the question's names as a whole (not a part of a longer one: "Harold & Kumar" is
+    not the question's name in "A Very Harold & Kumar 3D Christmas is part of what series?")."""
+    p = phrase.strip(" \"'")
+    if not p:
+        return False
+    for m in re.finditer(r"(?<![\w&])" + re.escape(p) + r"(?![\w&])", qi.text, re.IGNORECASE):
+        left = re.search(r"(\S+)\s+$", qi.text[:m.start()])
+        right = re.match(r"\s+(\S+)", qi.text[m.end():])
+        if not any(w and (w.group(1)[0].isupper() or w.group(1)[0].isdigit() or w.group(1) == "&")
+                   for w in (left, right)):
+            return True
+    return False
+
+
+def _own_name_in_subject_slot(st_text: str, qi: QuestionInfo) -> Optional[str]:
+    """One of the question's own names as the subject of the verb the question's wh-subject takes
+    ("The Big Ten Conference won the 1914 championship" for "Which team won the 1914 championship of the Big
+    Ten Conference?", "Robert De Niro directed the film" for "Who directed this film ... portrayed by Robert
+    De Niro?"): an answer attempt that fills the asked slot with a name the question gives another role."""
+    ents = T.entities(st_text)
+    if not ents:
+        return None
+    e = ents[0]
+    lead = st_text[:e.start].strip().lower()
+    if lead not in ("", "the") or not _question_name(e.text, qi):
+        return None
+    nxt = T.words(st_text[e.end:])
+    if not nxt:
+        return None
+    for m in (_WH_SUBJECT_RE.match(qi.text), _WH_SUBJECT2_RE.match(qi.text)):
+        if m is None:
+            continue
+        verb = m.group("v").lower()
+        copula = verb in ("is", "was", "are", "were")
+        if (verb in _AUX_WORDS or verb in T.STOPWORDS) and not copula:
+            continue
+        if T.stem(nxt[0]) != T.stem(verb):
+            continue
+        if copula:
+            # "David Jason is the writer of the British television sitcom ..." for "Who is the writer of the
+            # British television sitcom for which David Jason is best known ...?": the copula alone says
+            # little, so the words after it must copy the question's (two content words of its first three)
+            q_after = T.content_words(qi.text[m.end():])[:3]
+            s_after = T.content_words(" ".join(nxt[1:]))[:3]
+            if len(set(q_after) & set(s_after)) < 2:
+                continue
+        return e.text
+    return None
+
+
 def _tautology(st_text: str, before: str) -> bool:
     """The statement says nothing its own sentence has not: a fragment whose every content word and number
     the sentence already stated before it ("plants that are both Hottonia and Othonna" after "Hottonia and
@@ -805,6 +865,13 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx, st_start: int = 
         fit, txt = max(fits)
         if fit >= 0.7 and len(set(stems) & qi.stems) >= 2:
             slot_ent, has_content = txt, True
+    own_slot = None
+    if slot_ent is None and qi.qtype not in ("yesno", "choice"):
+        # "The Big Ten Conference won the 1914 championship ..." for "Which team won the 1914 championship of
+        # the Big Ten Conference?": one of the question's own names put before the verb the wh-subject takes
+        own_slot = _own_name_in_subject_slot(st_text, qi)
+        if own_slot is not None:
+            slot_ent, has_content = own_slot, True
     if not has_content and ctx.gold and ctx.n_statements == 1 and qi.qtype != "yesno" and (
             ents or [w for w in new_stems if w not in FILLER_STEMS]):
         # the whole response is this one statement and it does not give the gold answer: an answer attempt
@@ -817,6 +884,10 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx, st_start: int = 
         frag_sc = _fragment_check(ents, sent_text, idx, qi)
         if frag_sc is not None and frag_sc.state == "contradicted":
             has_content = True
+    if not has_content and _EXAMPLES_RE.match(st_text) and [w for w in new_stems if w not in FILLER_STEMS]:
+        # "such as a hurricane or a tsunami": examples name specific instances; ones that neither the
+        # evidence, the question nor the gold answer has are unsupported claims, not filler
+        has_content = True
     if not has_content:
         restates = bool(set(stems) & qi.stems)
         return Verdict(truth=0.0, confidence=0.7, informativeness=1 if restates or not stems else 2,
@@ -914,6 +985,11 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx, st_start: int = 
         elif denial and not new_ents and not new_nums and idx.sents:
             # "X was not replaced by a smart card": denies the question's premise, which the evidence states
             truth_ans, conf_ans = -1.0, 0.55
+        elif is_answer and slot_ent is not None and answer is None and _question_name(slot_ent, qi):
+            # a question does not name its own answer (an "A or B" question excepted): one of its names offered
+            # as the answer ("The flag carrier airline of India is Gurgaon" for "What is a low-cost airline
+            # headquartered at Gurgaon ...?") is another of its entities put in the asked slot
+            truth_ans, conf_ans = -1.0, 0.7
         elif is_answer and cand:
             r = ctx.ranker.rank(cand)
             if r.found:

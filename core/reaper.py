@@ -16,7 +16,10 @@ import sys
 import time
 
 POLL_S = 2.0
-GRACE_S = 10.0
+#: Seconds the dead trainer's processes get to exit on their own before SIGTERM (then 5 s more before SIGKILL).
+#: Ray's workers exit on their own once the raylet is gone; the dashboard and runtime-env agents do not (they
+#: retry a GCS that is gone), so a longer grace only keeps their ports and memory held longer.
+GRACE_S = 3.0
 
 
 def _gone(p) -> bool:

@@ -20,7 +20,9 @@ continues the curve; nothing the dead trainer's Ray started is left running.
 
 A policy / rollout actor's worker SIGKILLed or SIGSTOPped: the driver notices (at once, or after
 ACTOR_TIMEOUT_S), restarts the actor groups from the last checkpoint (counted), and when MAX_ACTOR_RESTARTS is
-used up stops with a clear ActorGroupsFailed; it never hangs.
+used up stops with a clear ActorGroupsFailed; it never hangs. With one process per role and the rollout engines
+judging (VERIFIER_BACKEND=self), a SIGKILLed engine is restarted with every group and the verifier follows the
+new engines.
 Health and backpressure of the service itself are in ``tests/test_service_hostile.py``.
 """
 from __future__ import annotations
@@ -96,15 +98,31 @@ def _listening(procs: list[psutil.Process]) -> set[tuple[str, int, str]]:
     return out
 
 
+PROXY_CHECK_ENV = "RAY_SERVE_PROXY_HEALTH_CHECK_PERIOD_S"
+
+
 @pytest.fixture(scope="module")
 def embedded_ray():
     """One embedded Ray (3 logical CPUs, no dashboard) for this module's in-process training tests: starting and
     stopping one per test cost about 10 s each on the 2-core runner. Each test ends what it started (actor groups,
     Serve, SIGSTOPped workers), so the next one finds an idle cluster; the Trainer joins it (start_ray reuses an
-    initialised Ray and does not shut it down)."""
+    initialised Ray and does not shut it down).
+
+    Serve's controller checks its HTTP proxy every 2 s instead of 10 s (Ray's own variable, read by the controller
+    that this Ray's raylet starts): a SIGKILLed proxy is declared dead after 3 failed checks, so the reward service
+    comes back in seconds rather than ~30 s. The check's timeout (10 s) is Ray's default, so a live proxy on a
+    loaded runner is not taken for dead."""
     from core.config import RLFHConfig
     from core.ray_bootstrap import start_ray
-    handle = start_ray(RLFHConfig.load(environ={}), num_cpus=3, include_dashboard=False)
+    before = os.environ.get(PROXY_CHECK_ENV)
+    os.environ[PROXY_CHECK_ENV] = "2"
+    try:
+        handle = start_ray(RLFHConfig.load(environ={}), num_cpus=3, include_dashboard=False)
+    finally:                        # the raylet has it; nothing else in this process should
+        if before is None:
+            os.environ.pop(PROXY_CHECK_ENV, None)
+        else:
+            os.environ[PROXY_CHECK_ENV] = before
     yield handle
     handle.shutdown()
 
@@ -203,7 +221,9 @@ def test_training_survives_the_reward_service_and_redis_dying(tmp_path, tiny_mod
         reward_timeout_s=5.0, reward_max_retries=1, seed=3)
     groups = trainer = None
     try:
-        url = deploy(cfg, "127.0.0.1", free_port())
+        # the controller checks the reward replica every second (Serve's default: 10 s), so the SIGKILLed one is
+        # replaced at once
+        url = deploy(cfg, "127.0.0.1", free_port(), reward_options={"health_check_period_s": 1.0})
         groups = create_groups(cfg)
         trainer = Trainer(cfg, reward_fn=ServiceReward(url, cfg), groups=groups)
         trainer.setup()
@@ -531,76 +551,16 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
             trainer.close()
 
 
-def test_separate_layout_a_dead_rollout_engine_is_restarted_and_the_run_completes(tmp_path, tiny_model_path,
-                                                                                  caplog, embedded_ray):
-    """One process per role (MODEL_LAYOUT=separate): the rollout engine's worker SIGKILLed after step 3; the
-    driver restarts the groups from step 2's checkpoint, names the rollout actor, and the run completes."""
+def test_separate_layout_dead_rollout_engine_restarted_and_the_self_judge_follows_it(tmp_path, tiny_model_path,
+                                                                                     caplog, embedded_ray):
+    """One process per role (MODEL_LAYOUT=separate) and VERIFIER_BACKEND=self: the verifier replicas judge with
+    the rollout engines. The rollout engine's worker is SIGKILLed after step 3. The driver restarts every group
+    (the policy's process is a new one too) from step 2's checkpoint, names the rollout actor, redoes step 3 on the
+    same prompts and rollout, and redeploys the verifier with the new engines (without that, every later judgement
+    would fall back to JUDGE_FALLBACK_LABEL against a dead actor); the run completes with every step rewarded by
+    the service. One run checks both the separate layout's restart and the self-judge's redeploy: each costs a
+    Ray actor start-up and a Serve deploy on the 2-core runner."""
     import logging
-    import threading
-
-    from cluster.chaos import inject
-    from cluster.driver import KeywordReward, Trainer
-    from core.config import RLFHConfig
-
-    cfg = RLFHConfig.load(
-        environ={}, model_path=tiny_model_path, save_path=str(tmp_path / "run"), prompt_data="halueval:train",
-        max_samples=32, rollout_batch_size=2, n_samples_per_prompt=2, generate_max_len=8, prompt_max_len=128,
-        train_batch_size=4, micro_train_batch_size=4, micro_rollout_batch_size=4, advantage_estimator="rloo",
-        kl_coef=0.0, max_steps=4, save_step=2, rollout_backend="hf", rollout_dtype="fp32", model_layout="separate",
-        num_cpus_per_actor=0.25, use_tensorboard=False, log_samples=0, seed=7, actor_timeout_s=120.0,
-        max_actor_restarts=1)
-    metrics_path = tmp_path / "run" / "metrics.jsonl"
-    trainer = None
-    events: list[dict] = []
-    done = threading.Event()
-
-    def fault():
-        try:
-            while not any(r["step"] == 3 for r in _read_jsonl(metrics_path)):
-                if done.is_set():
-                    return
-                time.sleep(0.1)
-            engines = _actor_procs(("ray::HFRolloutEngine",))
-            policies = _actor_procs(("ray::PolicyActor",))
-            assert len(engines) == 1 and len(policies) == 1, [p.name() for p in _alive(_tree(os.getpid()))]
-            assert inject(os.getpid(), "rollout", "KILL")["pids"] == [engines[0].pid]   # the engine, not the policy
-            events.append({"t": time.monotonic(), "rows": _read_jsonl(metrics_path), "policy_pid": policies[0].pid})
-        except Exception as e:  # noqa: BLE001
-            events.append({"error": repr(e)})
-
-    try:
-        caplog.set_level(logging.WARNING, logger="cluster")     # the driver and cluster.recovery (names the actor)
-        trainer = Trainer(cfg, reward_fn=KeywordReward("the"), show_progress=False)
-        trainer.setup()
-        th = threading.Thread(target=fault, daemon=True)
-        th.start()
-        result = trainer.fit()
-        t_end = time.monotonic()
-        done.set()
-        th.join(timeout=30)
-        assert len(events) == 1 and "error" not in events[0], events
-        assert result.completed and trainer.actor_restarts == 1
-        rows = _read_jsonl(metrics_path)
-        assert [r["step"] for r in rows] == [1, 2, 3, 4]
-        lost = next(r for r in events[0]["rows"] if r["step"] == 3)
-        for k in ("prompts", "data_index", "rollout_digest"):
-            assert rows[2][k] == lost[k], (k, rows[2][k], lost[k])
-        assert "the rollout actor died" in caplog.text, caplog.text[-2000:]
-        # every group was restarted, not only the dead one (the policy's process is a new one too)
-        assert events[0]["policy_pid"] not in {p.pid for p in _actor_procs(("ray::PolicyActor",))}
-        print(f"\nseparate layout: rollout engine SIGKILLed after step 3; restarted from step 2, run completed "
-              f"{t_end - events[0]['t']:.0f} s after the kill, 0 steps lost")
-    finally:
-        done.set()
-        if trainer is not None:
-            trainer.close()
-
-
-def test_self_judge_follows_the_restarted_rollout_engines(tmp_path, tiny_model_path, embedded_ray):
-    """VERIFIER_BACKEND=self with one process per role: the verifier replicas judge with the rollout engines. The
-    engine's worker is SIGKILLed after step 2; the driver restarts the groups and redeploys the verifier with the
-    new engines (without that, every later judgement would fall back to JUDGE_FALLBACK_LABEL against a dead
-    actor), and the run completes with every step rewarded by the service."""
     import threading
 
     from conftest import free_port
@@ -613,7 +573,7 @@ def test_self_judge_follows_the_restarted_rollout_engines(tmp_path, tiny_model_p
         environ={}, model_path=tiny_model_path, save_path=str(tmp_path / "run"), prompt_data="halueval:train",
         max_samples=32, rollout_batch_size=2, n_samples_per_prompt=2, generate_max_len=8, prompt_max_len=128,
         train_batch_size=4, micro_train_batch_size=4, micro_rollout_batch_size=4, advantage_estimator="rloo",
-        kl_coef=0.0, max_steps=4, save_step=1, rollout_backend="hf", rollout_dtype="fp32", model_layout="separate",
+        kl_coef=0.0, max_steps=4, save_step=2, rollout_backend="hf", rollout_dtype="fp32", model_layout="separate",
         num_cpus_per_actor=0.25, use_tensorboard=False, log_samples=0, seed=7, actor_timeout_s=120.0,
         max_actor_restarts=1, verifier_backend="self", judge_max_retries=0, judge_timeout_s=120,
         reward_timeout_s=300, reward_max_retries=1, serve_port=free_port())
@@ -624,36 +584,51 @@ def test_self_judge_follows_the_restarted_rollout_engines(tmp_path, tiny_model_p
 
     def fault():
         try:
-            while not any(r["step"] == 2 for r in _read_jsonl(metrics_path)):
+            # what the run started with (read before the kill's wait, so the kill follows step 3 at once)
+            seen["engines"] = [e._actor_id.hex() for e in trainer._self_judge.engines]
+            seen["verifier_pid"] = trainer._service_reward.client.stats()["verifier"]["pid"]
+            while not any(r["step"] == 3 for r in _read_jsonl(metrics_path)):
                 if done.is_set():
                     return
                 time.sleep(0.1)
-            seen["engines"] = [e._actor_id.hex() for e in trainer._self_judge.engines]
-            seen["verifier_pid"] = trainer._service_reward.client.stats()["verifier"]["pid"]
             engines = _actor_procs(("ray::HFRolloutEngine",))
-            assert len(engines) == 1, [p.name() for p in _alive(_tree(os.getpid()))]
-            assert inject(os.getpid(), "rollout", "KILL")["pids"] == [engines[0].pid]
-        except Exception as e:  # noqa: BLE001
+            policies = _actor_procs(("ray::PolicyActor",))
+            assert len(engines) == 1 and len(policies) == 1, [p.name() for p in _alive(_tree(os.getpid()))]
+            assert inject(os.getpid(), "rollout", "KILL")["pids"] == [engines[0].pid]   # the engine, not the policy
+            seen["t"], seen["rows"], seen["policy_pid"] = time.monotonic(), _read_jsonl(metrics_path), policies[0].pid
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
             seen["error"] = repr(e)
 
     try:
+        caplog.set_level(logging.WARNING, logger="cluster")     # the driver and cluster.recovery (names the actor)
         trainer = Trainer(cfg, show_progress=False)     # reward_fn=None: the reward service, judged by the engines
         trainer.setup()
         th = threading.Thread(target=fault, daemon=True)
         th.start()
         result = trainer.fit()
+        t_end = time.monotonic()
         done.set()
         th.join(timeout=30)
-        assert "error" not in seen and "engines" in seen, seen
+        assert "error" not in seen and "t" in seen, seen
         assert result.completed and trainer.actor_restarts == 1
         rows = _read_jsonl(metrics_path)
-        assert [r["step"] for r in rows] == [1, 2, 3, 4] and not any(r["skipped"] for r in rows)
+        assert [r["step"] for r in rows] == [1, 2, 3, 4] and not any(r["skipped"] for r in rows), rows
+        # restarted from step 2's checkpoint: step 3 redone on the same prompts and rollout
+        lost = next(r for r in seen["rows"] if r["step"] == 3)
+        for k in ("prompts", "data_index", "rollout_digest"):
+            assert rows[2][k] == lost[k], (k, rows[2][k], lost[k])
+        assert "the rollout actor died" in caplog.text, caplog.text[-2000:]
+        # every group was restarted, not only the dead one (the policy's process is a new one too)
+        assert seen["policy_pid"] not in {p.pid for p in _actor_procs(("ray::PolicyActor",))}
         # the judge holds the restarted groups' engines, not the dead one ...
         now = [e._actor_id.hex() for e in trainer._self_judge.engines]
         assert now == [e._actor_id.hex() for e in trainer.groups.rollout] and not set(now) & set(seen["engines"])
         # ... in a verifier replica started after the restart, which has verified the steps since
         stats = trainer._service_reward.client.stats()["verifier"]
         assert stats["backend"] == "self" and stats["pid"] != seen["verifier_pid"] and stats["items"] > 0
+        print(f"\nseparate layout, self-judge: rollout engine SIGKILLed after step 3; restarted from step 2, "
+              f"verifier redeployed with the new engine, run completed {t_end - seen['t']:.0f} s after the kill, "
+              f"0 steps lost")
     finally:
         done.set()
         if trainer is not None:

@@ -3,9 +3,11 @@ real Ray with DeepSpeed/gloo) and the real reward service (Ray Serve over HTTP, 
 configuration and the tiny random Llama of tests/conftest.py: these tests are about the loop's mechanics (train,
 sync, checkpoint, resume, skip, cache, self-judge), not about learning (tests/test_learning.py has the real model).
 
-One module-scoped Ray + actor cast serves the tests, which run in file order: train 2 steps (checkpoint every
-step), then resume from the step-1 checkpoint and compare with the uninterrupted run's step 2, then take the
-reward service away and check the batch is skipped.
+One module-scoped Ray + actor cast serves the tests, which run in file order. One module-scoped reward service,
+its verification cache a private redis-server, serves the trainings (a Serve deploy + shutdown costs ~20 s): train
+2 steps (checkpoint every step), resume from the step-1 checkpoint and compare with the uninterrupted run's step 2,
+take the reward service away and check the batch is skipped, read verifications back from Redis; last, the
+self-judging trainer deploys its own service.
 """
 from __future__ import annotations
 
@@ -59,11 +61,34 @@ def run_dir(tmp_path_factory):
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def redis_server():
+    """A private redis-server for the module's reward service (its verification cache)."""
+    from conftest import RedisProcess
+    r = RedisProcess().start()
+    yield r
+    r.stop()
+    shutil.rmtree(r.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def reward_service(cluster, redis_server, tmp_path_factory, tiny_model_path) -> str:
+    """The URL of one reward service on the module's Ray (REDIS_URL: its cache is ``redis_server``), which the
+    trainings below reach through REWARD_URL. Torn down before the cluster (it depends on it)."""
+    from conftest import free_port
+
+    from reward_service.app import deploy, shutdown
+    url = deploy(tiny_cfg(tmp_path_factory.mktemp("service"), tiny_model_path, redis_url=redis_server.url),
+                 "127.0.0.1", free_port())
+    yield url
+    shutdown()
+
+
 def fingerprint(groups) -> dict[str, float]:
     return groups.policy.run("weights_fingerprint")[0]
 
 
-def test_two_steps_train_sync_and_checkpoint(cluster, run_dir, tiny_model_path):
+def test_two_steps_train_sync_and_checkpoint(cluster, run_dir, tiny_model_path, reward_service):
     import ray
 
     from actors.types import make_batch
@@ -72,9 +97,9 @@ def test_two_steps_train_sync_and_checkpoint(cluster, run_dir, tiny_model_path):
     engine = groups.rollout[0]
     before = fingerprint(groups)
     v0 = ray.get(engine.weights_version.remote())
-    cfg = tiny_cfg(run_dir, tiny_model_path, snapshot_step=2)
+    cfg = tiny_cfg(run_dir, tiny_model_path, snapshot_step=2, reward_url=reward_service)
 
-    trainer = Trainer(cfg, groups=groups)   # reward_fn=None: deploys the reward service on this Ray
+    trainer = Trainer(cfg, groups=groups)   # rewards from the module's reward service (REWARD_URL)
     try:
         trainer.setup()
         result = trainer.fit()
@@ -204,47 +229,41 @@ def test_reward_service_down_skips_the_batch_and_leaves_the_policy_alone(cluster
     assert ray.get(groups.rollout[0].weights_version.remote()) == v0
 
 
-def test_training_with_redis_caches_verifications_across_runs(cluster, tmp_path, private_redis, tiny_model_path):
+def test_training_with_redis_caches_verifications_across_runs(cluster, tmp_path, redis_server, reward_service,
+                                                             tiny_model_path):
     """REDIS_URL set: the reward service's verification cache is a real redis-server. A first run writes its
     verifications there (with the TTL); a second run over the same prompts reads the identical abstention
     candidates back from it (counted as cached, and read from the server: its keyspace hits), and both train.
-    One service (REDIS_URL's settings) serves both runs through REWARD_URL: a Serve deploy + shutdown per run
-    cost ~20 s each, and the Redis cache has no in-process layer, so a hit in the second run is a Redis read."""
+    The module's service (REDIS_URL's settings) serves both runs through REWARD_URL, as it served the runs above:
+    these two train on the dev split, whose questions none of those saw, so the first run finds nothing cached.
+    The Redis cache has no in-process layer, so a hit in the second run is a Redis read."""
     import redis
 
-    from conftest import free_port
-
     from cluster.driver import Trainer
-    from reward_service.app import deploy, shutdown
     from reward_service.cache import KEY_PREFIX
     groups = cluster["groups"]
-    client = redis.Redis.from_url(private_redis.url)
-    assert client.dbsize() == 0
+    client = redis.Redis.from_url(redis_server.url)
+    keys_before = set(client.keys(KEY_PREFIX + "*"))
     rows, hits = [], [int(client.info("stats")["keyspace_hits"])]
-    url = deploy(tiny_cfg(tmp_path / "service", tiny_model_path, redis_url=private_redis.url), "127.0.0.1",
-                 free_port())
-    try:
-        for run in ("first", "second"):
-            cfg = tiny_cfg(tmp_path / run, tiny_model_path, redis_url=private_redis.url, max_steps=1, save_step=0,
-                           reward_url=url)
-            trainer = Trainer(cfg, groups=groups)
-            try:
-                trainer.setup()
-                result = trainer.fit()
-                cache = trainer._service_reward.client.stats()["cache"]
-            finally:
-                trainer.close()
-            assert result.completed and result.steps_this_run == 1 and not result.history[-1]["skipped"]
-            assert result.history[-1]["policy_trained"] and result.history[-1]["statements_per_response"] > 0
-            assert cache["backend"] == "redis", cache
-            rows.append(result.history[-1])
-            hits.append(int(client.info("stats")["keyspace_hits"]))
-            if run == "first":
-                keys = client.keys(KEY_PREFIX + "*")
-                assert len(keys) >= cfg.rollout_batch_size       # at least the abstention candidates' verifications
-                assert 0 < client.ttl(keys[0]) <= cfg.cache_ttl_s
-    finally:
-        shutdown()
+    for run in ("first", "second"):
+        cfg = tiny_cfg(tmp_path / run, tiny_model_path, redis_url=redis_server.url, max_steps=1, save_step=0,
+                       reward_url=reward_service, prompt_data="halueval:dev")
+        trainer = Trainer(cfg, groups=groups)
+        try:
+            trainer.setup()
+            result = trainer.fit()
+            cache = trainer._service_reward.client.stats()["cache"]
+        finally:
+            trainer.close()
+        assert result.completed and result.steps_this_run == 1 and not result.history[-1]["skipped"]
+        assert result.history[-1]["policy_trained"] and result.history[-1]["statements_per_response"] > 0
+        assert cache["backend"] == "redis", cache
+        rows.append(result.history[-1])
+        hits.append(int(client.info("stats")["keyspace_hits"]))
+        if run == "first":
+            keys = set(client.keys(KEY_PREFIX + "*")) - keys_before
+            assert len(keys) >= cfg.rollout_batch_size       # at least the abstention candidates' verifications
+            assert 0 < client.ttl(next(iter(keys))) <= cfg.cache_ttl_s
     # one abstention candidate per prompt (of n = 2 samples): the same prompts give the same candidates
     assert rows[1]["prompts"] == rows[0]["prompts"]
     assert rows[1]["cached_rate"] >= 0.5 and rows[1]["cached_rate"] > rows[0]["cached_rate"]
@@ -253,8 +272,13 @@ def test_training_with_redis_caches_verifications_across_runs(cluster, tmp_path,
 
 def test_self_verifier_judges_with_the_policys_rollout_engines(cluster, tmp_path, tiny_model_path):
     """VERIFIER_BACKEND=self: the trainer hands its rollout engines to the verifier replicas, which judge the
-    policy's statements by asking the policy (chat on the engines); the step trains on those rewards."""
+    policy's statements by asking the policy (chat on the engines); the step trains on those rewards. The trainer
+    deploys this service itself (no REWARD_URL) under the app name the module's service has, so that one (which
+    the tests above used) is shut down first; the fixture's own shutdown at the end of the module is then a no-op.
+    Last in the file: its step advances the policy's weights version, which the checkpoint tests above compare."""
     from cluster.driver import Trainer
+    from reward_service.app import shutdown
+    shutdown()
     groups = cluster["groups"]
     cfg = tiny_cfg(tmp_path, tiny_model_path, verifier_backend="self", judge_max_retries=0, judge_timeout_s=600,
                    max_steps=1, save_step=0, reward_timeout_s=900)

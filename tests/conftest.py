@@ -1,6 +1,7 @@
 """Shared fixtures: a real Redis (from scripts/run_tests.sh or REDIS_URL) and the embedded assets."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -33,7 +34,7 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    _stop_shared_service()          # a session cut short (-x, Ctrl-C) after a shared-service test
+    _stop_serve()                   # a session cut short (-x, Ctrl-C) after a shared-service test
     path = session.config.getoption("--durations-file", None)
     # under pytest-xdist every worker finishes a session too; the controller sees all reports and writes the file
     if not path or not _durations or hasattr(session.config, "workerinput"):
@@ -120,29 +121,107 @@ def private_redis():
     shutil.rmtree(r.dir, ignore_errors=True)
 
 
-# ------------------------------------------------------------------------------------------------ shared service
-# The integration modules (tests/test_integrations_*.py) all test against the same reward service with the same
-# settings (tests/integration_service.py's defaults); none restarts, kills or reconfigures it. Starting Ray + Serve
-# once for all of them instead of once per module saves a Ray start and a Serve deploy per module. The service is
-# stopped as soon as the next test belongs to a module that does not use it (so no other module ever finds this
-# Ray running) and at the end of the session. A test that needs its own settings or breaks the service must start
-# its own (as tests/test_service_*.py do).
+# ------------------------------------------------------------------------------------------------ shared Ray + Serve
+# The modules that test the reward service over HTTP (tests/test_metrics_scrape.py, test_integrations_*.py,
+# test_schemathesis.py, test_service_hostile.py, test_service_rewards.py) each deploy the app with settings of their
+# own, but none needs a Ray or a Serve controller and HTTP proxy of its own: they share one embedded Ray (with a
+# Prometheus export port) and one Serve proxy (``serve_ray``), and each module deploys its app on them and deletes it
+# when it is done (``SharedServe.app``). That saves a Ray start, a Serve start and their shutdowns per module.
+# pytest_collection_modifyitems runs these modules one after another, test_metrics_scrape.py first (its scrape then
+# counts only its own requests); the Ray is shut down as soon as the next test belongs to a module that does not
+# use it (so no other module ever finds this Ray running) and at the end of the session. A test that kills, stalls
+# for good or reconfigures Ray or Serve themselves (tests/test_faults.py) starts its own.
+
+SERVE_FIXTURE = "serve_ray"
+SERVE_FIRST = "test_metrics_scrape.py"
+
+
+class SharedServe:
+    """An embedded Ray (2 logical CPUs, no dashboard, metrics on a free port) and Serve's HTTP proxy on a free
+    loopback port."""
+
+    def __init__(self):
+        import ray
+        from ray import serve
+        self.port, self.metrics_port = free_port(), free_port()
+        ray.init(address="local", num_cpus=2, include_dashboard=False, _metrics_export_port=self.metrics_port)
+        serve.start(http_options={"host": "127.0.0.1", "port": self.port})
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    @contextlib.contextmanager
+    def app(self, cfg, **deploy_kw):
+        """The reward service app for ``cfg`` on this Serve (``deploy_kw``: reward_service.app.deploy's); yields its
+        URL and deletes the app on exit."""
+        from ray import serve
+
+        from reward_service.app import APP_NAME, deploy
+        try:
+            yield deploy(cfg, "127.0.0.1", self.port, **deploy_kw)
+        finally:
+            serve.delete(APP_NAME)
+
+    def stop(self) -> None:
+        import ray
+        from ray import serve
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()
+
+
+_serve: dict = {"value": None, "modules": frozenset()}
+
+
+@pytest.fixture(scope="module")
+def serve_ray() -> SharedServe:
+    """The Ray + Serve the service modules share (started on first use)."""
+    if _serve["value"] is None:
+        _serve["value"] = SharedServe()
+    return _serve["value"]
+
+
+def _stop_serve() -> None:
+    _stop_shared_service()
+    shared = _serve["value"]
+    if shared is not None:
+        _serve["value"] = None
+        shared.stop()
+
+
+# The integration modules (tests/test_integrations_*.py) also share one app: the same settings
+# (tests/integration_service.py's defaults), and none restarts, kills or reconfigures it. It is deployed on first
+# use and deleted as soon as the next test belongs to a module that does not use it. A test that needs its own
+# settings or breaks the service deploys its own (as tests/test_service_*.py do).
 
 SHARED_SERVICE_FIXTURE = "shared_reward_service"
 _shared_service: dict = {"cm": None, "value": None, "modules": frozenset()}
 
 
+def _modules_using(items, fixture: str) -> list[str]:
+    return list(dict.fromkeys(str(it.path) for it in items if fixture in getattr(it, "fixturenames", ())))
+
+
 def pytest_collection_modifyitems(session, config, items):
-    _shared_service["modules"] = frozenset(
-        str(it.path) for it in items if SHARED_SERVICE_FIXTURE in getattr(it, "fixturenames", ()))
+    _shared_service["modules"] = frozenset(_modules_using(items, SHARED_SERVICE_FIXTURE))
+    serve_modules = _modules_using(items, SERVE_FIXTURE)
+    _serve["modules"] = frozenset(serve_modules)
+    if len(serve_modules) > 1:      # one after another, where the first of them was; the rest keep their order
+        serve_modules.sort(key=lambda m: not m.endswith(SERVE_FIRST))
+        first = next(i for i, it in enumerate(items) if str(it.path) in _serve["modules"])
+        group = [it for m in serve_modules for it in items if str(it.path) == m]
+        rest = [it for it in items if str(it.path) not in _serve["modules"]]
+        items[:] = rest[:first] + group + rest[first:]
 
 
 @pytest.fixture
-def shared_reward_service() -> dict:
-    """``{"url", "cfg"}`` of the reward service the integration modules share (started on first use)."""
+def shared_reward_service(serve_ray) -> dict:
+    """``{"url", "cfg"}`` of the reward service the integration modules share (deployed on first use)."""
     if _shared_service["cm"] is None:
         from integration_service import running_service
-        cm = running_service()
+        cm = running_service(serve_ray)
         _shared_service["value"] = cm.__enter__()
         _shared_service["cm"] = cm
     return _shared_service["value"]
@@ -157,9 +236,12 @@ def _stop_shared_service() -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item, nextitem):
-    if _shared_service["cm"] is not None and (nextitem is None
-                                              or str(nextitem.path) not in _shared_service["modules"]):
+    # trylast: after the runner's own teardown, so a module's fixtures (its app) are gone before Serve is
+    nxt = None if nextitem is None else str(nextitem.path)
+    if _shared_service["cm"] is not None and nxt not in _shared_service["modules"]:
         _stop_shared_service()
+    if _serve["value"] is not None and nxt not in _serve["modules"]:
+        _stop_serve()
 
 
 @pytest.fixture(scope="session")

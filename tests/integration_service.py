@@ -1,7 +1,7 @@
 """The real reward service for the integration tests (tests/test_integrations_*.py).
 
-An embedded Ray with fractional CPUs, the Serve app with the real evidence Verifier, a private
-redis-server, on a free loopback port; no auth token (OpenRLHF's HTTP client sends none). The integration modules
+The Serve app with the real evidence Verifier on the Ray + Serve the service modules share (tests/conftest.py's
+``serve_ray``), a private redis-server; no auth token (OpenRLHF's HTTP client sends none). The integration modules
 share one (tests/conftest.py's ``shared_reward_service``).
 """
 from __future__ import annotations
@@ -25,26 +25,17 @@ OBEROI = {
 
 
 @contextlib.contextmanager
-def running_service(**overrides) -> Iterator[dict]:
-    """``{"url", "cfg"}`` of a running reward service; everything stopped on exit."""
-    import ray
-    from ray import serve
-
-    from conftest import RedisProcess, free_port
-    from reward_service.app import deploy
+def running_service(shared, **overrides) -> Iterator[dict]:
+    """``{"url", "cfg"}`` of the reward service on ``shared`` (tests/conftest.py's SharedServe) with a private
+    redis-server; the app deleted and Redis stopped on exit."""
+    from conftest import RedisProcess
 
     redis_proc = RedisProcess().start()
-    started_ray = not ray.is_initialized()
-    if started_ray:
-        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     cfg = RLFHConfig.load(environ={}, redis_url=redis_proc.url, cache_ttl_s=600, **overrides)
     try:
-        url = deploy(cfg, "127.0.0.1", free_port())
-        yield {"url": url, "cfg": cfg}
+        with shared.app(cfg) as url:
+            yield {"url": url, "cfg": cfg}
     finally:
-        serve.shutdown()
-        if started_ray:
-            ray.shutdown()
         redis_proc.stop()
 
 

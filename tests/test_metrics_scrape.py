@@ -135,25 +135,14 @@ def _value(parsed, name, **labels) -> float:
 
 
 @pytest.fixture(scope="module")
-def reward_service_with_metrics():
-    import ray
-    from ray import serve
-
-    import reward_service.app as app
+def reward_service_with_metrics(serve_ray):
+    """On the Ray + Serve the service modules share (tests/conftest.py): its metrics export port is scraped. This
+    module is the first of them to run, so every count below comes from this test's own requests."""
     from core.config import RLFHConfig
-    from conftest import free_port
 
-    metrics_port = free_port()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, _metrics_export_port=metrics_port)
-    try:
-        cfg = RLFHConfig.load(environ={}, reward_api_token=TOKEN)
-        url = app.deploy(cfg, "127.0.0.1", free_port())
-        yield url, f"http://127.0.0.1:{metrics_port}/metrics"
-    finally:
-        try:
-            serve.shutdown()
-        finally:
-            ray.shutdown()
+    cfg = RLFHConfig.load(environ={}, reward_api_token=TOKEN)
+    with serve_ray.app(cfg) as url:
+        yield url, serve_ray.metrics_url
 
 
 @pytest.mark.slow

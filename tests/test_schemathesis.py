@@ -34,21 +34,11 @@ CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,r
 
 
 @pytest.fixture(scope="module")
-def service(redis_url):
-    import ray
-    from ray import serve
-
-    from conftest import free_port
-    from reward_service.app import deploy
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
+def service(redis_url, serve_ray):
     cfg = RLFHConfig.load(environ={}, redis_url=redis_url, reward_api_token=TOKEN, max_batch_items=16,
                           verifier_num_cpus=0.2, reward_num_cpus=0.2)
-    try:
-        yield deploy(cfg, "127.0.0.1", free_port())
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+    with serve_ray.app(cfg) as url:        # on the Ray + Serve the service modules share (tests/conftest.py)
+        yield url
 
 
 def test_schemathesis_finds_no_5xx_and_no_schema_violation(service, tmp_path):

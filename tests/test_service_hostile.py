@@ -29,25 +29,17 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture(scope="module")
-def service(redis_url):
+def service(redis_url, serve_ray):
     import ray
-    from ray import serve
-
-    from conftest import free_port
-    from reward_service.app import deploy
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])   # ship slow_factory to the replicas
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
     cfg = RLFHConfig.load(environ={}, redis_url=redis_url, reward_api_token=TOKEN, max_batch_items=8,
                           verifier_num_cpus=0.2, reward_num_cpus=0.2)
-    try:
-        # a tiny queue (2 running + 2 queued at the proxy) so that overload is reachable in the last tests
-        url = deploy(cfg, "127.0.0.1", free_port(), verifier_factory=slow_factory,
-                     reward_options={"max_ongoing_requests": 2, "max_queued_requests": 2})
+    # on the Ray + Serve the service modules share (tests/conftest.py); a tiny queue (2 running + 2 queued at the
+    # proxy) so that overload is reachable in the last tests
+    with serve_ray.app(cfg, verifier_factory=slow_factory,
+                       reward_options={"max_ongoing_requests": 2, "max_queued_requests": 2}) as url:
         yield url
-    finally:
-        serve.shutdown()
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -42,24 +42,20 @@ def faulty_factory(cfg):
 
 
 @pytest.fixture(scope="module")
-def service():
+def service(serve_ray):
     import ray
-    from ray import serve
 
-    from conftest import RedisProcess, free_port
-    from reward_service.app import deploy
+    from conftest import RedisProcess
 
     redis_proc = RedisProcess().start()
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])   # ship FaultyVerifier to the replicas
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
     cfg = RLFHConfig.load(environ={}, redis_url=redis_proc.url, reward_api_token=TOKEN, max_batch_items=MAX_ITEMS,
                           cache_ttl_s=600)
     try:
-        url = deploy(cfg, "127.0.0.1", free_port(), verifier_factory=faulty_factory)
-        yield {"url": url, "redis": redis_proc, "cfg": cfg}
+        # on the Ray + Serve the service modules share (tests/conftest.py)
+        with serve_ray.app(cfg, verifier_factory=faulty_factory) as url:
+            yield {"url": url, "redis": redis_proc, "cfg": cfg}
     finally:
-        serve.shutdown()
-        ray.shutdown()
         redis_proc.stop()
 
 

@@ -10,7 +10,7 @@ import statistics
 import pytest
 import torch
 
-from test_eval_cli import rlfh
+from test_eval_cli import rlfh_in_process
 
 ABSTAIN = "I don't know."
 
@@ -120,12 +120,15 @@ def test_abstain_model_decides_and_the_evaluated_model_answers(tmp_path, tiny_mo
                             abstain_threshold=0.5))
 
 
-def test_abstain_options_bad_input_is_a_clear_error(tmp_path, tiny_model_path):
-    r = rlfh("eval", "--model", "smollm2-135m-instruct", "--out", str(tmp_path / "o"), "--abstain-threshold", "1.5")
+def test_abstain_options_bad_input_is_a_clear_error(tmp_path, tiny_model_path, capsys):
+    def run(*args: str):   # bad input: in this process (tests/test_eval_cli.py runs the command)
+        return rlfh_in_process(capsys, *args)
+
+    r = run("eval", "--model", "smollm2-135m-instruct", "--out", str(tmp_path / "o"), "--abstain-threshold", "1.5")
     assert r.returncode == 2 and "--abstain-threshold must be in [0, 1]" in r.stderr
-    r = rlfh("eval", "--model", "smollm2-135m-instruct", "--out", str(tmp_path / "o"),
-             "--abstain-model", tiny_model_path)
+    r = run("eval", "--model", "smollm2-135m-instruct", "--out", str(tmp_path / "o"),
+            "--abstain-model", tiny_model_path)
     assert r.returncode == 2 and "--abstain-model needs --abstain-threshold" in r.stderr
-    r = rlfh("eval", "--model", "smollm2-135m-instruct", "--out", str(tmp_path / "o"), "--abstain-threshold", "0.5",
-             "--abstain-text", "  ")
+    r = run("eval", "--model", "smollm2-135m-instruct", "--out", str(tmp_path / "o"), "--abstain-threshold", "0.5",
+            "--abstain-text", "  ")
     assert r.returncode == 2 and "--abstain-text must not be empty" in r.stderr

@@ -10,7 +10,7 @@ from core.data import QAItem
 from core.prompts import ABSTAIN_TEXT
 from evaluation.generate import Generation
 from evaluation.runner import apply_grounding_gate
-from test_eval_cli import rlfh
+from test_eval_cli import rlfh, rlfh_in_process
 from verifier_service.text import grounded_share
 
 PASSAGE = ("The Eiffel Tower was designed by the engineering company of Gustave Eiffel and completed in 1889 in "
@@ -85,20 +85,23 @@ def test_eval_grounding_gate_on_reused_answers_with_real_model(tmp_path):
     assert s["grounding_gate"] is True and s["answers_from"] == str(base)
 
 
-def test_grounding_gate_and_answers_from_bad_input_is_a_clear_error(tmp_path):
-    r = rlfh("eval", "--model", "smollm2-135m-instruct", "--out", str(tmp_path / "o"), "--grounding-gate")
+def test_grounding_gate_and_answers_from_bad_input_is_a_clear_error(tmp_path, capsys):
+    def run(*args: str):   # bad input: in this process (the command runs for real above)
+        return rlfh_in_process(capsys, *args)
+
+    r = run("eval", "--model", "smollm2-135m-instruct", "--out", str(tmp_path / "o"), "--grounding-gate")
     assert r.returncode == 2 and "--grounding-gate needs --mode evidence" in r.stderr
-    r = rlfh("eval", "--model", "smollm2-135m-instruct", "--out", str(tmp_path / "o"),
-             "--answers-from", str(tmp_path / "nothing"))
+    r = run("eval", "--model", "smollm2-135m-instruct", "--out", str(tmp_path / "o"),
+            "--answers-from", str(tmp_path / "nothing"))
     assert r.returncode == 2 and "no summary.json / answers.jsonl there" in r.stderr
     src = tmp_path / "src"
     src.mkdir()
     (src / "answers.jsonl").write_text("")
     (src / "summary.json").write_text(json.dumps({"data": "halueval:test", "mode": "closed", "max_new_tokens": 8}))
-    r = rlfh("eval", "--model", "smollm2-135m-instruct", "--out", str(tmp_path / "o"), "--answers-from", str(src))
+    r = run("eval", "--model", "smollm2-135m-instruct", "--out", str(tmp_path / "o"), "--answers-from", str(src))
     assert r.returncode == 2 and "re-use only a run of the same model and settings" in r.stderr
-    r = rlfh("eval", "--model", "smollm2-135m-instruct", "--out", str(tmp_path / "o"), "--answers-from", str(src),
-             "--abstain-threshold", "0.5")
+    r = run("eval", "--model", "smollm2-135m-instruct", "--out", str(tmp_path / "o"), "--answers-from", str(src),
+            "--abstain-threshold", "0.5")
     assert r.returncode == 2 and "cannot be combined with --abstain-threshold" in r.stderr
 
 

@@ -2,7 +2,7 @@
 tests/conftest.py (with SmolLM2's tokenizer): these tests are about dispatch, log-prob alignment, updates and
 weight sync, not about what the model says.
 
-One module-scoped cast (policy, critic, reference, one HF rollout engine) serves every test; the tests run in
+One module-scoped cast (policy, critic, reference, two HF rollout engines) serves the tests; they run in
 file order and later ones build on the state the earlier ones left (the policy is trained as they go).
 """
 from __future__ import annotations
@@ -32,9 +32,10 @@ def cfg(tiny_model_path):
     from core.config import RLFHConfig
     return RLFHConfig(model_path=tiny_model_path, micro_train_batch_size=2, train_batch_size=4,
                       micro_rollout_batch_size=4, actor_lr=1e-4, critic_lr=1e-4, generate_max_len=GEN_TOKENS,
-                      prompt_max_len=128, seed=7, rollout_backend="hf", num_cpus_per_actor=0.25, vllm_num_engines=1,
+                      prompt_max_len=128, seed=7, rollout_backend="hf", num_cpus_per_actor=0.25, vllm_num_engines=2,
                       rollout_dtype="fp32", train_autocast="off",
                       model_layout="separate")   # one group per role: the object-store weight sync is tested here
+    # two rollout engines: the tests use the first; the last one shards prompts over both (and syncs both)
     # fp32 everywhere: the actors' log-probs are compared with direct fp32 HF forwards and across ranks at 1e-4
     # (tests/test_layouts.py and tests/test_actors_inprocess.py cover the bf16-autocast default).
 
@@ -84,6 +85,21 @@ def direct_logprobs(model, sample) -> torch.Tensor:
     p, r = len(sample.prompt_token_ids), len(sample.response_token_ids)
     logp = torch.log_softmax(logits[p - 1:p + r - 1], -1)
     return logp.gather(1, torch.tensor(sample.response_token_ids)[:, None])[:, 0]
+
+
+def test_ray_actor_phase_gets_cpu_threads_despite_omp_num_threads_1(ray_local):
+    """A fractional-CPU Ray actor starts with OMP_NUM_THREADS=1; its phases use CPU_THREADS anyway (from
+    tests/test_speed.py, whose own Ray start cost more than the check)."""
+    from actors.group import ActorGroup
+    from actors.reference import ReferenceActor
+    from core.config import RLFHConfig
+    cfg = RLFHConfig(cpu_threads=2, num_cpus_per_actor=0.25)
+    g = ActorGroup(ReferenceActor, role="reference", cfg=cfg, num_nodes=1, num_gpus_per_node=0)
+    try:
+        assert ray_local.get(g.actors[0].phase_threads.remote(1)) == {"threads": 2, "omp_env": "1"}
+        assert ray_local.get(g.actors[0].phase_threads.remote(2))["threads"] == 1
+    finally:
+        g.shutdown()
 
 
 # ------------------------------------------------------------------------------------------------ rollout
@@ -231,7 +247,7 @@ def test_weight_sync_engine_generates_with_the_new_weights(groups, batch, prompt
 
 # ------------------------------------------------------------------------------------------------ 2 ranks
 
-def test_dispatch_over_two_gloo_ranks(cfg, batch, samples, tiny_model_path, ray_local):
+def test_dispatch_over_two_gloo_ranks(cfg, groups, batch, samples, tiny_model_path, ray_local):
     """world_size 2 on CPU (gloo): per-rank results come back in rank order; a train step keeps ranks in lockstep."""
     from actors.group import ActorGroup
     from actors.policy import PolicyActor
@@ -262,26 +278,23 @@ def test_dispatch_over_two_gloo_ranks(cfg, batch, samples, tiny_model_path, ray_
         sd = g.run("state_dict_for_sync")
         assert sd[1] == {} and "model.embed_tokens.weight" in sd[0]
 
-        # two rollout engines: prompts are sharded over them and merged back prompt-major; one sync feeds both
-        from actors.group import create_rollout_engines
+        # the module's two rollout engines: prompts are sharded over them and merged back prompt-major; one sync
+        # from this group feeds both (this test is the module's last: nothing after it uses their weights)
         from actors.rollout import generate_on_engines
         from actors.weight_sync import sync_weights
-        engines = create_rollout_engines(tiny_cfg.model_copy(update={"vllm_num_engines": 2}), backend="hf")
-        try:
-            version = sync_weights(g, engines)
-            assert version == g.run("weights_version")[0] == 1
-            want = torch.cat(g.dispatch("logprobs", batch))
-            for e in engines:
-                torch.testing.assert_close(ray_local.get(e.logprobs.remote(batch)), want, atol=1e-5, rtol=0)
-            prompts = ["<|im_start|>user\nA?<|im_end|>\n", "<|im_start|>user\nB?<|im_end|>\n",
-                       "<|im_start|>user\nC?<|im_end|>\n"]
-            out = generate_on_engines(engines, prompts, 2, 4, 1.0, 1.0, seed=1, timeout=120)
-            assert [s.prompt_index for s in out] == [0, 0, 1, 1, 2, 2]
-            assert {s.extra["engine"] for s in out} == {0, 1}
-            tok_ids = [s.prompt_token_ids for s in out]
-            assert tok_ids[0] == tok_ids[1] != tok_ids[2] == tok_ids[3] != tok_ids[4]
-        finally:
-            for e in engines:
-                ray_local.kill(e)
+        engines = groups.rollout
+        assert len(engines) == 2
+        version = sync_weights(g, engines)
+        assert version == g.run("weights_version")[0] == 1
+        want = torch.cat(g.dispatch("logprobs", batch))
+        for e in engines:
+            torch.testing.assert_close(ray_local.get(e.logprobs.remote(batch)), want, atol=1e-5, rtol=0)
+        prompts = ["<|im_start|>user\nA?<|im_end|>\n", "<|im_start|>user\nB?<|im_end|>\n",
+                   "<|im_start|>user\nC?<|im_end|>\n"]
+        out = generate_on_engines(engines, prompts, 2, 4, 1.0, 1.0, seed=1, timeout=120)
+        assert [s.prompt_index for s in out] == [0, 0, 1, 1, 2, 2]
+        assert {s.extra["engine"] for s in out} == {0, 1}
+        tok_ids = [s.prompt_token_ids for s in out]
+        assert tok_ids[0] == tok_ids[1] != tok_ids[2] == tok_ids[3] != tok_ids[4]
     finally:
         g.shutdown()

@@ -41,24 +41,8 @@ def test_other_load_reads_proc_stat():
     assert 0.0 <= load <= machine_cores() + 1e-9
 
 
-@pytest.mark.slow
-def test_ray_actor_phase_gets_cpu_threads_despite_omp_num_threads_1():
-    """A fractional-CPU Ray actor starts with OMP_NUM_THREADS=1; its phases use CPU_THREADS anyway."""
-    import ray
-
-    from actors.group import ActorGroup
-    from actors.reference import ReferenceActor
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        cfg = RLFHConfig(cpu_threads=2, num_cpus_per_actor=0.25)
-        g = ActorGroup(ReferenceActor, role="reference", cfg=cfg, num_nodes=1, num_gpus_per_node=0)
-        try:
-            assert ray.get(g.actors[0].phase_threads.remote(1)) == {"threads": 2, "omp_env": "1"}
-            assert ray.get(g.actors[0].phase_threads.remote(2))["threads"] == 1
-        finally:
-            g.shutdown()
-    finally:
-        ray.shutdown()
+# A fractional-CPU Ray actor's phases get CPU_THREADS despite OMP_NUM_THREADS=1: tests/test_actors_ray.py (on that
+# module's Ray, which saves a Ray start here).
 
 
 # ------------------------------------------------------------------------------------------------ bf16 rollouts
@@ -109,19 +93,27 @@ def test_bf16_rollout_logprobs_stay_within_the_measured_drift(embedded_model_pat
 
 # ------------------------------------------------------------------------------------------------ one generation path
 
+@pytest.fixture(scope="module")
+def real_model(embedded_model_path):
+    """SmolLM2-135M-Instruct, fp32, eval mode: loaded once for the tests below that only read it (generations,
+    forwards; none changes a weight)."""
+    from core.model_loader import load_causal_lm
+    return load_causal_lm(embedded_model_path).eval()
+
+
 @pytest.mark.slow
 # real model: greedy equality across code paths needs answers that end (EOS) and clear argmaxes
-def test_eval_generation_is_the_rollout_engines_greedy_generation(embedded_model_path):
+def test_eval_generation_is_the_rollout_engines_greedy_generation(embedded_model_path, real_model):
     """`rlfh eval`'s generate_greedy runs on the rollout engine: same answers as the engine's own greedy
     ``generate`` (training's code path) and as a plain HF greedy ``generate``; input order kept after sorting."""
     from actors.rollout import HFRolloutEngine
     from core.data import load_halueval
-    from core.model_loader import load_causal_lm, load_tokenizer
+    from core.model_loader import load_tokenizer
     from core.prompts import render_prompt
     from evaluation.generate import generate_greedy
     torch.set_num_threads(1)
     tok = load_tokenizer(embedded_model_path)
-    model = load_causal_lm(embedded_model_path).eval()
+    model = real_model
     items = load_halueval("dev")[:5]
     # mixed lengths: evidence prompts are several times longer than closed-book ones
     prompts = [render_prompt(tok, it.question, it.knowledge_text, "evidence" if i % 2 else "closed")
@@ -227,17 +219,17 @@ def test_length_bucketed_forward_micro_batches_give_the_rows_in_order(tiny_model
 
 @pytest.mark.slow
 # real model: greedy and seeded equality of two prefill paths needs clear argmaxes, not a random model's
-def test_prefill_once_for_n_samples_gives_the_same_samples(embedded_model_path):
+def test_prefill_once_for_n_samples_gives_the_same_samples(embedded_model_path, real_model):
     """``model.generate`` loop (HF_DECODE_LOOP=generate; the kv-buffer loop always prefills once, see
     tests/test_decode.py): each prompt is prefilled once and its KV cache repeated for the n samples, giving the
     same greedy and seeded samples (and log-probs) as prefilling every copy, as before."""
     from actors.rollout import HFRolloutEngine
     from actors.types import make_batch
-    from core.model_loader import load_causal_lm, load_tokenizer
+    from core.model_loader import load_tokenizer
     from core.prompts import render_prompt
     torch.set_num_threads(1)
     tok = load_tokenizer(embedded_model_path)
-    model = load_causal_lm(embedded_model_path).eval()
+    model = real_model
     engine = HFRolloutEngine(RLFHConfig(rollout_backend="hf", rollout_dtype="fp32", micro_rollout_batch_size=6,
                                         hf_decode_loop="generate"), model=model, tokenizer=tok)
     prompts = [render_prompt(tok, q) for q in ("What is the capital of France?", "Who wrote Hamlet?",
@@ -266,7 +258,8 @@ def test_bench_scaling_times_the_linear_passes_without_asserting_a_time():
 
 @pytest.mark.slow
 # real model: BF16_LOGPROB_DRIFT was measured on SmolLM2-135M; the bound holds for that model
-def test_colocated_engine_samples_the_fp32_policy_under_bf16_autocast_within_the_measured_drift(embedded_model_path):
+def test_colocated_engine_samples_the_fp32_policy_under_bf16_autocast_within_the_measured_drift(embedded_model_path,
+                                                                                               real_model):
     """The colocated rollout engine generates with the policy's own fp32 module under bf16 autocast (no bf16 copy
     of the weights): the autocast log-probs of what it samples stay within twice the measured bf16 drift of the
     fp32 ones, and the module's weights stay fp32."""
@@ -274,12 +267,12 @@ def test_colocated_engine_samples_the_fp32_policy_under_bf16_autocast_within_the
     from actors.rollout import BF16_LOGPROB_DRIFT, HFRolloutEngine
     from actors.types import make_batch
     from core.data import load_halueval
-    from core.model_loader import load_causal_lm, load_tokenizer
+    from core.model_loader import load_tokenizer
     from core.prompts import render_prompt
     torch.set_num_threads(1)
     cfg = RLFHConfig(rollout_backend="hf", micro_rollout_batch_size=8)
     tok = load_tokenizer(embedded_model_path)
-    model = load_causal_lm(embedded_model_path).eval()
+    model = real_model
     engine = HFRolloutEngine(cfg, model=model, tokenizer=tok, autocast="bf16", shares_policy_weights=True)
     assert engine.autocast == torch.bfloat16 and "autocast bf16" in engine.info()["dtype"]
     prompts = [render_prompt(tok, it.question) for it in load_halueval("dev")[:4]]

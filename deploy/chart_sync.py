@@ -95,7 +95,8 @@ def generated_tables() -> dict:
         "serve": {"app_name": sc.APP_NAME, "import_path": sc.IMPORT_PATH,
                   "verifier_deployment": sc.VERIFIER_DEPLOYMENT, "reward_deployment": sc.REWARD_DEPLOYMENT,
                   "target_ongoing_requests": sc.TARGET_ONGOING_REQUESTS, "routes": list(sc.ROUTES),
-                  "max_ongoing_requests": sc.MAX_ONGOING_REQUESTS, "backpressure": sc.backpressure_options()},
+                  "max_ongoing_requests": sc.MAX_ONGOING_REQUESTS, "backpressure": sc.backpressure_options(),
+                  "shutdown": sc.shutdown_options()},
     }
 
 

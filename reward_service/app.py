@@ -63,7 +63,8 @@ from reward_service.openrlhf_adapter import GetRewardInputError, parse_get_rewar
 from reward_service.schemas import (MAX_BODY_BYTES, ErrorBody, GetRewardRequest, GetRewardResponse, RewardsRequest,
                                     RewardsResponse, VerifyBody)
 from reward_service.serve_config import (APP_NAME, BACKPRESSURE_RETRY_AFTER_S, MAX_ONGOING_REQUESTS, REWARD_DEPLOYMENT,
-                                         ROUTE_PREFIX, VERIFIER_DEPLOYMENT, backpressure_options, scaling_options)
+                                         ROUTE_PREFIX, VERIFIER_DEPLOYMENT, backpressure_options, scaling_options,
+                                         shutdown_options)
 from reward_service.token_rewards import (RewardInputError, RewardSettings, compute_token_rewards,
                                           offsets_from_tokenizer, validate_offsets)
 
@@ -520,7 +521,8 @@ def build_app(cfg: ServiceSettings, verifier_factory=None, reward_options: Optio
     ``verifier_factory``: optional picklable ``ServiceSettings -> Verifier`` used by the verifier replicas instead of
     ``Verifier(cfg)`` (e.g. a Verifier built around in-process engines, or fault injection in tests).
     ``reward_options``: Serve options overriding the reward deployment's (tests shrink the queue with it).
-    Both deployments have a bounded queue (``reward_service.serve_config.backpressure_options``): 503 + Retry-After.
+    Both deployments have a bounded queue (``reward_service.serve_config.backpressure_options``): 503 + Retry-After;
+    a stopping replica checks for requests in flight every 0.2 s (``shutdown_options``).
     """
     RewardSettings.from_config(cfg)      # a bad reward setting fails here (ConfigError), not in a replica loop
     # (so does SERVE_MAX_REPLICAS below a deployment's replicas: scaling_options raises ConfigError)
@@ -529,10 +531,12 @@ def build_app(cfg: ServiceSettings, verifier_factory=None, reward_options: Optio
     verifier = VerifierDeployment.options(
         ray_actor_options={"num_cpus": cfg.verifier_num_cpus},
         max_ongoing_requests=MAX_ONGOING_REQUESTS[VERIFIER_DEPLOYMENT], logging_config=logging_config,
-        **backpressure_options(), **scaling_options(cfg.verifier_replicas, cfg.max_replicas)).bind(d, verifier_factory)
+        **backpressure_options(), **shutdown_options(),
+        **scaling_options(cfg.verifier_replicas, cfg.max_replicas)).bind(d, verifier_factory)
     opts = dict(ray_actor_options={"num_cpus": cfg.reward_num_cpus},
                 max_ongoing_requests=MAX_ONGOING_REQUESTS[REWARD_DEPLOYMENT], logging_config=logging_config,
-                **backpressure_options(), **scaling_options(cfg.reward_replicas, cfg.max_replicas))
+                **backpressure_options(), **shutdown_options(),
+                **scaling_options(cfg.reward_replicas, cfg.max_replicas))
     opts.update(reward_options or {})
     return RewardDeployment.options(**opts).bind(d, verifier)
 

@@ -37,7 +37,8 @@ def test_serve_config_scaling():
     fixed = sc.serve_config(RLFHConfig.load({}, verifier_replicas=3))["applications"][0]["deployments"]
     assert fixed[0] == {"name": sc.VERIFIER_DEPLOYMENT, "num_replicas": 3, "ray_actor_options": {"num_cpus": 0.25},
                         "max_ongoing_requests": 16, "max_queued_requests": sc.MAX_QUEUED_REQUESTS,
-                        "backpressure_config": {"status_code": 503, "retry_after_s": sc.BACKPRESSURE_RETRY_AFTER_S}}
+                        "backpressure_config": {"status_code": 503, "retry_after_s": sc.BACKPRESSURE_RETRY_AFTER_S},
+                        "graceful_shutdown_wait_loop_s": sc.GRACEFUL_SHUTDOWN_WAIT_LOOP_S}
     auto = sc.serve_config(RLFHConfig.load({}, verifier_replicas=2, max_replicas=5))["applications"][0]["deployments"]
     assert "num_replicas" not in auto[0]
     assert auto[0]["autoscaling_config"]["min_replicas"] == 2 and auto[0]["autoscaling_config"]["max_replicas"] == 5

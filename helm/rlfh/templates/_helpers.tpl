@@ -535,6 +535,8 @@ settings (tests/test_helm.py renders both and compares).
 {{- $_ := set $d "max_ongoing_requests" (index $serve.max_ongoing_requests (index $pair 0)) -}}
 {{- $_ := set $d "max_queued_requests" $serve.backpressure.max_queued_requests -}}
 {{- $_ := set $d "backpressure_config" $serve.backpressure.backpressure_config -}}
+{{- /* a stopping replica's checks for requests in flight (reward_service.serve_config.shutdown_options) */ -}}
+{{- $_ := set $d "graceful_shutdown_wait_loop_s" $serve.shutdown.graceful_shutdown_wait_loop_s -}}
 {{- $deps = append $deps $d -}}
 {{- end -}}
 {{- $app := dict "name" $serve.app_name "route_prefix" $rs.routePrefix "import_path" $serve.import_path "args" $args "deployments" $deps -}}

@@ -2,9 +2,11 @@
 
 The driver runs its real loop (real Ray actor groups, DeepSpeed on CPU, the real SmolLM2-135M, HF rollout
 engine, weight sync) with :class:`cluster.experience.KeywordReward` plugged in instead of the reward service.
-Before and after 5 steps the rollout engine samples 8 held-out prompts x 8 samples with a fixed seed; the share
-of responses containing the word and its mean count must rise clearly (measured here: 0.52 -> 0.97 and
-0.64 -> 1.63 occurrences per 12-token response; the run is seeded end to end, so it is reproducible).
+Before and after 3 steps the rollout engine samples 8 held-out prompts x 8 samples with a fixed seed; the share
+of responses containing the word and its mean count must rise clearly (measured on the 2-core CI machine,
+2026-11-26: 0.48 -> 0.88 and 0.58 -> 1.28 occurrences per 12-token response after 3 steps, against +0.25 and x1.5
+needed; 5 steps gave 0.98 and 1.59, 3 clear both bounds with room; the run is seeded end to
+end, so it is reproducible up to the thread count's float rounding).
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ def test_keyword_reward_raises_the_word_frequency(tmp_path):
         environ={}, save_path=str(tmp_path), prompt_data="halueval:train", max_samples=200, rollout_batch_size=4,
         n_samples_per_prompt=4, generate_max_len=GEN_TOKENS, prompt_max_len=128, train_batch_size=8,
         micro_train_batch_size=8, micro_rollout_batch_size=16, advantage_estimator="grpo", kl_coef=0.0,
-        actor_lr=1e-4, max_steps=5, seed=3, use_tensorboard=False, rollout_backend="hf")
+        actor_lr=1e-4, max_steps=3, seed=3, use_tensorboard=False, rollout_backend="hf")
     handle = start_ray(cfg, num_cpus=4, include_dashboard=False)
     trainer = Trainer(cfg, reward_fn=KeywordReward(WORD), show_progress=False)
     try:

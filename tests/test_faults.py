@@ -419,7 +419,10 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
     from cluster.driver import ActorGroupsFailed, KeywordReward, Trainer
     from core.config import RLFHConfig
 
-    timeout_s = 20.0
+    # ACTOR_TIMEOUT_S: the SIGSTOPped engine is given up on after this long. Every call of the tiny model takes well
+    # under a second (starting an actor has its own bound, at least 300 s), so 10 s is a wide margin on a loaded
+    # runner and the hang costs 10 s of the test, not 20.
+    timeout_s = 10.0
     cfg = RLFHConfig.load(
         environ={}, model_path=tiny_model_path, save_path=str(tmp_path / "run"), prompt_data="halueval:train",
         max_samples=32, rollout_batch_size=2, n_samples_per_prompt=2, generate_max_len=8, prompt_max_len=128,

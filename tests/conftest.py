@@ -138,13 +138,15 @@ SERVE_FIRST = "test_metrics_scrape.py"
 
 class SharedServe:
     """An embedded Ray (2 logical CPUs, no dashboard, metrics on a free port) and Serve's HTTP proxy on a free
-    loopback port."""
+    loopback port. Its processes report their metrics every second instead of Ray's 10 s, so the scrape test finds
+    them after a second or two rather than after up to 10 s."""
 
     def __init__(self):
         import ray
         from ray import serve
         self.port, self.metrics_port = free_port(), free_port()
-        ray.init(address="local", num_cpus=2, include_dashboard=False, _metrics_export_port=self.metrics_port)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, _metrics_export_port=self.metrics_port,
+                 _system_config={"metrics_report_interval_ms": 1000})
         serve.start(http_options={"host": "127.0.0.1", "port": self.port})
 
     @property

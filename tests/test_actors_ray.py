@@ -34,6 +34,7 @@ def cfg(tiny_model_path):
                       micro_rollout_batch_size=4, actor_lr=1e-4, critic_lr=1e-4, generate_max_len=GEN_TOKENS,
                       prompt_max_len=128, seed=7, rollout_backend="hf", num_cpus_per_actor=0.25, vllm_num_engines=2,
                       rollout_dtype="fp32", train_autocast="off",
+                      cpu_threads=2,   # what auto gives on the idle 2-core CI machine; fixed for the thread check
                       model_layout="separate")   # one group per role: the object-store weight sync is tested here
     # two rollout engines: the tests use the first; the last one shards prompts over both (and syncs both)
     # fp32 everywhere: the actors' log-probs are compared with direct fp32 HF forwards and across ranks at 1e-4
@@ -87,21 +88,6 @@ def direct_logprobs(model, sample) -> torch.Tensor:
     return logp.gather(1, torch.tensor(sample.response_token_ids)[:, None])[:, 0]
 
 
-def test_ray_actor_phase_gets_cpu_threads_despite_omp_num_threads_1(ray_local):
-    """A fractional-CPU Ray actor starts with OMP_NUM_THREADS=1; its phases use CPU_THREADS anyway (from
-    tests/test_speed.py, whose own Ray start cost more than the check)."""
-    from actors.group import ActorGroup
-    from actors.reference import ReferenceActor
-    from core.config import RLFHConfig
-    cfg = RLFHConfig(cpu_threads=2, num_cpus_per_actor=0.25)
-    g = ActorGroup(ReferenceActor, role="reference", cfg=cfg, num_nodes=1, num_gpus_per_node=0)
-    try:
-        assert ray_local.get(g.actors[0].phase_threads.remote(1)) == {"threads": 2, "omp_env": "1"}
-        assert ray_local.get(g.actors[0].phase_threads.remote(2))["threads"] == 1
-    finally:
-        g.shutdown()
-
-
 # ------------------------------------------------------------------------------------------------ rollout
 
 def test_groups_and_placement(groups, cfg, hf_model):
@@ -111,6 +97,14 @@ def test_groups_and_placement(groups, cfg, hf_model):
     pings = groups.policy.run("ping")
     assert pings[0]["device"] == "cpu" and pings[0]["rank"] == 0
     assert groups.init_info["policy"][0]["trainable_params"] == sum(p.numel() for p in hf_model.parameters())
+
+
+def test_ray_actor_phase_gets_cpu_threads_despite_omp_num_threads_1(groups, ray_local):
+    """A fractional-CPU Ray actor starts with OMP_NUM_THREADS=1; its phases use CPU_THREADS anyway (here, not in
+    tests/test_speed.py: this module's cast has such an actor, so no Ray or actor starts for the check)."""
+    ref = groups.reference.actors[0]
+    assert ray_local.get(ref.phase_threads.remote(1)) == {"threads": 2, "omp_env": "1"}
+    assert ray_local.get(ref.phase_threads.remote(2))["threads"] == 1
 
 
 def test_rollout_samples_follow_the_contract(samples, prompts, tok, groups, ray_local):

@@ -215,3 +215,10 @@ def test_heldout_summary_tables_and_verdicts(tmp_path, capsys):
     assert "random abstention (base declining 24)" in out and "question-type rule" in out
     assert "accuracy on attempted" in out
     assert summary_main([str(tmp_path / "missing.json")]) == 2
+
+
+def test_heldout_summary_percent_never_prints_negative_zero():
+    """A share computed as 1 - (correct + incorrect) can land a hair below zero (the base's 'not attempted')."""
+    from cluster.heldout_summary import _pct
+    assert _pct(1 - (0.07 + 0.93)) == "0.0" and _pct(-1e-17) == "0.0"
+    assert _pct(0.123) == "12.3" and _pct(None) == "-"

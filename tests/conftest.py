@@ -113,12 +113,23 @@ class RedisProcess:
         self.proc = None
 
 
-@pytest.fixture
-def private_redis():
+def _private_redis():
     r = RedisProcess().start()
     yield r
     r.stop()
     shutil.rmtree(r.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def private_redis():
+    """A redis-server of this test's own (tests that stop, flush or count it)."""
+    yield from _private_redis()
+
+
+@pytest.fixture(scope="module")
+def private_redis_module():
+    """A redis-server of this module's own, shared by its tests."""
+    yield from _private_redis()
 
 
 # ------------------------------------------------------------------------------------------------ shared Ray + Serve

@@ -62,23 +62,13 @@ def run_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def redis_server():
-    """A private redis-server for the module's reward service (its verification cache)."""
-    from conftest import RedisProcess
-    r = RedisProcess().start()
-    yield r
-    r.stop()
-    shutil.rmtree(r.dir, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def reward_service(cluster, redis_server, tmp_path_factory, tiny_model_path) -> str:
-    """The URL of one reward service on the module's Ray (REDIS_URL: its cache is ``redis_server``), which the
+def reward_service(cluster, private_redis_module, tmp_path_factory, tiny_model_path) -> str:
+    """The URL of one reward service on the module's Ray (REDIS_URL: its cache is ``private_redis_module``), which the
     trainings below reach through REWARD_URL. Torn down before the cluster (it depends on it)."""
     from conftest import free_port
 
     from reward_service.app import deploy, shutdown
-    url = deploy(tiny_cfg(tmp_path_factory.mktemp("service"), tiny_model_path, redis_url=redis_server.url),
+    url = deploy(tiny_cfg(tmp_path_factory.mktemp("service"), tiny_model_path, redis_url=private_redis_module.url),
                  "127.0.0.1", free_port())
     yield url
     shutdown()
@@ -229,7 +219,7 @@ def test_reward_service_down_skips_the_batch_and_leaves_the_policy_alone(cluster
     assert ray.get(groups.rollout[0].weights_version.remote()) == v0
 
 
-def test_training_with_redis_caches_verifications_across_runs(cluster, tmp_path, redis_server, reward_service,
+def test_training_with_redis_caches_verifications_across_runs(cluster, tmp_path, private_redis_module, reward_service,
                                                              tiny_model_path):
     """REDIS_URL set: the reward service's verification cache is a real redis-server. A first run writes its
     verifications there (with the TTL); a second run over the same prompts reads the identical abstention
@@ -242,11 +232,11 @@ def test_training_with_redis_caches_verifications_across_runs(cluster, tmp_path,
     from cluster.driver import Trainer
     from reward_service.cache import KEY_PREFIX
     groups = cluster["groups"]
-    client = redis.Redis.from_url(redis_server.url)
+    client = redis.Redis.from_url(private_redis_module.url)
     keys_before = set(client.keys(KEY_PREFIX + "*"))
     rows, hits = [], [int(client.info("stats")["keyspace_hits"])]
     for run in ("first", "second"):
-        cfg = tiny_cfg(tmp_path / run, tiny_model_path, redis_url=redis_server.url, max_steps=1, save_step=0,
+        cfg = tiny_cfg(tmp_path / run, tiny_model_path, redis_url=private_redis_module.url, max_steps=1, save_step=0,
                        reward_url=reward_service, prompt_data="halueval:dev")
         trainer = Trainer(cfg, groups=groups)
         try:

@@ -609,9 +609,10 @@ def _named_complement(st_text: str) -> Optional[str]:
     return None
 
 
+# "such as a hurricane or a tsunami": a statement that lists examples
+_EXAMPLES_RE = re.compile(r"\W*(?:such\s+as|including|like|for\s+example|for\s+instance|e\.g\.)\s", re.IGNORECASE)
 # "Which team won ...", "Who directed ...": the verb whose subject the wh-phrase is (auxiliaries and copulas
 # excepted: "Who is ..." has no verb to match a statement's subject by)
-_EXAMPLES_RE = re.compile(r"\W*(?:such\s+as|including|like|for\s+example|for\s+instance|e\.g\.)\s", re.IGNORECASE)
 _WH_SUBJECT_RE = re.compile(r"^\W*(?:who|(?:which|what)\s+[a-z]+)\s+(?P<v>[a-z]+)\b", re.IGNORECASE)
 _WH_SUBJECT2_RE = re.compile(r"^\W*(?:which|what)\s+[a-z]+\s+[a-z]+\s+(?P<v>[a-z]+)\b", re.IGNORECASE)
 _AUX_WORDS = frozenset("is was are were be been do does did has have had can could will would should may might "

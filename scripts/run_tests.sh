@@ -44,14 +44,17 @@ export PATH="$PWD/.venv/bin:$PATH"
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 DS_ACCELERATOR=cpu TOKENIZERS_PARALLELISM=false
 # The 25 slowest tests are printed at the end; every test's time (setup + call + teardown) goes to
 # .pytest-durations.json, slowest first (tests/conftest.py writes it), for whoever keeps the suite fast.
-# RLFH_TEST_WORKERS=N (N >= 2) runs the suite on N pytest-xdist workers, a module at a time (--dist loadfile: a
-# module's fixtures start once); every test that starts Ray, Serve or Redis does so on free ports, so two run side
-# by side. Default 0, one process: on the 2-core CI machine two workers were SLOWER (2026-11-26,
-# 2-core AMD EPYC: 28:23 against 25:16 in one process) -- the Ray tests' processes and the model tests' torch
-# threads oversubscribe the cores (one decode test took 201 s instead of 20 s). Use it where cores are plenty.
-WORKERS="${RLFH_TEST_WORKERS:-0}"
+# RLFH_TEST_WORKERS=N runs the suite on N pytest-xdist workers, a module at a time (--dist loadfile: a module's
+# fixtures start once); every test that starts Ray, Serve or Redis does so on free ports, so two run side by side.
+# Default: 2 workers where there are 2 cores or more, each with ONE OpenMP thread (OMP_NUM_THREADS=1 unless set):
+# the suite leaves a core idle half the time (Ray start-up, HTTP, subprocesses), and one thread per worker keeps
+# two model tests from stalling each other (two OpenMP threads descheduled in turn wait at every op: with 2 threads
+# per worker one decode test took 201 s instead of 20 s). 2-core AMD EPYC, 2026-11-27, 826 tests: one process
+# 23:28, 2 workers x 1 thread 13:58. RLFH_TEST_WORKERS=0: one process, torch's default thread count.
+if (( $(nproc) >= 2 )); then DEFAULT_WORKERS=2; else DEFAULT_WORKERS=0; fi
+WORKERS="${RLFH_TEST_WORKERS:-$DEFAULT_WORKERS}"
 XDIST=()
-[[ "$WORKERS" != "0" ]] && XDIST=(-n "$WORKERS" --dist loadfile)
+if [[ "$WORKERS" != "0" ]]; then XDIST=(-n "$WORKERS" --dist loadfile); export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"; fi
 echo "[tests] $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $WORKERS xdist workers"
 set +e
 $BIN/python -m pytest "${XDIST[@]}" --durations=25 --durations-file=.pytest-durations.json "$@"

@@ -1,6 +1,8 @@
 """actors/decode.py: the kv-buffer sampling loop against transformers' own generate, on the real model."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -12,7 +14,7 @@ from core.config import RLFHConfig
 @pytest.fixture(scope="module")
 def model_and_tok(embedded_model_path):
     from core.model_loader import load_causal_lm, load_tokenizer
-    torch.set_num_threads(2)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or 2))   # 1 under run_tests.sh's xdist workers
     return load_causal_lm(embedded_model_path).eval(), load_tokenizer(embedded_model_path)
 
 

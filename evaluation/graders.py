@@ -17,8 +17,9 @@ Rules, in order (each grade carries a ``reason`` code so a report can show why):
    ones: a hedged correct answer is ``correct``, a hedged wrong one is
    ``incorrect`` (SimpleQA's convention); ``Grade.hedged`` records the hedge.
 4. Yes/no gold: the first explicit "yes"/"no" in the answer decides (``yes_no``);
-   with neither, a negation or contrast ("not", "neither", "n't", "while",
-   "different"...) reads as "no", otherwise "yes" (``yes_no_implicit``) -- in the
+   with neither, the answer is read clause by clause (:func:`polarity`: "A and B are
+   both directors, but their styles differ" is a yes; "A is in Fujian, while B is in
+   Yunnan" a no) (``yes_no_implicit``) -- in the
    strict reading (the default) only when the answer repeats at least half of the
    question's predicate words ("same", "nationality"), else ``incorrect``
    (``yes_no_unanswered``): an answer about something else says neither yes nor no.
@@ -48,7 +49,8 @@ from typing import Optional
 from core.questions import choice_options
 
 #: Bumped whenever a rule changes some answer's grade; caches of grades (baselines/probe.py) key on it.
-GRADER_VERSION = "2"   # 2: a choice gold spelled out longer than its option still names the option
+GRADER_VERSION = "3"   # 2: a choice gold spelled out longer than its option still names the option;
+                      # 3: an implicit yes/no answer is read clause by clause (a "but" after "both" is no "no")
 
 CORRECT, INCORRECT, NOT_ATTEMPTED = "correct", "incorrect", "not_attempted"
 GRADES: tuple[str, ...] = (CORRECT, INCORRECT, NOT_ATTEMPTED)
@@ -236,15 +238,52 @@ _NO_CUES = re.compile(r"n't\b|\bnot\b|\bneither\b|\bnor\b|\bnever\b|\bdifferent\
                       r"\bwhereas\b|\bunlike\b|\bhowever\b|\bbut\b|\bonly\b", re.IGNORECASE)
 
 
-def polarity(answer: str) -> tuple[str, bool]:
+# Implicit answers are read clause by clause: the answer's sentences cut at each contrast ("A and B are both
+# directors, but their styles differ" says yes; the old whole-answer reading took the "but" for a no).
+_CLAUSE_SPLIT = re.compile(r"[.!?;]\s+|,?\s*\b(?:but|while|whereas|however|although|though|unlike|yet)\b",
+                           re.IGNORECASE)
+_NEGATION = re.compile(r"n't\b|\bnot\b|\bneither\b|\bnor\b|\bnever\b|\bno longer\b", re.IGNORECASE)
+# "A and B are both / all / each ...", "... the same ...", "B is also ...": the head clause affirms
+_AFFIRM = re.compile(r"\b(?:both|all|each|same|also)\b", re.IGNORECASE)
+_SAME = re.compile(r"\bsame\b", re.IGNORECASE)
+_DIFFERENT = re.compile(r"\b(?:different|differ|differs|distinct|separate)\b", re.IGNORECASE)
+
+
+def polarity(answer: str, question: Optional[str] = None) -> tuple[str, bool]:
     """('yes' | 'no', explicit) for an answer to a yes/no question.
 
-    The first explicit "yes"/"no" word decides; without one, a negation or contrast cue reads as
-    "no", anything else as "yes" (``explicit`` is False then: the grade's reason says ``yes_no_implicit``).
+    The first explicit "yes"/"no" word decides (``explicit`` True). Otherwise (``explicit`` False) the answer
+    is cut into clauses at sentence ends and contrasts ("but", "while", "whereas", "however"...):
+
+    1. a negation in the first clause ("A and B are not both ...") is a no, and so is a negation in any clause
+       that repeats the question's predicate ("..., but they are not both names of a genus"; for a "same"
+       question "different" counts as a negation: "..., but from different countries");
+    2. a first clause that affirms ("both", "all", "each", "same", "also": "A and B are both film directors,
+       but their styles differ") is a yes; for a "same" question only "same" affirms ("A and B are both
+       European" does not say "the same country");
+    3. two parallel clauses that each repeat the predicate ("A is a Czech tennis player, while B is a Czech
+       tennis player", for "Are A and B both Czech tennis players?") are a yes, except for a "same" question
+       ("A is in the Fujian province, while B is in the Guangdong province");
+    4. else a contrast anywhere ("A is in Fujian, while B is in Yunnan") is a no, and anything else a yes.
     """
     for t in normalize_tokens(answer):
         if t in _EXPLICIT:
             return _EXPLICIT[t], True
+    clauses = [c for c in _CLAUSE_SPLIT.split(answer or "") if c and c.strip()]
+    if not clauses:
+        return "yes", False
+    head = clauses[0]
+    if _NEGATION.search(head):
+        return "no", False
+    same_q = bool(question and _SAME.search(question))
+    if question and any((_NEGATION.search(c) or (same_q and _DIFFERENT.search(c))) and addresses_question(c, question)
+                        for c in clauses[1:]):
+        return "no", False
+    if (_SAME if same_q else _AFFIRM).search(head):
+        return "yes", False
+    if question and not same_q and len(clauses) >= 2 and predicate_words(question) and \
+            all(addresses_question(c, question) for c in clauses[:2]):
+        return "yes", False
     return ("no" if _NO_CUES.search(answer or "") else "yes"), False
 
 
@@ -362,11 +401,16 @@ def _stem(t: str) -> str:
     return t[:-1] if len(t) > 3 and t.endswith("s") and not t.endswith("ss") else t
 
 
+# "both" in "Are A and B both animators?" is no content: "A and B are both artists" does not address it
+_QUANTIFIERS = frozenset({"both", "either", "neither", "all", "each"})
+
+
 def predicate_words(question: str) -> set[str]:
     """The question's content words outside its names ("same", "nationality", "director"), crudely stemmed."""
     names = {t for ent in question_entities(question) for t in normalize_tokens(ent)}
     return {_stem(t) for t in _content(normalize_tokens(question))
-            if t not in names and t.lower() not in {w.lower() for w in _QUESTION_WORDS} and not t.isdigit()}
+            if t not in names and t.lower() not in {w.lower() for w in _QUESTION_WORDS} and not t.isdigit()
+            and t not in _QUANTIFIERS}
 
 
 def addresses_question(answer: str, question: Optional[str], min_share: float = PREDICATE_SHARE) -> bool:
@@ -443,7 +487,7 @@ def grade_answer(answer: Optional[str], gold: Optional[str], question: Optional[
     if g_tok in (["yes"], ["no"]):
         if _BOTH_POLARITIES.search(answer):
             return done(False, "both_options")
-        pol, explicit = polarity(answer)
+        pol, explicit = polarity(answer, question)
         if strict and not explicit and pol == "yes" and not addresses_question(answer, question):
             return done(False, "yes_no_unanswered")
         return done(pol == g_tok[0], "yes_no" if explicit else "yes_no_implicit")

@@ -131,6 +131,42 @@ def test_yes_no_questions():
             assert (r.grade, r.reason) == (INCORRECT, "both_options"), (both, gold)
 
 
+def test_implicit_yes_no_is_read_clause_by_clause():
+    # (question, answer, the answer's reading): answers of the embedded model to training-split questions. The
+    # whole-answer reading took any "but" / "while" / "different" for a no, so "both X, but ..." read as no.
+    cases = [
+        ("Are Archive and Young the Giant both rock groups?",
+         "Archive and Young are both rock groups, but they are named after different artists.", "yes"),
+        ("Are Paphiopedilum and Soleirolia both flowering plants?",
+         "Paphiopedilum and Soleirolia are both flowering plants, but they belong to different families.", "yes"),
+        # parallel clauses that each repeat the predicate
+        ("Are Lucie Safarova and Pavel Slozil both Czech tennis players?",
+         "Lucie Safarova is a Czech tennis player, while Pavel Slozil is a Czech tennis player.", "yes"),
+        # a negation in the first clause, or in a later clause that repeats the predicate
+        ("Are Jane and First for Women both women's magazines?",
+         "Jane and First are not both women's magazines.", "no"),
+        ("Are Lesquerella and Thujopsis both names of a genus of flowering plants?",
+         "Lesquerella and Thujopsis are both genera of flowering plants, but they are not names of the same genus.",
+         "no"),
+        # a "same" question: "both European" is not "the same country"; "different" answers it
+        ("Are Daniela Hantuchova and Balazs Taroczy of the same nationality?",
+         "Daniela Hantuchova and Balazs Taroczy are both European, but they have different nationalities.", "no"),
+        ("Are David Vincent and Troy Sanders members of the same band?",
+         "David Vincent and Troy Sanders are members of the same band, but they joined in different years.", "yes"),
+        # a contrast of two different things stays a no
+        ("Are Fuzhou, Jiangxi and Malipo County located in the same province?",
+         "Fuzhou is located in the Fujian province, while Malipo County is located in the Guangdong province.", "no"),
+    ]
+    for q, a, want in cases:
+        assert polarity(a, q) == (want, False), (q, a)
+        other = "no" if want == "yes" else "yes"
+        assert (g(a, want, q).grade, g(a, other, q).grade) == (CORRECT, INCORRECT), (q, a)
+    # "both" is no predicate word: "both artists" does not answer "both animators?"
+    r = g("David Zennie and Norman McLaren are both artists, but one directs films.", "yes",
+          "Are David Zennie and Norman McLaren both animators?")
+    assert (r.grade, r.reason) == (INCORRECT, "yes_no_unanswered")
+
+
 def test_choice_questions_use_the_option_named_first():
     q = "Which tennis player won more Grand Slam titles, Henri Leconte or Jonathan Stark?"
     assert choice_options(q) == ("Henri Leconte", "Jonathan Stark")

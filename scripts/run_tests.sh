@@ -51,11 +51,12 @@ export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 DS_ACCELERATOR=cpu TOKEN
 # two model tests from stalling each other (two OpenMP threads descheduled in turn wait at every op: with 2 threads
 # per worker one decode test took 201 s instead of 20 s). 2-core AMD EPYC, 2026-11-27, 826 tests: one process
 # 23:28, 2 workers x 1 thread 13:58. RLFH_TEST_WORKERS=0: one process, torch's default thread count.
-if (( $(nproc) >= 2 )); then DEFAULT_WORKERS=2; else DEFAULT_WORKERS=0; fi
+CORES=$(nproc)   # before OMP_NUM_THREADS is exported below: GNU nproc reports OMP_NUM_THREADS when it is set
+if (( CORES >= 2 )); then DEFAULT_WORKERS=2; else DEFAULT_WORKERS=0; fi
 WORKERS="${RLFH_TEST_WORKERS:-$DEFAULT_WORKERS}"
 XDIST=()
 if [[ "$WORKERS" != "0" ]]; then XDIST=(-n "$WORKERS" --dist loadfile); export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"; fi
-echo "[tests] $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $WORKERS xdist workers"
+echo "[tests] $CORES cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $WORKERS xdist workers"
 set +e
 $BIN/python -m pytest "${XDIST[@]}" --durations=25 --durations-file=.pytest-durations.json "$@"
 rc=$?

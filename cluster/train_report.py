@@ -159,13 +159,22 @@ def _per_type_panel(ax, steps: list, rows: list[dict[str, Any]], key: str, marke
     _finish_share_axis(ax, title)
 
 
+def best_dev_step(dev_rows: list[dict[str, Any]]) -> Optional[int]:
+    """The best dev step as the last in-loop dev evaluation reports it (``dev/best_step``), None without one."""
+    for d in reversed(dev_rows):
+        if d.get("dev/best_step") is not None:
+            return int(d["dev/best_step"])
+    return None
+
+
 def plot_curves(rows: list[dict[str, Any]], out_png: str | Path,
                 dev_rows: Optional[list[dict[str, Any]]] = None) -> Optional[Path]:
     """Training curves into ``out_png`` (matplotlib Agg). None when no step trained.
 
     Top row: reward, KL, label mix (share of statements per verifier label). Bottom row, when the run has
     them: the policy's own samples declined per question type (``rollout/abstain/TYPE``), and the in-loop dev
-    evaluation (``dev_rows``, greedy): correct / incorrect / declined and the declined share per question type.
+    evaluation (``dev_rows``, greedy): correct / incorrect / declined and the declined share per question type,
+    with a dotted line at the best dev step.
     """
     trained = [r for r in rows if not r.get("skipped")]
     if not trained:
@@ -223,6 +232,11 @@ def plot_curves(rows: list[dict[str, Any]], out_png: str | Path,
         _finish_share_axis(ax, f"dev, greedy ({mode} book)" if dev_rows else "dev: off (DEV_EVAL_STEP=0)", 7)
         _per_type_panel(grid[1][2], dsteps, dev_rows, f"dev/{mode}/abstain/{{t}}", "o",
                         "dev, greedy: share declined per question type")
+        best = best_dev_step(dev_rows)
+        if best is not None:   # the step FINAL_MODEL=best exports: where to read the dev panels
+            for a in (grid[1][1], grid[1][2]):
+                a.axvline(best, color="black", ls=":", lw=1.2, label=f"best dev step ({best})")
+                a.legend(fontsize=8)
         axes += list(grid[1])
 
     skipped = [r["step"] for r in rows if r.get("skipped")]

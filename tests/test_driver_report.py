@@ -4,7 +4,7 @@ from __future__ import annotations
 import io
 import json
 
-from cluster.train_report import format_mix, plot_curves, print_summary, read_metrics, summary_rows
+from cluster.train_report import best_dev_step, format_mix, plot_curves, print_summary, read_metrics, summary_rows
 
 
 def _row(step, reward, kl, correct, skipped=False):
@@ -43,3 +43,13 @@ def test_plot_curves_writes_a_png_and_skips_empty_runs(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert plot_curves([_row(1, 0, 0, 0, skipped=True)], tmp_path / "none.png") is None
     assert read_metrics(tmp_path / "missing.jsonl") == []
+
+
+def test_best_dev_step_is_the_last_evaluations_report_and_is_drawn(tmp_path):
+    dev = [{"step": s, "dev/score": -0.3 + 0.01 * s, "dev/best_step": float(b), "dev/closed/correct": 0.2,
+            "dev/closed/abstain/open": 0.8} for s, b in ((0, 0), (2, 2), (4, 4), (6, 4), (8, 4))]
+    assert best_dev_step(dev) == 4
+    assert best_dev_step([{"step": 0, "dev/score": 0.0}]) is None and best_dev_step([]) is None
+    rows = [_row(i, 0.1 * i, 0.001 * i, 0.1 * i) for i in range(1, 9)]
+    png = plot_curves(rows, tmp_path / "curves.png", dev)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

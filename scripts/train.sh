@@ -36,10 +36,10 @@ export TOKENIZERS_PARALLELISM="${TOKENIZERS_PARALLELISM:-false}"
 if ! command -v nvidia-smi >/dev/null 2>&1; then export DS_ACCELERATOR="${DS_ACCELERATOR:-cpu}"; fi
 
 # The embedded default (SmolLM2-135M on CPU, local Ray) runs the abstention recipe (docs/DEMO.md: what it is,
-# how it was found, what each attempt gave, and how it did on held-out questions). On a quiet 2-core machine:
-# warm start ~22 min once (cached; the probe ~9 min, the 3-epoch SFT ~11 min), 12 RL steps ~50-60 s each plus
-# 7 dev evaluations ~40 s each, the held-out report ~5 min: ~42 min from a fresh clone, ~20 min once the warm
-# start is cached (2-core AMD EPYC, 2026-11-27; docs/DEMO.md "Session 22"):
+# how it was found, what each attempt gave, and how it did on held-out questions). On a quiet 2-core machine
+# (AMD EPYC, 2026-11-27; docs/DEMO.md "Session 23"): warm start 20 min once (cached; the probe ~8 min, the
+# 3-epoch SFT ~10 min), RL ~60 s a step plus ~40 s per dev evaluation, 8 steps when it stops early, the held-out
+# report ~4 min: 36 min from a fresh clone, 16 min once the warm start is cached:
 #   1. warm start (cached): a knowledge-boundary probe samples 8 answers per training question and grades them;
 #      SFT (3 epochs) on the model's own greedy answers, with "I don't know." as the target exactly where fewer
 #      than (1 + OUTCOME_ABSTAIN) / 2 of the samples were right (where answering does not pay under the reward

@@ -113,7 +113,7 @@ if [[ "$WARM_START" != "none" ]]; then
   [[ "$WARM_START" == "probed" ]] && where=probed share="p${OUTCOME_ABSTAIN:--0.5}"
   WARM_DIR="${WARM_START_DIR:-${RLFH_CACHE_DIR:-$HOME/.cache/rlfh}/warmstart/$(basename "$BASE_MODEL")-${WARM_START}-q${WARM_START_QUESTIONS}-${share}-t${WARM_START_TYPE_BALANCE}-ep${WARM_START_EPOCHS}-e${EVIDENCE_SHARE:-0.5}-seed${SEED:-42}}"
   echo "[train.sh] 1/3 warm start ($WARM_START -> \"I don't know.\") -> $WARM_DIR"
-  echo "[train.sh]     once per model and settings (embedded default, 2 cores: ~21 min), then cached"
+  echo "[train.sh]     built once per model and settings, then cached (the embedded default: ~20 min on 2 cores)"
   "$RLFH" --log-level WARNING baseline warmstart --model "$BASE_MODEL" --data "${PROMPT_DATA:-halueval:train}" \
     --limit "$WARM_START_QUESTIONS" --type-share "$WARM_START_TYPE_BALANCE" --epochs "$WARM_START_EPOCHS" \
     --mode "${PROMPT_MODE:-mixed}" \

@@ -116,6 +116,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="With --abstain-where probed: answers sampled per question. Default 8.")
     w.add_argument("--probe-temperature", type=float, default=0.7,
                    help="With --abstain-where probed: their temperature (the trainer's TEMPERATURE). Default 0.7.")
+    w.add_argument("--probe-dtype", choices=["fp32", "bf16", "auto"], default="fp32",
+                   help="With --abstain-where probed: the weights the probe samples with. fp32 (default): the "
+                        "model as loaded; bf16: a bfloat16 copy; auto: bf16 on a CPU with native bf16 "
+                        "(AVX512-BF16 / AMX), the dtype the trainer's rollout engines sample with there "
+                        "(ROLLOUT_DTYPE=auto), else fp32.")
+    w.add_argument("--probe-batch-size", type=int, default=0,
+                   help="With --abstain-where probed: rows per sampling call (prompts x --probe-samples). "
+                        "Default 0: --gen-batch-size.")
     w.add_argument("--abstain-price", type=float, default=-0.5,
                    help="With --abstain-where probed: the reward of declining in the RL that follows "
                         "(OUTCOME_ABSTAIN; right +1, wrong -1), which sets the threshold. Default -0.5 "

@@ -67,15 +67,18 @@ def bucket_counts(probes: Sequence[Probe]) -> dict[str, int]:
 
 
 def cache_path(model: str, prompts: Sequence[str], k: int, temperature: float, max_new_tokens: int,
-               seed: int, cache_root: Optional[Path] = None) -> Path:
-    """``$RLFH_CACHE_DIR/probe/<hash>.jsonl``; the hash covers the model, every prompt, the sampling settings and
-    the gold grader's version (a grader fix re-probes)."""
+               seed: int, cache_root: Optional[Path] = None, dtype: str = "fp32", batch_size: int = 32) -> Path:
+    """``$RLFH_CACHE_DIR/probe/<hash>.jsonl``; the hash covers the model, every prompt, the sampling settings
+    (the sampler's dtype and rows per call where they are not fp32 / 32: those change the samples) and the gold
+    grader's version (a grader fix re-probes)."""
     from evaluation.graders import GRADER_VERSION
     if cache_root is None:
         from core.assets import cache_dir
         cache_root = cache_dir()
-    h = hashlib.sha256(json.dumps([model, list(prompts), k, temperature, max_new_tokens, seed,
-                                   GRADER_VERSION]).encode())
+    key = [model, list(prompts), k, temperature, max_new_tokens, seed, GRADER_VERSION]
+    if (dtype, batch_size) != ("fp32", 32):
+        key += [dtype, batch_size]
+    h = hashlib.sha256(json.dumps(key).encode())
     return Path(cache_root) / "probe" / f"{h.hexdigest()[:20]}.jsonl"
 
 
@@ -96,12 +99,16 @@ def load_cached(path: Path, uids: Sequence[str]) -> Optional[list[Probe]]:
 
 def probe_questions(model, tokenizer, items: Sequence, prompts: Sequence[str], *, k: int, temperature: float,
                     max_new_tokens: int, seed: int, model_name: str, batch_size: int = 32,
-                    progress: bool = True, cache_root: Optional[Path] = None) -> tuple[list[Probe], bool]:
+                    progress: bool = True, cache_root: Optional[Path] = None,
+                    dtype: str = "fp32") -> tuple[list[Probe], bool]:
     """Sample ``k`` answers per prompt and count the gold grader's right ones.
 
     Args:
         items: N items with ``uid``, ``question``, ``right_answer``; prompts: N closed-book prompts.
         model_name: what names the model in the cache key (its path or embedded name).
+        batch_size: rows per sampling call (``batch_size // k`` prompts x ``k`` samples).
+        dtype: ``fp32`` samples with ``model`` as it is; ``bf16`` with a bfloat16 copy (what the trainer's
+            rollout engines sample with on a CPU with native bf16, ROLLOUT_DTYPE=auto; ~1.7x faster here).
     Returns:
         (N probes in input order, whether they came from the cache).
     """
@@ -109,7 +116,9 @@ def probe_questions(model, tokenizer, items: Sequence, prompts: Sequence[str], *
         raise ValueError(f"probe samples must be >= 1, got {k}")
     if len(items) != len(prompts):
         raise ValueError(f"probe_questions: {len(items)} items, {len(prompts)} prompts (need one each)")
-    path = cache_path(model_name, prompts, k, temperature, max_new_tokens, seed, cache_root)
+    if dtype not in ("fp32", "bf16"):
+        raise ValueError(f"probe dtype must be 'fp32' or 'bf16', got {dtype!r}")
+    path = cache_path(model_name, prompts, k, temperature, max_new_tokens, seed, cache_root, dtype, batch_size)
     cached = load_cached(path, [it.uid for it in items])
     if cached is not None:
         log.info("probe: re-using %s (%d questions)", path, len(cached))
@@ -120,6 +129,11 @@ def probe_questions(model, tokenizer, items: Sequence, prompts: Sequence[str], *
     from evaluation.graders import CORRECT
     # the rollout engine's sampler (KV buffer; the k samples of a prompt share one prefill), as RL samples
     per_call = max(1, batch_size // k)
+    if dtype == "bf16":   # a copy: the caller trains the fp32 model afterwards
+        import copy
+
+        import torch
+        model = copy.deepcopy(model).to(torch.bfloat16).eval()
     engine = eval_engine(model, tokenizer, per_call * k, 1024)
     probes = []
     with tqdm(total=len(prompts), desc="probe", unit="q", disable=not progress, dynamic_ncols=True) as bar:

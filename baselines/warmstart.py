@@ -40,7 +40,8 @@ log = logging.getLogger("baselines.warmstart")
 
 CACHE_KEYS = ("model", "data", "limit", "type_share", "mode", "evidence_share", "system", "abstain_text",
               "abstain_share", "abstain_share_evidence", "abstain_where", "epochs", "lr", "batch_size", "seed",
-              "max_new_tokens", "probe_samples", "probe_temperature", "abstain_price")
+              "max_new_tokens", "probe_samples", "probe_temperature", "abstain_price", "probe_dtype",
+              "probe_batch_size")
 
 
 @dataclass
@@ -108,17 +109,41 @@ def warmstart_targets(items: Sequence, prompts: Sequence[str], modes: Sequence[s
 
 def _probe_summary(probes: dict, args) -> dict:
     from baselines.probe import answer_threshold, bucket_counts
-    return {"samples": args.probe_samples, "temperature": args.probe_temperature,
+    return {"samples": args.probe_samples, "temperature": args.probe_temperature, "dtype": probe_dtype(args),
+            "batch_size": probe_batch_size(args),
             "threshold": answer_threshold(args.abstain_price), "buckets": bucket_counts(list(probes.values()))}
 
 
-PROBE_KEYS = ("probe_samples", "probe_temperature", "abstain_price")
+PROBE_KEYS = ("probe_samples", "probe_temperature", "abstain_price", "probe_dtype", "probe_batch_size")
+#: probe settings added later: compared only when they differ from these (so older caches stay valid)
+PROBE_DEFAULTS = {"probe_dtype": "fp32", "probe_batch_size": 32}
+
+
+def probe_dtype(args) -> str:
+    """--probe-dtype resolved: ``auto`` is bf16 on a CPU with native bf16 (the rollout engines' ROLLOUT_DTYPE=auto
+    rule: RL samples in bf16 there), else fp32."""
+    if args.probe_dtype != "auto":
+        return args.probe_dtype
+    from actors.base import cpu_has_fast_bf16
+    import torch
+    return "bf16" if not torch.cuda.is_available() and cpu_has_fast_bf16() else "fp32"
+
+
+def probe_batch_size(args) -> int:
+    """Rows per probe sampling call: --probe-batch-size, or --gen-batch-size when 0."""
+    return int(getattr(args, "probe_batch_size", 0) or args.gen_batch_size)
 
 
 def settings_of(args) -> dict:
     """What the cache compares; the probe's settings only where they matter (--abstain-where probed), and the gold
     grader's version where its grades choose the targets (wrong, probed)."""
-    out = {k: getattr(args, k) for k in CACHE_KEYS if args.abstain_where == "probed" or k not in PROBE_KEYS}
+    resolved = {"probe_dtype": probe_dtype(args) if args.abstain_where == "probed" else "fp32",
+                "probe_batch_size": probe_batch_size(args)}
+    out = {k: resolved.get(k, getattr(args, k, None)) for k in CACHE_KEYS
+           if args.abstain_where == "probed" or k not in PROBE_KEYS}
+    for k, default in PROBE_DEFAULTS.items():
+        if out.get(k) == default:
+            del out[k]
     if args.abstain_where != "random":
         from evaluation.graders import GRADER_VERSION
         out["grader"] = GRADER_VERSION
@@ -150,6 +175,9 @@ def run(args) -> int:
         if args.probe_samples < 1:
             raise BaselineError(f"--probe-samples must be >= 1 (answers sampled per question), got "
                                 f"{args.probe_samples}")
+        if getattr(args, "probe_batch_size", 0) < 0:
+            raise BaselineError(f"--probe-batch-size must be >= 0 (rows per sampling call; 0: --gen-batch-size), "
+                                f"got {args.probe_batch_size}")
         if not args.probe_temperature > 0:
             raise BaselineError(f"--probe-temperature must be > 0 (the probe samples), got {args.probe_temperature}")
         if not -1.0 <= args.abstain_price < 1.0:
@@ -198,7 +226,8 @@ def run(args) -> int:
         found, from_cache = probe_questions(
             model, tok, [items[i] for i in closed], closed_prompts, k=args.probe_samples,
             temperature=args.probe_temperature, max_new_tokens=args.max_new_tokens, seed=PROBE_SEED,
-            model_name=str(path), batch_size=args.gen_batch_size, progress=args.progress)
+            model_name=str(path), batch_size=probe_batch_size(args), progress=args.progress,
+            dtype=probe_dtype(args))
         probes = {items[i].uid: pr for i, pr in zip(closed, found)}
         threshold = answer_threshold(args.abstain_price)
         decline = [(it.uid in probes and probes[it.uid].p < threshold) for it in items]

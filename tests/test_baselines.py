@@ -291,6 +291,8 @@ def test_warmstart_command_builds_then_reuses(tmp_path, tiny_model_path):
     assert r.returncode == 2 and "--abstain-price must be in [-1, 1)" in r.stderr
     r = _rlfh(*args[:-2], "--abstain-where", "probed", "--probe-samples", "0", "--out", str(out))
     assert r.returncode == 2 and "--probe-samples must be >= 1" in r.stderr
+    r = _rlfh(*args[:-2], "--abstain-where", "probed", "--probe-batch-size", "-1", "--out", str(out))
+    assert r.returncode == 2 and "--probe-batch-size must be >= 0" in r.stderr
 
 
 def test_probed_warmstart_declines_exactly_where_answering_does_not_pay():
@@ -331,6 +333,39 @@ def test_probe_is_cached_per_model_prompts_and_sampling(tmp_path, tiny_model_pat
     assert not hit
     with pytest.raises(ValueError, match="probe samples must be >= 1"):
         probe_questions(model, tok, items, prompts, **{**kw, "k": 0})
+    # the sampler's dtype and rows per call change the samples: their own cache entries (fp32 / 32 keeps the key
+    # older caches were written under); a bf16 probe samples with a copy and leaves the fp32 model as it was
+    assert cache_path("tiny", prompts, 2, 1.0, 3, 1, tmp_path) == cache_path("tiny", prompts, 2, 1.0, 3, 1, tmp_path,
+                                                                              "fp32", 32)
+    assert cache_path("tiny", prompts, 2, 1.0, 3, 1, tmp_path, "bf16", 32) != cache_path("tiny", prompts, 2, 1.0, 3,
+                                                                                         1, tmp_path)
+    assert cache_path("tiny", prompts, 2, 1.0, 3, 1, tmp_path, "fp32", 64) != cache_path("tiny", prompts, 2, 1.0, 3,
+                                                                                         1, tmp_path)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    bf, hit = probe_questions(model, tok, items, prompts, **kw, dtype="bf16", batch_size=64)
+    assert not hit and [pr.uid for pr in bf] == ["a", "b", "c"] and all(0 <= pr.right <= 2 for pr in bf)
+    assert next(model.parameters()).dtype == torch.float32
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    with pytest.raises(ValueError, match="probe dtype must be 'fp32' or 'bf16'"):
+        probe_questions(model, tok, items, prompts, **kw, dtype="fp16")
+
+
+def test_warmstart_probe_settings_resolve_and_key_the_cache():
+    import argparse
+
+    from baselines.warmstart import probe_batch_size, probe_dtype, settings_of
+    base = dict(model="m", data="halueval:train", limit=4, type_share=0.0, mode="closed", evidence_share=0.0,
+                system="default", abstain_text="I don't know.", abstain_share=0.5, abstain_share_evidence=0.0,
+                abstain_where="probed", epochs=1, lr=2e-5, batch_size=8, seed=0, max_new_tokens=8,
+                probe_samples=8, probe_temperature=0.7, abstain_price=-0.5, gen_batch_size=32)
+    old = settings_of(argparse.Namespace(**base, probe_dtype="fp32", probe_batch_size=0))
+    assert "probe_dtype" not in old and "probe_batch_size" not in old     # the keys older caches were written with
+    new = settings_of(argparse.Namespace(**base, probe_dtype="bf16", probe_batch_size=64))
+    assert new["probe_dtype"] == "bf16" and new["probe_batch_size"] == 64
+    ns = argparse.Namespace(**base, probe_dtype="auto", probe_batch_size=0)
+    from actors.base import cpu_has_fast_bf16
+    assert probe_dtype(ns) == ("bf16" if cpu_has_fast_bf16() and not torch.cuda.is_available() else "fp32")
+    assert probe_batch_size(ns) == 32
 
 
 def test_micro_batches_pack_by_length_and_keep_every_example():

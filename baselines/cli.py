@@ -124,6 +124,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--probe-batch-size", type=int, default=0,
                    help="With --abstain-where probed: rows per sampling call (prompts x --probe-samples). "
                         "Default 0: --gen-batch-size.")
+    w.add_argument("--recompute-probe", action="store_true",
+                   help="With --abstain-where probed: sample the probe even where a shipped one matches (the "
+                        "embedded model on make train's questions ships its probe in baselines/probes/; see the "
+                        "README there). A probe in $RLFH_CACHE_DIR/probe is still re-used.")
     w.add_argument("--abstain-price", type=float, default=-0.5,
                    help="With --abstain-where probed: the reward of declining in the RL that follows "
                         "(OUTCOME_ABSTAIN; right +1, wrong -1), which sets the threshold. Default -0.5 "

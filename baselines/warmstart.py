@@ -161,6 +161,29 @@ def cached(out: Path, settings: dict) -> bool:
         return False
 
 
+def closed_book_prompts(tok, items: Sequence, modes: Sequence[str], system) -> tuple[list[int], list[str]]:
+    """What the probe samples: the closed-book questions (indices into ``items``) and their closed-book prompts."""
+    from core.prompts import render_prompt
+    closed = [i for i, m in enumerate(modes) if m != "evidence"]
+    return closed, [render_prompt(tok, items[i].question, items[i].knowledge_text, "closed", system=system)
+                    for i in closed]
+
+
+def probe_file_name(args) -> str:
+    """The name of the probe cache file :func:`run` looks up for ``args`` (a shipped probe has the same name), from
+    the tokenizer alone: no model weights are loaded and nothing is sampled."""
+    from baselines.probe import PROBE_SEED, cache_path, model_key
+    from core.model_loader import load_tokenizer, resolve_model_path
+    from core.prompts import prompt_mode_for, resolve_system
+    path = resolve_model_path(args.model)
+    tok = load_tokenizer(path)
+    items = load_questions(args.data, args.limit, args.type_share)
+    modes = [prompt_mode_for(it.question, args.mode, args.evidence_share) for it in items]
+    _, prompts = closed_book_prompts(tok, items, modes, resolve_system(args.system))
+    return cache_path(model_key(args.model, path), prompts, args.probe_samples, args.probe_temperature,
+                      args.max_new_tokens, PROBE_SEED, Path("."), probe_dtype(args), probe_batch_size(args)).name
+
+
 def run(args) -> int:
     from baselines.rtuning import sft_on_targets
     from core.prompts import prompt_mode_for, render_prompt, resolve_system
@@ -217,24 +240,28 @@ def run(args) -> int:
         from evaluation.graders import CORRECT
         right = [g.grade == CORRECT for g in grade_all(items, answers)]
         log.info("gold grader: %d of %d answers right (always kept)", sum(right), len(right))
-    decline, probes = None, {}
+    decline, probes, probe_source, t_probe = None, {}, None, 0.0
     if args.abstain_where == "probed":   # TruthRL-style: decline where answering does not pay at the price
-        from baselines.probe import PROBE_SEED, answer_threshold, bucket_counts, probe_questions
-        closed = [i for i, m in enumerate(modes) if m != "evidence"]
-        closed_prompts = [render_prompt(tok, items[i].question, items[i].knowledge_text, "closed", system=system)
-                          for i in closed]
-        found, from_cache = probe_questions(
+        from baselines.probe import (PROBE_SEED, SHIPPED_DIR, answer_threshold, bucket_counts, model_key,
+                                     probe_questions)
+        closed, closed_prompts = closed_book_prompts(tok, items, modes, system)
+        t_probe = time.perf_counter()
+        found, probe_source = probe_questions(
             model, tok, [items[i] for i in closed], closed_prompts, k=args.probe_samples,
             temperature=args.probe_temperature, max_new_tokens=args.max_new_tokens, seed=PROBE_SEED,
-            model_name=str(path), batch_size=probe_batch_size(args), progress=args.progress,
-            dtype=probe_dtype(args))
+            model_name=model_key(args.model, path), batch_size=probe_batch_size(args), progress=args.progress,
+            dtype=probe_dtype(args), shipped_root=None if getattr(args, "recompute_probe", False) else SHIPPED_DIR)
+        t_probe = time.perf_counter() - t_probe
+        if probe_source == "shipped":
+            print(f"probe: using the shipped probe of this model and these questions ({SHIPPED_DIR}; "
+                  "--recompute-probe samples it again)")
         probes = {items[i].uid: pr for i, pr in zip(closed, found)}
         threshold = answer_threshold(args.abstain_price)
         decline = [(it.uid in probes and probes[it.uid].p < threshold) for it in items]
+        how = (probe_source if probe_source != "computed"
+               else f"{args.probe_samples} samples at T {args.probe_temperature}")
         log.info("probe (%s): %s of %d closed-book questions; declining where the right rate < %.3f "
-                 "(price %g): %d", "cached" if from_cache else f"{args.probe_samples} samples at T "
-                 f"{args.probe_temperature}", bucket_counts(found), len(found), threshold, args.abstain_price,
-                 sum(decline))
+                 "(price %g): %d", how, bucket_counts(found), len(found), threshold, args.abstain_price, sum(decline))
     targets = warmstart_targets(items, prompts, modes, answers, args.abstain_share, args.abstain_share_evidence,
                                 args.seed, args.abstain_text, right, decline)
     for t in targets:
@@ -251,7 +278,7 @@ def run(args) -> int:
     meta = {"baseline": "warmstart", "base_model": args.model, "base_path": path, "settings": settings,
             "targets": counts, "probe": _probe_summary(probes, args) if probes else None,
             "loss_first": hist.first, "loss_last": hist.last, "losses": hist.losses,
-            "seconds": {"generate": t_gen, "train": hist.seconds}}
+            "probe_source": probe_source, "seconds": {"generate": t_gen, "probe": t_probe, "train": hist.seconds}}
     from baselines.common import save_model
     save_model(model, tok, out, json.loads(json.dumps(meta, default=str)))
     total = time.perf_counter() - t_start
@@ -262,6 +289,7 @@ def run(args) -> int:
           if probes else []),
         ("optimizer steps", str(len(hist.losses))),
         ("loss first / last", f"{fmt_loss(hist.first)} / {fmt_loss(hist.last)}"),
+        *([("probe time", f"{t_probe:.0f}s ({probe_source})")] if probe_source else []),
         ("answer time", f"{t_gen:.0f}s ({gstats.tokens_per_s:.0f} tok/s)"),
         ("train time", f"{hist.seconds:.0f}s"),
         ("total time", f"{total:.0f}s"),

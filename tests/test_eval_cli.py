@@ -214,6 +214,8 @@ def test_heldout_summary_tables_and_verdicts(tmp_path, capsys):
     assert "PASSED: selective" in out and "FAILED: significantly fewer correct answers" in out
     assert "random abstention (base declining 24)" in out and "question-type rule" in out
     assert "accuracy on attempted" in out
+    # 40 questions, 10 right for the base: the closed-book verdict says how little it can show at this size
+    assert out.count("note: 40 questions, 10 of them answered right by base") == 1 and "HELDOUT_LIMIT=300" in out
     assert summary_main([str(tmp_path / "missing.json")]) == 2
 
 

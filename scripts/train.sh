@@ -88,7 +88,8 @@ WARM_START_QUESTIONS="${WARM_START_QUESTIONS:-256}"
 WARM_START_TYPE_BALANCE="${WARM_START_TYPE_BALANCE:-${TYPE_BALANCE:-0.25}}"  # the warm start's question-type mix
 WARM_START_EPOCHS="${WARM_START_EPOCHS:-1}"   # SFT passes over its targets
 PROBE_RECOMPUTE="${PROBE_RECOMPUTE:-0}"       # probed: 1 samples the probe even where a shipped one matches
-                                              # (baselines/probes/: the embedded model on these questions)
+                                              # (baselines/probes/: the embedded model on these questions), when
+                                              # the warm start is built (a cached one is re-used as it is)
 HELDOUT_REPORT="${HELDOUT_REPORT:-0}"         # 1: before/after table on held-out questions at the end
 HELDOUT_DATA="${HELDOUT_DATA:-halueval:test}"
 HELDOUT_LIMIT="${HELDOUT_LIMIT:-100}"

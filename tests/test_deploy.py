@@ -168,6 +168,9 @@ def test_train_sh_names_the_warm_start_choices_on_a_bad_value():
                        env={**os.environ, "WARM_START": "sometimes"})
     assert r.returncode == 2
     assert "WARM_START must be 'probed', 'graded', 'random' or 'none', got 'sometimes'" in r.stderr
+    r = subprocess.run(["bash", "scripts/train.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PROBE_RECOMPUTE": "yes"})
+    assert r.returncode == 2 and "PROBE_RECOMPUTE must be 0 or 1, got 'yes'" in r.stderr
 
 
 # ------------------------------------------------------------------------------------------ rlfh submit (real Ray)

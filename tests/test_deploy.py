@@ -163,7 +163,8 @@ def test_submit_auth_headers_and_masked_dry_run(monkeypatch, capsys):
 
 
 def test_train_sh_names_the_warm_start_choices_on_a_bad_value():
-    """scripts/train.sh stops before any work on a WARM_START it does not know, naming every valid one."""
+    """scripts/train.sh stops before any work on a WARM_START it does not know, naming every valid one (and on a
+    bad PROBE_RECOMPUTE or held-out size, naming what it takes)."""
     r = subprocess.run(["bash", "scripts/train.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "WARM_START": "sometimes"})
     assert r.returncode == 2
@@ -171,6 +172,10 @@ def test_train_sh_names_the_warm_start_choices_on_a_bad_value():
     r = subprocess.run(["bash", "scripts/train.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "PROBE_RECOMPUTE": "yes"})
     assert r.returncode == 2 and "PROBE_RECOMPUTE must be 0 or 1, got 'yes'" in r.stderr
+    r = subprocess.run(["bash", "scripts/train.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "HELDOUT_EVIDENCE_LIMIT": "1e2"})
+    assert r.returncode == 2 and "HELDOUT_EVIDENCE_LIMIT must be a whole number of held-out questions >= 1, got " \
+        "'1e2'" in r.stderr
 
 
 # ------------------------------------------------------------------------------------------ rlfh submit (real Ray)

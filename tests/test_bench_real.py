@@ -157,3 +157,22 @@ def test_cli_real_writes_rows_per_part_and_backend(tmp_path, answers, capsys):
     bad.write_text('{"id": "x"}\n')
     assert main(["bench", "verifier", "--real", str(bad), "--no-llm"]) == 2
     assert "missing field" in capsys.readouterr().err
+
+
+def test_lm_judge_auroc_and_table_on_hand_built_facts():
+    """bench.lm_judge's AUROC (ties count half; None with an empty side) and its table: per prompt mode, and only
+    over the facts the verifier mislabels."""
+    from bench.lm_judge import auroc, table
+    assert auroc([2.0, 3.0], [1.0]) == 1.0 and auroc([1.0], [2.0, 3.0]) == 0.0
+    assert auroc([1.0, 2.0], [1.0]) == 0.75 and auroc([], [1.0]) is None
+
+    def row(mode, label, rule, passage, question=0.0):
+        return {"mode": mode, "label": label, "rule": rule, "rule_gold": rule, "passage": passage,
+                "passage+gold": passage, "question": question}
+    rows = [row("closed", "Correct", "Correct", -1.0), row("closed", "Wrong", "Wrong", -3.0),
+            row("evidence", "Correct", "Wrong", -4.0), row("evidence", "Wrong", "Correct", -2.0),
+            row("evidence", "Vague", "Wrong", -9.0)]
+    lines = {line["score"]: line for line in table(rows)}
+    lp = lines["passage log-prob"]
+    assert lp["closed"] == 1.0 and lp["evidence"] == 0.0      # evidence: the Correct fact scores below the Wrong one
+    assert lp["missed by rule"] == 0.0                         # the two mislabelled facts are ranked the wrong way

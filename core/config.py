@@ -329,9 +329,59 @@ class ProcessSettings(Settings):
         "only).", env="RLFH_LOG_LEVEL", group="process", cli=False)
 
 
-class RLFHConfig(ServiceSettings, ProcessSettings):
-    """Every setting of the project: the service settings, the process settings and the trainer's (model, data,
-    rewards the trainer adds, algorithm, optimisation, placement, checkpoints)."""
+class LauncherSettings(Settings):
+    """What ``scripts/train.sh`` itself does around ``rlfh train``: build an abstention warm start first, and end
+    with a before/after report on held-out questions. No CLI flag (``rlfh train`` does neither); train.sh reads the
+    values ``rlfh config`` validated. For the embedded default (``make train``) train.sh sets the recipe's own
+    values first: WARM_START=probed, WARM_START_TYPE_BALANCE=0.4, WARM_START_EPOCHS=3, HELDOUT_REPORT=true."""
+
+    warm_start: Literal["probed", "graded", "random", "none"] = setting(
+        "none", "scripts/train.sh: SFT an abstention warm start on the base model's own answers first, and train from "
+        "it. 'probed': \"I don't know.\" where a knowledge-boundary probe (8 samples a question) says answering "
+        "does not pay at OUTCOME_ABSTAIN; 'graded': in place of a WARM_START_SHARE of the gold grader's wrong "
+        "answers; 'random': in place of a random WARM_START_SHARE of the closed-book targets; 'none': RL from "
+        "MODEL_PATH as it is. Cached per model and settings (`rlfh baseline warmstart`).",
+        env="WARM_START", group="launcher", cli=False)
+    warm_start_share: float = setting(
+        0.6, "WARM_START=graded: share of the wrong answers replaced by \"I don't know.\"; random: share of all "
+        "closed-book targets; probed: unused (the probe and OUTCOME_ABSTAIN decide).", env="WARM_START_SHARE",
+        group="launcher", cli=False, ge=0.0, le=1.0)
+    warm_start_questions: int = setting(
+        256, "Training questions the warm start answers and is fine-tuned on.", env="WARM_START_QUESTIONS",
+        group="launcher", cli=False, ge=1)
+    warm_start_type_balance: Optional[float] = setting(
+        None, "The warm start's question-type mix (as TYPE_BALANCE; empty: TYPE_BALANCE's value).",
+        env="WARM_START_TYPE_BALANCE", group="launcher", cli=False, ge=0.0, le=1.0)
+    warm_start_epochs: int = setting(
+        1, "SFT passes of the warm start over its targets.", env="WARM_START_EPOCHS", group="launcher", cli=False,
+        ge=1)
+    warm_start_dir: str = setting(
+        "", "Where the warm start is built and cached (empty: a folder under RLFH_CACHE_DIR/warmstart/ named by the "
+        "model and the settings above).", env="WARM_START_DIR", group="launcher", cli=False)
+    probe_recompute: bool = setting(
+        False, "WARM_START=probed: sample the probe again even where a shipped one matches (baselines/probes/: the "
+        "embedded model on make train's questions). Acts when the warm start is built; a cached one is re-used.",
+        env="PROBE_RECOMPUTE", group="launcher", cli=False)
+    heldout_report: bool = setting(
+        False, "scripts/train.sh: after training, answer held-out questions with the base and the trained model "
+        "(greedy, closed book and with the passage) and print the before/after tables and the gate verdict; "
+        "train.sh exits 3 when the closed-book gate fails.", env="HELDOUT_REPORT", group="launcher", cli=False)
+    heldout_data: str = setting(
+        "halueval:test", "The held-out report's questions: 'halueval:train|dev|test' or a JSONL file with "
+        "question, knowledge and right_answer per line (never the training data).", env="HELDOUT_DATA",
+        group="launcher", cli=False)
+    heldout_limit: int = setting(
+        300, "Closed-book questions of the held-out report: the gate's size (at 100 its tests on right answers can "
+        "go either way by chance, docs/DEMO.md \"Session 24\").", env="HELDOUT_LIMIT", group="launcher",
+        cli=False, ge=1)
+    heldout_evidence_limit: int = setting(
+        100, "Questions of the held-out report asked with their passage (the no-regression check; these prompts "
+        "are about 5x longer).", env="HELDOUT_EVIDENCE_LIMIT", group="launcher", cli=False, ge=1)
+
+
+class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings):
+    """Every setting of the project: the service settings, the process settings, scripts/train.sh's own and the
+    trainer's (model, data, rewards the trainer adds, algorithm, optimisation, placement, checkpoints)."""
 
     # ---------------------------------------------------------------- model & data
     critic_pretrain: str = setting(
@@ -743,7 +793,8 @@ REWARD_FIELDS = tuple(RewardSettings.model_fields)
 
 
 #: The order settings are listed in (``rlfh config``, ``--help``, docs/CONFIG.md): by group, then as defined.
-GROUPS = ("model", "data", "reward", "verifier", "service", "algo", "optim", "placement", "ckpt", "process")
+GROUPS = ("model", "data", "reward", "verifier", "service", "algo", "optim", "placement", "ckpt", "process",
+          "launcher")
 
 
 def ordered_fields(cls: type[BaseModel]) -> list[tuple[str, Any]]:
@@ -841,6 +892,7 @@ GROUP_TITLES = {
     "service": "Services (Ray Serve, cache, reward client)", "algo": "Algorithm", "optim": "Optimisation",
     "placement": "Placement, layout and CPU threads", "ckpt": "Checkpoints, evaluation in the loop, logging, Ray",
     "process": "Every process (environment only)",
+    "launcher": "scripts/train.sh: warm start and held-out report (environment only)",
 }
 #: The command that writes docs/CONFIG.md (tests/test_config.py names it when the file is stale).
 CONFIG_DOC_COMMAND = ".venv/bin/python scripts/gen_config_doc.py"
@@ -874,6 +926,7 @@ def config_markdown() -> str:
     """
     service = set(ServiceSettings.model_fields)
     process = set(ProcessSettings.model_fields)
+    launcher = set(LauncherSettings.model_fields)
     out = [
         "# Configuration reference",
         "",
@@ -888,7 +941,8 @@ def config_markdown() -> str:
         "- **read by**: `services` settings are the section the verifier and reward services read "
         "(`ServiceSettings`; the trainer reads them too), `trainer` ones only the trainer (`RLFHConfig`), "
         "`every process` ones are read by each process from its own environment and have no flag "
-        "(`ProcessSettings`).",
+        "(`ProcessSettings`), `train.sh` ones by `scripts/train.sh` around `rlfh train` (`LauncherSettings`, "
+        "no flag either).",
         "- Secrets (" + ", ".join(f"`{e}`" for e in SECRET_ENVS) + ") are masked when printed and kept out of "
         "Serve configs; on Kubernetes they come from a Secret (docs/DEPLOY.md).",
         "- On Kubernetes, any of these variables can be set in the Helm chart's `train.env` unless the chart "
@@ -905,7 +959,8 @@ def config_markdown() -> str:
             d = info.default
             default = (json.dumps(d) if isinstance(d, dict) else "" if d is None else str(d).lower()
                        if isinstance(d, bool) else str(d))     # as the environment variable is written
-            where = "every process" if name in process else "services" if name in service else "trainer"
+            where = ("every process" if name in process else "services" if name in service
+                     else "train.sh" if name in launcher else "trainer")
             flag = f"`{flag_name(name)}`" if has_flag(name) else "(none)"
             out.append(f"| `{env_name(name)}` | {flag} | {_md_cell(_md_type(info))} | "
                        f"{_md_cell(f'`{default}`' if default else '(empty)')} | {where} | "

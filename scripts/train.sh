@@ -76,41 +76,13 @@ if [[ "$BASE_MODEL" == "smollm2-135m-instruct" && "${ACTOR_NUM_GPUS_PER_NODE:-0}
   # stop after 2 dev evaluations in a row below the best: W29 / W30 (seeds 42, 7) then stop at step 8 and keep
   # step 4, W31 (seed 1) runs all 12 and keeps step 8 -- the same steps they kept without stopping
   export EARLY_STOP_PATIENCE="${EARLY_STOP_PATIENCE:-2}"
-  WARM_START="${WARM_START:-probed}" WARM_START_TYPE_BALANCE="${WARM_START_TYPE_BALANCE:-0.4}"
-  WARM_START_EPOCHS="${WARM_START_EPOCHS:-3}"
-  HELDOUT_REPORT="${HELDOUT_REPORT:-1}"
+  # train.sh's own steps (core/config.py, LauncherSettings): the warm start this recipe trains from, the report
+  export WARM_START="${WARM_START:-probed}" WARM_START_TYPE_BALANCE="${WARM_START_TYPE_BALANCE:-0.4}"
+  export WARM_START_EPOCHS="${WARM_START_EPOCHS:-3}" HELDOUT_REPORT="${HELDOUT_REPORT:-1}"
 fi
-WARM_START="${WARM_START:-none}"              # probed | graded | random | none
-WARM_START_SHARE="${WARM_START_SHARE:-0.6}"   # graded: share of wrong answers replaced by "I don't know.";
-                                              # random: share of all closed-book targets; probed: unused (the
-                                              # probe and OUTCOME_ABSTAIN decide, see baselines/probe.py)
-WARM_START_QUESTIONS="${WARM_START_QUESTIONS:-256}"
-WARM_START_TYPE_BALANCE="${WARM_START_TYPE_BALANCE:-${TYPE_BALANCE:-0.25}}"  # the warm start's question-type mix
-WARM_START_EPOCHS="${WARM_START_EPOCHS:-1}"   # SFT passes over its targets
-PROBE_RECOMPUTE="${PROBE_RECOMPUTE:-0}"       # probed: 1 samples the probe even where a shipped one matches
-                                              # (baselines/probes/: the embedded model on these questions), when
-                                              # the warm start is built (a cached one is re-used as it is)
-HELDOUT_REPORT="${HELDOUT_REPORT:-0}"         # 1: before/after table on held-out questions at the end
-HELDOUT_DATA="${HELDOUT_DATA:-halueval:test}"
-HELDOUT_LIMIT="${HELDOUT_LIMIT:-300}"           # closed-book questions: the gate's size (at 100 its tests on right
-                                              # answers can go either way by chance, docs/DEMO.md "Session 24")
-HELDOUT_EVIDENCE_LIMIT="${HELDOUT_EVIDENCE_LIMIT:-100}"   # with the passage: the no-regression check (prompts
-                                              # about 5x longer, so 100; set it to HELDOUT_LIMIT for one size)
-for v in HELDOUT_LIMIT HELDOUT_EVIDENCE_LIMIT; do
-  if [[ ! "${!v}" =~ ^[1-9][0-9]*$ ]]; then
-    echo "[train.sh] $v must be a whole number of held-out questions >= 1, got '${!v}'" >&2; exit 2
-  fi
-done
-case "$PROBE_RECOMPUTE" in
-  0|1) ;;
-  *) echo "[train.sh] PROBE_RECOMPUTE must be 0 or 1, got '$PROBE_RECOMPUTE'" >&2; exit 2 ;;
-esac
-case "$WARM_START" in
-  probed|graded|random|none) ;;
-  *) echo "[train.sh] WARM_START must be 'probed', 'graded', 'random' or 'none', got '$WARM_START'" >&2; exit 2 ;;
-esac
 
-# The effective configuration: every setting whose value differs from its default. A bad value stops here.
+# The effective configuration: every setting whose value differs from its default. A bad value stops here, train.sh's
+# own settings (WARM_START*, PROBE_RECOMPUTE, HELDOUT_*) included: `rlfh config` checks and documents them all.
 if ! current=$("$RLFH" config --format env); then
   echo "[train.sh] bad configuration (see above); \`rlfh config\` lists every setting and what it accepts" >&2
   exit 2
@@ -120,34 +92,44 @@ changed=$(diff <(echo "$defaults") <(echo "$current") | sed -n 's/^> /  /p' \
   | sed -E 's/^(  (REWARD_API_TOKEN|MODEL_API_KEY)=).+/\1***/' || true)
 echo "[train.sh] effective configuration (settings that differ from the defaults):"
 echo "${changed:-  (none: the embedded default)}"
-
-SAVE_PATH="${SAVE_PATH:-runs/rlfh}"
+# a setting's validated value (its default where the environment does not set it): the defaults live in one place
+setting() { sed -n "s/^$1=//p" <<<"$current" | head -n 1; }
+WARM_START=$(setting WARM_START)
+HELDOUT_REPORT=$(setting HELDOUT_REPORT)
+SAVE_PATH=$(setting SAVE_PATH)
+cache=$(setting RLFH_CACHE_DIR); cache=${cache:-$HOME/.cache/rlfh}
 if [[ "$WARM_START" != "none" ]]; then
   # cached per model and settings: a second run re-uses the folder (rlfh baseline warmstart checks the settings)
-  share="s${WARM_START_SHARE}" where=random
+  # the warm start uses the RL's own prompts, seed, sampling temperature and abstention price
+  share="s$(setting WARM_START_SHARE)" where=random
   [[ "$WARM_START" == "graded" ]] && where=wrong
   # probed: k sampled answers per question decide; declining where answering does not pay at OUTCOME_ABSTAIN
-  [[ "$WARM_START" == "probed" ]] && where=probed share="p${OUTCOME_ABSTAIN:--0.5}"
-  WARM_DIR="${WARM_START_DIR:-${RLFH_CACHE_DIR:-$HOME/.cache/rlfh}/warmstart/$(basename "$BASE_MODEL")-${WARM_START}-q${WARM_START_QUESTIONS}-${share}-t${WARM_START_TYPE_BALANCE}-ep${WARM_START_EPOCHS}-e${EVIDENCE_SHARE:-0.5}-seed${SEED:-42}}"
+  [[ "$WARM_START" == "probed" ]] && where=probed share="p$(setting OUTCOME_ABSTAIN)"
+  questions=$(setting WARM_START_QUESTIONS) epochs=$(setting WARM_START_EPOCHS)
+  types=$(setting WARM_START_TYPE_BALANCE); types=${types:-$(setting TYPE_BALANCE)}
+  evidence=$(setting EVIDENCE_SHARE) seed=$(setting SEED)
+  WARM_DIR=$(setting WARM_START_DIR)
+  WARM_DIR=${WARM_DIR:-$cache/warmstart/$(basename "$BASE_MODEL")-$WARM_START-q$questions-$share-t$types-ep$epochs-e$evidence-seed$seed}
   echo "[train.sh] 1/3 warm start ($WARM_START -> \"I don't know.\") -> $WARM_DIR"
   echo "[train.sh]     built once per model and settings, then cached (the embedded default: 12-18 min on 2 cores, the probe shipped)"
-  "$RLFH" --log-level WARNING baseline warmstart --model "$BASE_MODEL" --data "${PROMPT_DATA:-halueval:train}" \
-    --limit "$WARM_START_QUESTIONS" --type-share "$WARM_START_TYPE_BALANCE" --epochs "$WARM_START_EPOCHS" \
-    --mode "${PROMPT_MODE:-mixed}" \
-    --evidence-share "${EVIDENCE_SHARE:-0.5}" --abstain-share "$WARM_START_SHARE" --seed "${SEED:-42}" \
-    --abstain-where "$where" --abstain-price "${OUTCOME_ABSTAIN:--0.5}" --probe-temperature "${TEMPERATURE:-0.7}" \
+  "$RLFH" --log-level WARNING baseline warmstart --model "$BASE_MODEL" --data "$(setting PROMPT_DATA)" \
+    --limit "$questions" --type-share "$types" --epochs "$epochs" --mode "$(setting PROMPT_MODE)" \
+    --evidence-share "$evidence" --abstain-share "$(setting WARM_START_SHARE)" --seed "$seed" \
+    --abstain-where "$where" --abstain-price "$(setting OUTCOME_ABSTAIN)" --probe-temperature "$(setting TEMPERATURE)" \
     --gen-batch-size 32 --micro-batch-size 8 --out "$WARM_DIR" \
-    $([[ "$PROBE_RECOMPUTE" == "1" ]] && echo --recompute-probe)   # progress bars: probe, answer, warm start (SFT)
+    $([[ "$(setting PROBE_RECOMPUTE)" == "true" ]] && echo --recompute-probe)   # progress bars: probe, answer, SFT
   export MODEL_PATH="$WARM_DIR"
 fi
 
-if [[ "$HELDOUT_REPORT" != "1" ]]; then
+if [[ "$HELDOUT_REPORT" != "true" ]]; then
   exec "$RLFH" train "$@"   # nothing to do afterwards: the trainer replaces this shell (signals reach it directly)
 fi
 echo "[train.sh] 2/3 RL: rlfh train -> $SAVE_PATH"
 "$RLFH" train "$@"
 
-if [[ "$HELDOUT_REPORT" == "1" ]]; then
+if [[ "$HELDOUT_REPORT" == "true" ]]; then
+  HELDOUT_DATA=$(setting HELDOUT_DATA) HELDOUT_LIMIT=$(setting HELDOUT_LIMIT)
+  HELDOUT_EVIDENCE_LIMIT=$(setting HELDOUT_EVIDENCE_LIMIT)
   TRAINED="$SAVE_PATH/final"
   if [[ ! -f "$TRAINED/config.json" ]]; then
     echo "[train.sh] no final model at $TRAINED: skipping the held-out report" >&2
@@ -163,7 +145,7 @@ if [[ "$HELDOUT_REPORT" == "1" ]]; then
       IFS='|' read -r name model <<<"$spec"
       out="$SAVE_PATH/heldout/${name}_${mode}"
       # the base model's answers do not change between runs: cached (`rlfh eval --reuse` checks weights + settings)
-      [[ "$name" == "base" ]] && out="${RLFH_CACHE_DIR:-$HOME/.cache/rlfh}/heldout/$(basename "$BASE_MODEL")-${HELDOUT_DATA//:/-}-${limit}-${mode}"
+      [[ "$name" == "base" ]] && out="$cache/heldout/$(basename "$BASE_MODEL")-${HELDOUT_DATA//:/-}-${limit}-${mode}"
       echo "[train.sh]     $name, $mode: $model"
       "$RLFH" --log-level WARNING eval --model "$model" --data "$HELDOUT_DATA" --mode "$mode" --name "$name" \
         --limit "$limit" --confidence off --out "$out" --reuse >/dev/null   # its progress bar: stderr

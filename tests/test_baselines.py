@@ -452,6 +452,9 @@ def test_the_shipped_probe_is_the_one_make_trains_warm_start_looks_up(embedded_m
     assert bucket_counts(probes) == {"never": 67, "sometimes": 76, "known": 78}   # baselines/probes/README.md
     # and the flags train.sh passes are still the ones above
     sh = (Path(__file__).resolve().parents[1] / "scripts" / "train.sh").read_text()
-    for flag in ('WARM_START_QUESTIONS:-256', 'WARM_START_TYPE_BALANCE:-0.4', 'EVIDENCE_SHARE:-0.15',
+    for flag in ('WARM_START_TYPE_BALANCE:-0.4', 'EVIDENCE_SHARE:-0.15', 'WARM_START_EPOCHS:-3',
                  'OUTCOME_ABSTAIN:--0.6', 'TEMPERATURE:-0.7', '--gen-batch-size 32', 'PROMPT_MODE:-mixed'):
         assert flag in sh, flag
+    from core.config import RLFHConfig
+    cfg = RLFHConfig.load({})                  # what train.sh reads where the recipe sets nothing
+    assert (cfg.warm_start_questions, cfg.warm_start_share, cfg.seed) == (256, 0.6, 42)

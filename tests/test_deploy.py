@@ -162,20 +162,19 @@ def test_submit_auth_headers_and_masked_dry_run(monkeypatch, capsys):
     assert env["REDIS_URL"] == "redis://***@cache:6379/0" and env["MODEL_API_KEY"] == "***"
 
 
-def test_train_sh_names_the_warm_start_choices_on_a_bad_value():
-    """scripts/train.sh stops before any work on a WARM_START it does not know, naming every valid one (and on a
-    bad PROBE_RECOMPUTE or held-out size, naming what it takes)."""
-    r = subprocess.run(["bash", "scripts/train.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "WARM_START": "sometimes"})
-    assert r.returncode == 2
-    assert "WARM_START must be 'probed', 'graded', 'random' or 'none', got 'sometimes'" in r.stderr
-    r = subprocess.run(["bash", "scripts/train.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "PROBE_RECOMPUTE": "yes"})
-    assert r.returncode == 2 and "PROBE_RECOMPUTE must be 0 or 1, got 'yes'" in r.stderr
-    r = subprocess.run(["bash", "scripts/train.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "HELDOUT_EVIDENCE_LIMIT": "1e2"})
-    assert r.returncode == 2 and "HELDOUT_EVIDENCE_LIMIT must be a whole number of held-out questions >= 1, got " \
-        "'1e2'" in r.stderr
+def test_train_sh_stops_on_a_bad_value_of_its_own_settings_naming_what_it_takes():
+    """scripts/train.sh's own settings (WARM_START, PROBE_RECOMPUTE, HELDOUT_*) are checked by `rlfh config` like
+    every other: a bad value stops it before any work, naming the variable and what it accepts."""
+    for var, value, says in (
+            ("WARM_START", "sometimes", "WARM_START = 'sometimes': Input should be 'probed', 'graded', 'random' or "
+                                        "'none'"),
+            ("PROBE_RECOMPUTE", "maybe", "PROBE_RECOMPUTE = 'maybe': must be true/false (or 1/0)"),
+            ("HELDOUT_EVIDENCE_LIMIT", "0", "HELDOUT_EVIDENCE_LIMIT = '0': Input should be greater than or equal to 1"),
+            ("HELDOUT_LIMIT", "1e2", "HELDOUT_LIMIT = '1e2': Input should be a valid integer")):
+        r = subprocess.run(["bash", "scripts/train.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                           env={**os.environ, var: value})
+        assert r.returncode == 2 and says in r.stderr, (var, r.stderr[-2000:])
+        assert "[train.sh] bad configuration" in r.stderr and "warm start" not in r.stdout
 
 
 # ------------------------------------------------------------------------------------------ rlfh submit (real Ray)

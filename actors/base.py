@@ -135,13 +135,17 @@ def other_load(window_s: float = 0.2) -> float:
 
 
 #: Busy cores (other jobs) above which CPU_THREADS=0 uses one thread, and how long a probe's answer is kept.
-BUSY_THRESHOLD = 0.5
+#: Most of a core: a CPU-bound job beside the run keeps at least one busy, while the run's own Ray processes
+#: (raylet, GCS, dashboard, the Serve replicas between calls) keep 0.3-0.6 of one busy on a quiet machine. At 0.5
+#: that noise alone sent whole phases to one thread (`make train` on 2 AVX2 cores, session 25: a 55 s train phase
+#: took 72 s, a 20 s reference forward 27 s). `rlfh eval` uses the same rule.
+BUSY_THRESHOLD = 0.9
 _PROBE_TTL_S = 30.0
 _probe: dict[str, float] = {}
 
 
 def auto_cores(now: Optional[float] = None) -> int:
-    """CPU_THREADS=0: every core on a quiet machine, ONE when other jobs keep more than half a core busy.
+    """CPU_THREADS=0: every core on a quiet machine, ONE when other jobs keep most of a core busy (BUSY_THRESHOLD).
 
     On a shared 2-core machine two OpenMP threads that are descheduled in turn wait for each other at every
     op: measured here (load average ~20), a forward+backward of 8 x 128 tokens took 35-47 s with one thread

@@ -120,15 +120,16 @@ def busy_cores(window_s: float = 0.5) -> float:
 def pick_threads(requested: int = 0) -> int:
     """Torch CPU threads for generation. ``requested > 0`` wins.
 
-    Auto (0): every core on an idle machine, but ONE thread when other processes keep more than half a
-    core busy. On a shared 2-core machine, two OpenMP threads that are descheduled in turn wait for each
-    other at every op: measured here, 16 answers took 300 s with 2 threads and 35 s with 1 while another
-    job was training.
+    Auto (0): every core on an idle machine, but ONE thread when other processes keep most of a core busy
+    (the trainer's rule, ``actors.base.BUSY_THRESHOLD``). On a shared 2-core machine, two OpenMP threads that
+    are descheduled in turn wait for each other at every op: measured here, 16 answers took 300 s with 2
+    threads and 35 s with 1 while another job was training.
     """
     if requested > 0:
         return requested
+    from actors.base import BUSY_THRESHOLD
     cores = os.cpu_count() or 1
-    return 1 if cores <= 1 or busy_cores() > 0.5 else cores
+    return 1 if cores <= 1 or busy_cores() > BUSY_THRESHOLD else cores
 
 
 def subsample(items: list, limit: int) -> list:

@@ -27,12 +27,23 @@ def test_auto_threads_use_every_core_unless_the_machine_is_busy(monkeypatch):
     import actors.base as base
     monkeypatch.setattr(base, "machine_cores", lambda: 8)
     monkeypatch.setattr(base, "_probe", {})
-    monkeypatch.setattr(base, "other_load", lambda window_s=0.2: 0.1)
+    monkeypatch.setattr(base, "other_load", lambda window_s=0.2: 0.6)     # the run's own Ray processes, not a job
     assert base.phase_threads(RLFHConfig(cpu_threads=0)) == 8
     assert base.phase_threads(RLFHConfig(cpu_threads=0), share=2) == 4
     monkeypatch.setattr(base, "other_load", lambda window_s=0.2: 3.0)
     assert base.auto_cores() == 8                                   # cached for _PROBE_TTL_S
     assert base.auto_cores(now=base._probe["at"] + base._PROBE_TTL_S + 1) == 1   # re-probed: busy -> 1
+
+
+def test_eval_threads_follow_the_trainers_busy_rule(monkeypatch):
+    """`rlfh eval`'s thread count (evaluation.runner.pick_threads) uses the trainer's BUSY_THRESHOLD: Ray-level
+    background load keeps every core, a job beside it (a core or more busy) gets one thread, a number wins."""
+    import evaluation.runner as runner
+    monkeypatch.setattr(runner.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(runner, "busy_cores", lambda window_s=0.5: 0.6)
+    assert runner.pick_threads() == 2
+    monkeypatch.setattr(runner, "busy_cores", lambda window_s=0.5: 1.2)
+    assert runner.pick_threads() == 1 and runner.pick_threads(3) == 3
 
 
 def test_other_load_reads_proc_stat():

@@ -148,13 +148,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = ap.parse_args(argv)
     if args.limit < 0:
         ap.error(f"--limit must be >= 0 (0: every answer), got {args.limit}")
-    import torch
-
     from baselines.common import load_model
     from bench.real import load_real
     from core.config import RLFHConfig
     from verifier_service.core import Verifier
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     answers = [a for a in load_real() if args.part == "both" or a.part == args.part]
     answers = answers[:args.limit] if args.limit else answers
     _, model, tok = load_model(args.model)

@@ -148,14 +148,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = ap.parse_args(argv)
     if args.limit < 0:
         ap.error(f"--limit must be >= 0 (0: every answer), got {args.limit}")
-    from baselines.common import load_model
     from bench.real import load_real
     from core.config import RLFHConfig
+    from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
     from verifier_service.core import Verifier
     answers = [a for a in load_real() if args.part == "both" or a.part == args.part]
     answers = answers[:args.limit] if args.limit else answers
-    _, model, tok = load_model(args.model)
-    model.eval()
+    try:
+        path = resolve_model_path(args.model)
+    except FileNotFoundError as e:
+        ap.error(f"--model: {e}")
+    tok, model = load_tokenizer(path), load_causal_lm(path, dtype="fp32", device="cpu").eval()
     t0 = time.perf_counter()
     rows = score_facts(model, tok, answers, Verifier(RLFHConfig.load(), backend="evidence"))
     lines = table(rows)

@@ -28,11 +28,12 @@ from typing import Optional, Sequence
 
 
 def auroc(pos: Sequence[float], neg: Sequence[float]) -> Optional[float]:
-    """P(a random positive scores above a random negative), ties half: ``None`` when either side is empty."""
+    """P(a random positive scores above a random negative), ties half (:func:`evaluation.selectivity.auroc`):
+    ``None`` when either side is empty."""
     if not pos or not neg:
         return None
-    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
-    return wins / (len(pos) * len(neg))
+    from evaluation.selectivity import auroc as mann_whitney
+    return mann_whitney([*pos, *neg], [True] * len(pos) + [False] * len(neg))
 
 
 def fact_logprob(model, tok, context: str, prefix: str, fact: str) -> float:

@@ -125,9 +125,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="With --abstain-where probed: rows per sampling call (prompts x --probe-samples). "
                         "Default 0: --gen-batch-size.")
     w.add_argument("--recompute-probe", action="store_true",
-                   help="With --abstain-where probed: sample the probe even where a shipped one matches (the "
-                        "embedded model on make train's questions ships its probe in baselines/probes/; see the "
-                        "README there). A probe in $RLFH_CACHE_DIR/probe is still re-used.")
+                   help="Make the base model's greedy answers (and with --abstain-where probed its probe) even "
+                        "where shipped ones match (the embedded model on make train's questions ships both in "
+                        "baselines/probes/; see the README there). Files in $RLFH_CACHE_DIR/answers and "
+                        "$RLFH_CACHE_DIR/probe are still re-used.")
     w.add_argument("--abstain-price", type=float, default=-0.5,
                    help="With --abstain-where probed: the reward of declining in the RL that follows "
                         "(OUTCOME_ABSTAIN; right +1, wrong -1), which sets the threshold. Default -0.5 "

@@ -13,7 +13,9 @@ Probing is a one-off cost per (model, questions, k, temperature): the result is 
 fixed (:data:`PROBE_SEED`), not the run's: the probe measures the base model, so every seed's warm start shares
 one probe. The embedded model's probe of ``make train``'s questions ships with the code (:data:`SHIPPED_DIR`,
 how it was made in its README): the same file the cache would hold, found by the same key, so a fresh clone
-skips the one-off cost (about 8-11 minutes on 2 cores) unless asked to recompute it.
+skips the one-off cost (about 8-11 minutes on 2 cores) unless asked to recompute it. The warm start's other
+measurement of the base model, its greedy answer to every training question (:func:`base_answers`), is cached
+and shipped the same way (2-3 minutes on 2 cores).
 """
 from __future__ import annotations
 
@@ -106,19 +108,80 @@ def cache_path(model: str, prompts: Sequence[str], k: int, temperature: float, m
     return Path(cache_root) / "probe" / f"{h.hexdigest()[:20]}.jsonl"
 
 
-def load_cached(path: Path, uids: Sequence[str]) -> Optional[list[Probe]]:
-    """The cached probes for exactly ``uids`` (in that order), or None when the file is missing or differs."""
+def _read_rows(path: Path, uids: Sequence[str], make, what: str) -> Optional[list]:
+    """``make(row)`` for each JSONL row of ``path`` when its rows are exactly ``uids`` (in that order), else None
+    (missing, unreadable or for other questions: the caller computes instead)."""
     if not path.is_file():
         return None
     try:
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        probes = [Probe(r["uid"], r["question"], int(r["right"]), int(r["samples"])) for r in rows]
+        got = [make(r) for r in rows]
+        if [r["uid"] for r in rows] != list(uids):
+            return None
     except (OSError, ValueError, KeyError, TypeError):
-        log.warning("probe cache %s is unreadable: probing again", path)
+        log.warning("%s cache %s is unreadable: computing it again", what, path)
         return None
-    if [pr.uid for pr in probes] != list(uids):
-        return None
-    return probes
+    return got
+
+
+def _write_rows(path: Path, rows: Sequence[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.replace(path)
+
+
+def load_cached(path: Path, uids: Sequence[str]) -> Optional[list[Probe]]:
+    """The cached probes for exactly ``uids`` (in that order), or None when the file is missing or differs."""
+    return _read_rows(path, uids, lambda r: Probe(r["uid"], r["question"], int(r["right"]), int(r["samples"])),
+                      "probe")
+
+
+def answers_cache_path(model: str, prompts: Sequence[str], max_new_tokens: int, batch_size: int, dtype: str,
+                       cache_root: Optional[Path] = None) -> Path:
+    """``$RLFH_CACHE_DIR/answers/<hash>.jsonl``: the base model's greedy answers; the hash covers the model, every
+    prompt, the token limit, the rows per call (padding changes fp32 rounding) and the weights' dtype."""
+    if cache_root is None:
+        from core.assets import cache_dir
+        cache_root = cache_dir()
+    key = ["greedy-answers", model, list(prompts), max_new_tokens, batch_size, dtype]
+    h = hashlib.sha256(json.dumps(key).encode())
+    return Path(cache_root) / "answers" / f"{h.hexdigest()[:20]}.jsonl"
+
+
+def base_answers(model, tokenizer, items: Sequence, prompts: Sequence[str], *, max_new_tokens: int,
+                 batch_size: int, model_name: str, progress: bool = True, cache_root: Optional[Path] = None,
+                 shipped_root: Optional[Path] = SHIPPED_DIR) -> tuple[list[str], str]:
+    """The base model's greedy answer to each prompt (:func:`evaluation.generate.generate_greedy`), cached like
+    the probe: the warm start keeps them as targets where the model may answer. A one-off cost per (model,
+    prompts) as well, so the embedded model's answers to ``make train``'s questions ship beside its probe.
+
+    Args:
+        items: N items with ``uid`` and ``question``; prompts: their N prompts (any mode).
+        model_name: what names the model in the cache key (:func:`model_key`).
+        batch_size: prompts per decoding call.
+        shipped_root: where shipped answers are looked up after the cache (None: never; compute instead).
+    Returns:
+        (N answers in input order, where they came from: ``"cache"``, ``"shipped"`` or ``"computed"``).
+    """
+    if len(items) != len(prompts):
+        raise ValueError(f"base_answers: {len(items)} items, {len(prompts)} prompts (need one each)")
+    dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+    path = answers_cache_path(model_name, prompts, max_new_tokens, batch_size, dtype, cache_root)
+    uids = [it.uid for it in items]
+    for source, where in (("cache", path), ("shipped", Path(shipped_root) / path.name if shipped_root else None)):
+        found = _read_rows(where, uids, lambda r: str(r["answer"]), "answers") if where is not None else None
+        if found is not None:
+            log.info("answers: %s %s (%d questions)", "re-using" if source == "cache" else "using the shipped",
+                     where, len(found))
+            return found, source
+    from evaluation.generate import generate_greedy
+    gens, stats = generate_greedy(model, tokenizer, prompts, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                                  progress=progress, desc="answer")
+    answers = [g.text for g in gens]
+    _write_rows(path, [{"uid": it.uid, "question": it.question, "answer": a} for it, a in zip(items, answers)])
+    log.info("answers: %d greedy answers (%.0f tok/s) -> %s", len(answers), stats.tokens_per_s, path)
+    return answers, "computed"
 
 
 def probe_questions(model, tokenizer, items: Sequence, prompts: Sequence[str], *, k: int, temperature: float,
@@ -178,9 +241,6 @@ def probe_questions(model, tokenizer, items: Sequence, prompts: Sequence[str], *
                 grades = grade_all([it] * len(answers), answers)
                 probes.append(Probe(it.uid, it.question, sum(g.grade == CORRECT for g in grades), k))
             bar.update(len(chunk))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(asdict(pr)) + "\n" for pr in probes))
-    tmp.replace(path)
+    _write_rows(path, [asdict(pr) for pr in probes])
     log.info("probe: %d questions x %d samples -> %s (%s)", len(probes), k, path, bucket_counts(probes))
     return probes, "computed"

@@ -169,25 +169,30 @@ def closed_book_prompts(tok, items: Sequence, modes: Sequence[str], system) -> t
                     for i in closed]
 
 
-def probe_file_name(args) -> str:
-    """The name of the probe cache file :func:`run` looks up for ``args`` (a shipped probe has the same name), from
-    the tokenizer alone: no model weights are loaded and nothing is sampled."""
-    from baselines.probe import PROBE_SEED, cache_path, model_key
+def cache_file_names(args) -> dict[str, str]:
+    """The names of the cache files :func:`run` looks up for ``args`` (shipped ones have the same names):
+    ``{"answers": ..., "probe": ...}``, from the tokenizer alone: no model weights are loaded, nothing is sampled.
+    The answers' key assumes fp32 weights (how ``rlfh baseline`` loads a model)."""
+    from baselines.probe import PROBE_SEED, answers_cache_path, cache_path, model_key
     from core.model_loader import load_tokenizer, resolve_model_path
-    from core.prompts import prompt_mode_for, resolve_system
+    from core.prompts import prompt_mode_for, render_prompt, resolve_system
     path = resolve_model_path(args.model)
     tok = load_tokenizer(path)
     items = load_questions(args.data, args.limit, args.type_share)
     modes = [prompt_mode_for(it.question, args.mode, args.evidence_share) for it in items]
-    _, prompts = closed_book_prompts(tok, items, modes, resolve_system(args.system))
-    return cache_path(model_key(args.model, path), prompts, args.probe_samples, args.probe_temperature,
-                      args.max_new_tokens, PROBE_SEED, Path("."), probe_dtype(args), probe_batch_size(args)).name
+    system = resolve_system(args.system)
+    prompts = [render_prompt(tok, it.question, it.knowledge_text, m, system=system) for it, m in zip(items, modes)]
+    _, closed = closed_book_prompts(tok, items, modes, system)
+    key = model_key(args.model, path)
+    return {"answers": answers_cache_path(key, prompts, args.max_new_tokens, args.gen_batch_size, "float32",
+                                          Path(".")).name,
+            "probe": cache_path(key, closed, args.probe_samples, args.probe_temperature, args.max_new_tokens,
+                                PROBE_SEED, Path("."), probe_dtype(args), probe_batch_size(args)).name}
 
 
 def run(args) -> int:
     from baselines.rtuning import sft_on_targets
     from core.prompts import prompt_mode_for, render_prompt, resolve_system
-    from evaluation.generate import generate_greedy
     t_start = time.perf_counter()
     check_sft_args(args)
     for name in ("abstain_share", "abstain_share_evidence"):
@@ -229,11 +234,17 @@ def run(args) -> int:
     prompts = [render_prompt(tok, it.question, it.knowledge_text, m, system=system) for it, m in zip(items, modes)]
 
     log.info("step 1/2: the base model answers %d questions (greedy, <= %d tokens)", len(items), args.max_new_tokens)
+    from baselines.probe import SHIPPED_DIR, base_answers, model_key
     t0 = time.perf_counter()
-    gens, gstats = generate_greedy(model, tok, prompts, batch_size=args.gen_batch_size,
-                                   max_new_tokens=args.max_new_tokens, progress=args.progress, desc="answer")
-    answers = [g.text for g in gens]
+    recompute = getattr(args, "recompute_probe", False)
+    answers, answers_source = base_answers(
+        model, tok, items, prompts, max_new_tokens=args.max_new_tokens, batch_size=args.gen_batch_size,
+        model_name=model_key(args.model, path), progress=args.progress,
+        shipped_root=None if recompute else SHIPPED_DIR)
     t_gen = time.perf_counter() - t0
+    if answers_source == "shipped":
+        print(f"answers: using the shipped greedy answers of this model to these questions ({SHIPPED_DIR}; "
+              "--recompute-probe makes them again)")
     right = None
     if args.abstain_where == "wrong":   # R-Tuning-style: the gold grader decides which answers may be replaced
         from baselines.common import grade_all
@@ -242,15 +253,14 @@ def run(args) -> int:
         log.info("gold grader: %d of %d answers right (always kept)", sum(right), len(right))
     decline, probes, probe_source, t_probe = None, {}, None, 0.0
     if args.abstain_where == "probed":   # TruthRL-style: decline where answering does not pay at the price
-        from baselines.probe import (PROBE_SEED, SHIPPED_DIR, answer_threshold, bucket_counts, model_key,
-                                     probe_questions)
+        from baselines.probe import PROBE_SEED, answer_threshold, bucket_counts, probe_questions
         closed, closed_prompts = closed_book_prompts(tok, items, modes, system)
         t_probe = time.perf_counter()
         found, probe_source = probe_questions(
             model, tok, [items[i] for i in closed], closed_prompts, k=args.probe_samples,
             temperature=args.probe_temperature, max_new_tokens=args.max_new_tokens, seed=PROBE_SEED,
             model_name=model_key(args.model, path), batch_size=probe_batch_size(args), progress=args.progress,
-            dtype=probe_dtype(args), shipped_root=None if getattr(args, "recompute_probe", False) else SHIPPED_DIR)
+            dtype=probe_dtype(args), shipped_root=None if recompute else SHIPPED_DIR)
         t_probe = time.perf_counter() - t_probe
         if probe_source == "shipped":
             print(f"probe: using the shipped probe of this model and these questions ({SHIPPED_DIR}; "
@@ -278,7 +288,8 @@ def run(args) -> int:
     meta = {"baseline": "warmstart", "base_model": args.model, "base_path": path, "settings": settings,
             "targets": counts, "probe": _probe_summary(probes, args) if probes else None,
             "loss_first": hist.first, "loss_last": hist.last, "losses": hist.losses,
-            "probe_source": probe_source, "seconds": {"generate": t_gen, "probe": t_probe, "train": hist.seconds}}
+            "probe_source": probe_source, "answers_source": answers_source,
+            "seconds": {"generate": t_gen, "probe": t_probe, "train": hist.seconds}}
     from baselines.common import save_model
     save_model(model, tok, out, json.loads(json.dumps(meta, default=str)))
     total = time.perf_counter() - t_start
@@ -290,7 +301,7 @@ def run(args) -> int:
         ("optimizer steps", str(len(hist.losses))),
         ("loss first / last", f"{fmt_loss(hist.first)} / {fmt_loss(hist.last)}"),
         *([("probe time", f"{t_probe:.0f}s ({probe_source})")] if probe_source else []),
-        ("answer time", f"{t_gen:.0f}s ({gstats.tokens_per_s:.0f} tok/s)"),
+        ("answer time", f"{t_gen:.0f}s ({answers_source})"),
         ("train time", f"{hist.seconds:.0f}s"),
         ("total time", f"{total:.0f}s"),
         ("saved", str(out)),

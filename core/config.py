@@ -359,8 +359,9 @@ class LauncherSettings(Settings):
         "", "Where the warm start is built and cached (empty: a folder under RLFH_CACHE_DIR/warmstart/ named by the "
         "model and the settings above).", env="WARM_START_DIR", group="launcher", cli=False)
     probe_recompute: bool = setting(
-        False, "WARM_START=probed: sample the probe again even where a shipped one matches (baselines/probes/: the "
-        "embedded model on make train's questions). Acts when the warm start is built; a cached one is re-used.",
+        False, "The warm start: make the base model's greedy answers and (WARM_START=probed) its probe again even "
+        "where shipped ones match (baselines/probes/: the embedded model on make train's questions). Acts when the "
+        "warm start is built; a cached warm start is re-used.",
         env="PROBE_RECOMPUTE", group="launcher", cli=False)
     heldout_report: bool = setting(
         False, "scripts/train.sh: after training, answer held-out questions with the base and the trained model "

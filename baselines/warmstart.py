@@ -173,7 +173,8 @@ def cache_file_names(args) -> dict[str, str]:
     """The names of the cache files :func:`run` looks up for ``args`` (shipped ones have the same names):
     ``{"answers": ..., "probe": ...}``, from the tokenizer alone: no model weights are loaded, nothing is sampled.
     The answers' key assumes fp32 weights (how ``rlfh baseline`` loads a model)."""
-    from baselines.probe import PROBE_SEED, answers_cache_path, cache_path, model_key
+    from baselines.probe import PROBE_SEED, cache_path
+    from evaluation.answer_cache import answers_cache_path, model_key
     from core.model_loader import load_tokenizer, resolve_model_path
     from core.prompts import prompt_mode_for, render_prompt, resolve_system
     path = resolve_model_path(args.model)
@@ -234,13 +235,14 @@ def run(args) -> int:
     prompts = [render_prompt(tok, it.question, it.knowledge_text, m, system=system) for it, m in zip(items, modes)]
 
     log.info("step 1/2: the base model answers %d questions (greedy, <= %d tokens)", len(items), args.max_new_tokens)
-    from baselines.probe import SHIPPED_DIR, base_answers, model_key
+    from evaluation.answer_cache import SHIPPED_DIR, greedy_answers, model_key
     t0 = time.perf_counter()
     recompute = getattr(args, "recompute_probe", False)
-    answers, answers_source = base_answers(
+    gens, _, answers_source = greedy_answers(
         model, tok, items, prompts, max_new_tokens=args.max_new_tokens, batch_size=args.gen_batch_size,
-        model_name=model_key(args.model, path), progress=args.progress,
+        model_name=model_key(args.model, path), dtype="float32", progress=args.progress,
         shipped_root=None if recompute else SHIPPED_DIR)
+    answers = [g.text for g in gens]
     t_gen = time.perf_counter() - t0
     if answers_source == "shipped":
         print(f"answers: using the shipped greedy answers of this model to these questions ({SHIPPED_DIR}; "

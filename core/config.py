@@ -359,9 +359,10 @@ class LauncherSettings(Settings):
         "", "Where the warm start is built and cached (empty: a folder under RLFH_CACHE_DIR/warmstart/ named by the "
         "model and the settings above).", env="WARM_START_DIR", group="launcher", cli=False)
     probe_recompute: bool = setting(
-        False, "The warm start: make the base model's greedy answers and (WARM_START=probed) its probe again even "
-        "where shipped ones match (baselines/probes/: the embedded model on make train's questions). Acts when the "
-        "warm start is built; a cached warm start is re-used.",
+        False, "Make the base model's measurements again even where cached or shipped ones match (evaluation/shipped/: "
+        "the embedded model on make train's questions): the warm start's greedy answers and (WARM_START=probed) "
+        "probe, when the warm start is built (a cached warm start is re-used), and the held-out report's base-model "
+        "answers.",
         env="PROBE_RECOMPUTE", group="launcher", cli=False)
     heldout_report: bool = setting(
         False, "scripts/train.sh: after training, answer held-out questions with the base and the trained model "

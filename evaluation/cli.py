@@ -134,7 +134,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", dest="progress", action="store_false", help="Hide progress bars.")
     p.add_argument("--reuse", action="store_true",
                    help="Skip the run when OUT already holds one made with the same model weights and settings "
-                        "(the demo re-uses base-model evaluations this way).")
+                        "(the demo re-uses base-model evaluations this way); otherwise take the greedy answers "
+                        "from $RLFH_CACHE_DIR/answers, or from the ones shipped in evaluation/shipped/ (the embedded "
+                        "model on make train's held-out questions), where they were made for the same model, "
+                        "prompts, token limit, batch size and dtype. Without it the answers are made here (and "
+                        "cached for a later --reuse).")
     p.set_defaults(func=_cmd_eval)
 
     c = sub.add_parser("compare", help="Compare eval runs (paired McNemar, bootstrap CIs) and write a report "

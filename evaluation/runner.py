@@ -237,7 +237,6 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
     from core.data import load_items
     from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
     from core.prompts import SYSTEM_DEFAULT, SYSTEM_MAY_ABSTAIN, render_prompt
-    from evaluation.generate import generate_greedy
 
     t_start = time.perf_counter()
     out = Path(cfg.out)
@@ -268,15 +267,19 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
     model = load_causal_lm(model_dir, dtype=weights_dtype(cfg.dtype)).eval()
     prompts = [render_prompt(tok, it.question, it.knowledge_text, cfg.mode, system=system) for it in items]
     p_abstain: list[Optional[float]] = [None] * len(items)
+    answers_source = "computed"   # or "cache" / "shipped" (evaluation.answer_cache) / "run" (--answers-from)
     with inference_precision(model, cfg.dtype):
         if cfg.answers_from:
             gens, gstats = answers_of_run(cfg, model_dir, items)
+            answers_source = "run"
         elif cfg.abstain_threshold:
             gens, gstats, p_abstain = _generate_with_abstain_threshold(model, tok, prompts, cfg, name)
-        else:
-            gens, gstats = generate_greedy(model, tok, prompts, batch_size=cfg.batch_size,
-                                           max_new_tokens=cfg.max_new_tokens, progress=cfg.progress,
-                                           desc=f"{name} [{cfg.mode}]")
+        else:   # greedy answers, cached; --reuse takes cached ones, or shipped ones (the embedded base model)
+            from evaluation.answer_cache import greedy_answers, model_key
+            gens, gstats, answers_source = greedy_answers(
+                model, tok, items, prompts, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size,
+                model_name=model_key(cfg.model, model_dir), dtype=ANSWER_NUMERICS[cfg.dtype],
+                progress=cfg.progress, desc=f"{name} [{cfg.mode}]", read=cfg.reuse)
         confidence: list[Optional[float]] = [None] * len(items)
         t_conf = 0.0
         if cfg.wants_confidence():
@@ -351,7 +354,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
         "grounding_gate": cfg.grounding_gate, "answers_from": cfg.answers_from or None,
         "verifier_identity": verifier_identity,
         "metrics": summarise(records, cfg.n_boot, cfg.seed),
-        "timing": {"generate_s": round(gstats.seconds, 2), "new_tokens": gstats.new_tokens,
+        "timing": {"answers": answers_source, "generate_s": round(gstats.seconds, 2), "new_tokens": gstats.new_tokens,
                    "tokens_per_s": round(gstats.tokens_per_s, 1), "threads": threads, "verify_s": round(t_ver, 2),
                    "confidence_s": round(t_conf, 2), "knowledge_s": round(t_know, 2),
                    "total_s": round(time.perf_counter() - t_start, 2)},
@@ -429,6 +432,26 @@ def apply_grounding_gate(gens: list, items: list, grounded: list[Optional[float]
             ungated[i] = g.text
             out[i] = declined(tok, abstain_text, g.prompt_tokens)
     return out, ungated
+
+
+#: ``--dtype`` -> the numerics named in the greedy answers' cache key (:func:`evaluation.answer_cache.answers_cache_path`)
+ANSWER_NUMERICS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "autocast": "float32+autocast"}
+
+
+def cached_answers_name(cfg: EvalConfig) -> str:
+    """The file a ``--reuse`` run of ``cfg`` looks its greedy answers up by, in ``$RLFH_CACHE_DIR/answers/`` and
+    then :data:`evaluation.answer_cache.SHIPPED_DIR`: from the data and the tokenizer alone (no weights loaded)."""
+    from core.data import load_items
+    from core.model_loader import load_tokenizer, resolve_model_path
+    from core.prompts import SYSTEM_DEFAULT, SYSTEM_MAY_ABSTAIN, render_prompt
+    from evaluation.answer_cache import answers_cache_path, model_key
+    model_dir = resolve_model_path(cfg.model)
+    tok = load_tokenizer(model_dir)
+    system = SYSTEM_MAY_ABSTAIN if cfg.system == "may-abstain" else SYSTEM_DEFAULT
+    prompts = [render_prompt(tok, it.question, it.knowledge_text, cfg.mode, system=system)
+               for it in subsample(load_items(cfg.data), cfg.limit)]
+    return answers_cache_path(model_key(cfg.model, model_dir), prompts, cfg.max_new_tokens, cfg.batch_size,
+                              ANSWER_NUMERICS[cfg.dtype], Path(".")).name
 
 
 def _answer_settings(cfg: EvalConfig, model_dir: str) -> dict[str, Any]:

@@ -38,7 +38,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then export DS_ACCELERATOR="${DS_ACC
 # The embedded default (SmolLM2-135M on CPU, local Ray) runs the abstention recipe (docs/DEMO.md: what it is,
 # how it was found, what each attempt gave, and how it did on held-out questions). On a quiet 2-core AMD EPYC
 # (docs/DEMO.md "Sessions 24-26"), with AVX512-BF16 / with AVX2 only (fp32): the warm start once (cached) 10 / 17
-# min (the 3-epoch SFT; the base model's probe and greedy answers ship in baselines/probes/, making them again
+# min (the 3-epoch SFT; the base model's probe and greedy answers ship in evaluation/shipped/, making them again
 # takes 10 / 13 min), RL 60 / 114 s a step plus 40 / 85 s per dev evaluation, 8 steps when it stops early, the
 # held-out report 5 / 6 min (2-3 once the base model's answers are cached): about 27 / 47 min from a fresh clone,
 # 16 / 28 min once the warm start is cached:
@@ -74,7 +74,10 @@ if [[ "$BASE_MODEL" == "smollm2-135m-instruct" && "${ACTOR_NUM_GPUS_PER_NODE:-0}
   export TRAIN_BATCH_SIZE="${TRAIN_BATCH_SIZE:-64}" MICRO_TRAIN_BATCH_SIZE="${MICRO_TRAIN_BATCH_SIZE:-8}"
   export ACTOR_LR="${ACTOR_LR:-5e-6}" MAX_STEPS="${MAX_STEPS:-12}" GENERATE_MAX_LEN="${GENERATE_MAX_LEN:-40}"
   export DEV_EVAL_STEP="${DEV_EVAL_STEP:-2}" DEV_EVAL_SIZE="${DEV_EVAL_SIZE:-64}" DEV_EVAL_TYPE_SHARE="${DEV_EVAL_TYPE_SHARE:-0.25}"
-  export DEV_EVAL_MODES="${DEV_EVAL_MODES:-closed+evidence}" FINAL_MODEL="${FINAL_MODEL:-best}"
+  # closed book only: the kept step is chosen on closed-book dev answers, and the passage half (prompts about five
+  # times longer) took 55 of each evaluation's 85 s on an AVX2 CPU; for W38 / W36 / W37 (seeds 42, 7, 1) it keeps
+  # and stops at the same steps as closed+evidence did (docs/DEMO.md "Session 27"); set closed+evidence to watch both
+  export DEV_EVAL_MODES="${DEV_EVAL_MODES:-closed}" FINAL_MODEL="${FINAL_MODEL:-best}"
   export DEV_SELECT_MAX_INCORRECT="${DEV_SELECT_MAX_INCORRECT-0.25}"   # empty: by the ternary dev score
   # stop after 2 dev evaluations in a row below the best: W29 / W30 (seeds 42, 7) then stop at step 8 and keep
   # step 4, W31 (seed 1) runs all 12 and keeps step 8 -- the same steps they kept without stopping
@@ -163,11 +166,17 @@ if [[ "$HELDOUT_REPORT" == "true" ]]; then
     for spec in "base|$BASE_MODEL" "trained|$TRAINED"; do
       IFS='|' read -r name model <<<"$spec"
       out="$SAVE_PATH/heldout/${name}_${mode}"
-      # the base model's answers do not change between runs: cached (`rlfh eval --reuse` checks weights + settings)
-      [[ "$name" == "base" ]] && out="$cache/heldout/$(basename "$BASE_MODEL")-${HELDOUT_DATA//:/-}-${limit}-${mode}"
+      # the base model's answers do not change between runs: cached (`rlfh eval --reuse` checks weights + settings;
+      # it reads greedy answers from $RLFH_CACHE_DIR/answers, or for the embedded model at these settings the
+      # shipped ones in evaluation/shipped/, which PROBE_RECOMPUTE=1 makes again)
+      reuse=--reuse
+      if [[ "$name" == "base" ]]; then
+        out="$cache/heldout/$(basename "$BASE_MODEL")-${HELDOUT_DATA//:/-}-${limit}-${mode}"
+        [[ "$(setting PROBE_RECOMPUTE)" == "true" ]] && reuse=
+      fi
       echo "[train.sh]     $name, $mode: $model"
       "$RLFH" --log-level WARNING eval --model "$model" --data "$HELDOUT_DATA" --mode "$mode" --name "$name" \
-        --limit "$limit" --confidence off --out "$out" --reuse >/dev/null   # its progress bar: stderr
+        --limit "$limit" --confidence off --out "$out" $reuse >/dev/null   # its progress bar: stderr
       RUNS+=("$out")
     done
   done

@@ -224,3 +224,97 @@ def test_heldout_summary_percent_never_prints_negative_zero():
     from cluster.heldout_summary import _pct
     assert _pct(1 - (0.07 + 0.93)) == "0.0" and _pct(-1e-17) == "0.0"
     assert _pct(0.123) == "12.3" and _pct(None) == "-"
+
+
+def test_greedy_answers_are_cached_then_shipped_then_computed(tmp_path, tiny_model_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from core.data import QAItem
+    from evaluation.answer_cache import answers_cache_path, greedy_answers
+    from evaluation.generate import generate_greedy
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path).eval()
+    items = [QAItem(question=f"Is {c} a letter?", knowledge="k", right_answer="yes", uid=c) for c in "abc"]
+    prompts = [f"Q: {it.question}\nA:" for it in items]
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    kw = dict(max_new_tokens=4, batch_size=2, model_name="tiny", dtype="float32", progress=False,
+              cache_root=tmp_path / "cache", shipped_root=shipped)
+    first, stats, source = greedy_answers(model, tok, items, prompts, **kw)
+    direct, _ = generate_greedy(model, tok, prompts, batch_size=2, max_new_tokens=4, progress=False)
+    assert source == "computed" and first == direct and stats.new_tokens == sum(g.new_tokens for g in direct)
+    again, stats, source = greedy_answers(model, tok, items, prompts, **kw)
+    assert source == "cache" and again == first and stats.seconds == 0.0
+    # the key: model, prompts, token limit, rows per call, numerics
+    path = answers_cache_path("tiny", prompts, 4, 2, "float32", tmp_path / "cache")
+    assert path.is_file()
+    assert len({path.name, answers_cache_path("tiny", prompts, 5, 2, "float32", tmp_path).name,
+                answers_cache_path("tiny", prompts, 4, 3, "float32", tmp_path).name,
+                answers_cache_path("tiny", prompts[:2], 4, 2, "float32", tmp_path).name,
+                answers_cache_path("tiny", prompts, 4, 2, "float32+autocast", tmp_path).name,
+                answers_cache_path("other", prompts, 4, 2, "float32", tmp_path).name}) == 6
+    # a shipped file under the key is read when the cache has none, never copied; shipped_root=None ignores it
+    (shipped / path.name).write_text("".join(json.dumps(
+        {"uid": it.uid, "question": it.question, "answer": f"shipped {it.uid}", "prompt_tokens": 7, "new_tokens": 2,
+         "truncated": False}) + "\n" for it in items))
+    path.unlink()
+    got, _, source = greedy_answers(model, tok, items, prompts, **kw)
+    assert source == "shipped" and [g.text for g in got] == ["shipped a", "shipped b", "shipped c"]
+    assert not path.exists()
+    got, _, source = greedy_answers(model, tok, items, prompts, **{**kw, "shipped_root": None})
+    assert source == "computed" and got == first
+    # a file whose rows are other questions, or unreadable, is not used
+    path.write_text("not json\n")
+    got, _, source = greedy_answers(model, tok, items, prompts, **{**kw, "shipped_root": None})
+    assert source == "computed" and got == first
+    path.write_text("".join(json.dumps({"uid": u, "question": "q", "answer": "x", "prompt_tokens": 1,
+                                        "new_tokens": 1, "truncated": False}) + "\n" for u in "abd"))
+    got, _, source = greedy_answers(model, tok, items, prompts, **{**kw, "shipped_root": None})
+    assert source == "computed" and got == first
+    with pytest.raises(ValueError, match="need one each"):
+        greedy_answers(model, tok, items, prompts[:2], **kw)
+
+
+def test_eval_reuse_takes_cached_greedy_answers_and_without_it_makes_them_again(tmp_path, tiny_model_path, monkeypatch):
+    from evaluation.runner import EvalConfig, cached_answers_name, run_eval
+    monkeypatch.setenv("RLFH_CACHE_DIR", str(tmp_path / "cache"))
+    kw = dict(model=tiny_model_path, data="halueval:test", mode="closed", limit=3, max_new_tokens=4, batch_size=2,
+              confidence="off", verifier=False, progress=False, n_boot=50)
+    first = run_eval(EvalConfig(out=str(tmp_path / "a"), reuse=True, **kw))
+    assert first["timing"]["answers"] == "computed"
+    name = cached_answers_name(EvalConfig(out="unused", reuse=True, **kw))
+    assert (tmp_path / "cache" / "answers" / name).is_file()   # the name the shipped lookup uses too
+    second = run_eval(EvalConfig(out=str(tmp_path / "b"), reuse=True, **kw))   # another folder: not a summary reuse
+    assert second["timing"]["answers"] == "cache" and "reused" not in second
+    cached = (tmp_path / "cache" / "answers" / name).stat().st_mtime_ns
+    plain = run_eval(EvalConfig(out=str(tmp_path / "c"), **kw))   # without --reuse: made again, and cached
+    assert plain["timing"]["answers"] == "computed"
+    assert (tmp_path / "cache" / "answers" / name).stat().st_mtime_ns != cached
+    answers = [[json.loads(x)["answer"] for x in (tmp_path / d / "answers.jsonl").read_text().splitlines()]
+               for d in "abc"]
+    assert answers[0] == answers[1] == answers[2]
+    assert first["metrics"]["counts"] == second["metrics"]["counts"] == plain["metrics"]["counts"]
+
+
+def test_the_shipped_files_are_the_ones_make_train_looks_up(embedded_model_path):
+    """Every file in evaluation/shipped/ is one `make train` looks up: the warm start's two
+    (tests/test_baselines.py checks their content) and the held-out report's base-model answers, 300 closed-book and
+    100 with the passage, which train.sh asks for with `rlfh eval --reuse` at the defaults below. A change to those
+    settings, the prompts or the test split moves a key; then this fails and the files must be made again
+    (evaluation/shipped/README.md)."""
+    from core.config import RLFHConfig
+    from evaluation.answer_cache import SHIPPED_DIR
+    from evaluation.runner import EvalConfig, cached_answers_name
+    cfg = RLFHConfig.load({})
+    assert (cfg.heldout_data, cfg.heldout_limit, cfg.heldout_evidence_limit) == ("halueval:test", 300, 100)
+    heldout = {mode: cached_answers_name(EvalConfig(model="smollm2-135m-instruct", data=cfg.heldout_data, mode=mode,
+                                                    limit=limit, out="unused", reuse=True))
+               for mode, limit in (("closed", 300), ("evidence", 100))}
+    warm = {"answers": "543a5877ec3eaf2e86c4.jsonl", "probe": "0a484a9dd9c139e2223e.jsonl"}
+    shipped = sorted(p.name for p in SHIPPED_DIR.glob("*.jsonl"))
+    assert shipped == sorted([*heldout.values(), *warm.values()]), f"make train looks up {heldout} and {warm}"
+    for mode, n in (("closed", 300), ("evidence", 100)):
+        rows = [json.loads(line) for line in (SHIPPED_DIR / heldout[mode]).read_text().splitlines()]
+        assert len(rows) == n and all(r["answer"].strip() and 0 < r["new_tokens"] <= 40 for r in rows)
+    sh = (REPO / "scripts" / "train.sh").read_text()
+    assert '--limit "$limit" --confidence off --out "$out" $reuse' in sh and "--max-new-tokens" not in sh

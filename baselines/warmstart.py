@@ -174,9 +174,9 @@ def cache_file_names(args) -> dict[str, str]:
     ``{"answers": ..., "probe": ...}``, from the tokenizer alone: no model weights are loaded, nothing is sampled.
     The answers' key assumes fp32 weights (how ``rlfh baseline`` loads a model)."""
     from baselines.probe import PROBE_SEED, cache_path
-    from evaluation.answer_cache import answers_cache_path, model_key
     from core.model_loader import load_tokenizer, resolve_model_path
     from core.prompts import prompt_mode_for, render_prompt, resolve_system
+    from evaluation.answer_cache import answers_cache_path, model_key
     path = resolve_model_path(args.model)
     tok = load_tokenizer(path)
     items = load_questions(args.data, args.limit, args.type_share)

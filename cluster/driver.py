@@ -630,7 +630,12 @@ class Trainer:
         if kl is None:
             kl = torch.zeros(mask.shape, dtype=torch.float32)
         row["reward_mean"] = float(reward_totals[sampled].mean())
-        row["kl"] = _masked_mean(kl, mask)
+        # the policy's own samples only: their mean log-ratio estimates KL(policy || reference); an injected
+        # "I don't know." was not sampled from the policy, and once RL makes declining less likely than the
+        # reference does its log-ratio is negative (W40's curve went below 0 from step 2), so it is logged apart
+        row["kl"] = _masked_mean(kl, mask & sampled[:, None])
+        if bool(injected.any()):
+            row["kl_injected"] = _masked_mean(kl, mask & injected[:, None])
         row["return_mean"] = float(rewards.sum(dim=1).mean())
 
         # 5. optional: drop prompts whose samples all scored alike (no learning signal)

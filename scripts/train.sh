@@ -37,11 +37,11 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then export DS_ACCELERATOR="${DS_ACC
 
 # The embedded default (SmolLM2-135M on CPU, local Ray) runs the abstention recipe (docs/DEMO.md: what it is,
 # how it was found, what each attempt gave, and how it did on held-out questions). On a quiet 2-core AMD EPYC
-# (docs/DEMO.md "Sessions 24-26"), with AVX512-BF16 / with AVX2 only (fp32): the warm start once (cached) 10 / 17
+# (docs/DEMO.md "Sessions 23-27"), with AVX512-BF16 / with AVX2 only (fp32): the warm start once (cached) 10 / 17
 # min (the 3-epoch SFT; the base model's probe and greedy answers ship in evaluation/shipped/, making them again
-# takes 10 / 13 min), RL 60 / 114 s a step plus 40 / 85 s per dev evaluation, 8 steps when it stops early, the
-# held-out report 5 / 6 min (2-3 once the base model's answers are cached): about 27 / 47 min from a fresh clone,
-# 16 / 28 min once the warm start is cached:
+# takes 10 / 13 min), RL 60 / 120 s a step plus about 15 / 32 s per dev evaluation, 8 steps when it stops early,
+# the held-out report 2 / 3.5 min (the base model's answers ship too): about 23 / 40 min from a fresh clone
+# (W32's stages projected / W41 measured), 12 / 23 min once the warm start is cached:
 #   1. warm start (cached): a knowledge-boundary probe samples 8 answers per training question and grades them
 #      (shipped for this model and these questions; PROBE_RECOMPUTE=1 samples it again);
 #      SFT (3 epochs) on the model's own greedy answers, with "I don't know." as the target exactly where fewer
@@ -50,13 +50,14 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then export DS_ACCELERATOR="${DS_ACC
 #      model sees both answers and declines of every type;
 #   2. RL: RLOO on its own samples plus one "I don't know." candidate per group, TruthRL's ternary outcome reward
 #      (right +1, declined -0.6, wrong -1; judged against the gold answer), a KL anchor to the warm start, 15% of
-#      the questions with their passage; greedy answers to 64 dev questions every DEV_EVAL_STEP steps, and the
-#      final model is the dev step with the most right answers among those with at most 25% wrong
+#      the questions with their passage; greedy answers to 64 closed-book dev questions every DEV_EVAL_STEP steps,
+#      and the final model is the dev step with the most right answers among those with at most 25% wrong
 #      (FINAL_MODEL=best, DEV_SELECT_MAX_INCORRECT); training stops after two dev evaluations in a row that
 #      do not beat it (EARLY_STOP_PATIENCE);
 #   3. held-out report: base vs trained, greedy, on test questions the run never saw, HELDOUT_LIMIT (300) closed
 #      book and HELDOUT_EVIDENCE_LIMIT (100) with the passage: correct / incorrect / declined, accuracy on
-#      attempted, the random-abstention row, paired tests and the gate verdict.
+#      attempted, the random-abstention row, paired tests and the gate verdict (the base model's answers to
+#      them ship in evaluation/shipped/ too).
 # Only when MODEL_PATH is the embedded model and no GPU or remote cluster is asked for; a value set in the
 # environment (or a flag) always wins. Other models get the same steps with WARM_START=probed HELDOUT_REPORT=1.
 BASE_MODEL="${MODEL_PATH:-smollm2-135m-instruct}"
@@ -127,8 +128,8 @@ if [[ "$WARM_START" != "none" ]]; then
   echo "[train.sh] 1/3 warm start ($WARM_START -> \"I don't know.\") -> $WARM_DIR"
   echo "[train.sh]     built once per model and settings, then cached (the embedded default: 10-17 min on 2 cores)"
   if [[ "$recipe" == "embedded" ]]; then
-    # a quiet 2-core AMD EPYC, docs/PERFORMANCE.md "make train": W32 (native bf16) and W40 (fp32) by stage
-    if [[ "$isa" == "native bf16" ]]; then fresh=27 cached=16; else fresh=47 cached=28; fi
+    # a quiet 2-core AMD EPYC, docs/PERFORMANCE.md "make train": W32 (native bf16, projected) and W41 (fp32)
+    if [[ "$isa" == "native bf16" ]]; then fresh=23 cached=12; else fresh=40 cached=23; fi
     [[ -f "$WARM_DIR/config.json" ]] && minutes=$cached || minutes=$fresh
     echo "[train.sh]     the embedded default takes about $minutes min on 2 cores of a CPU like this one ($isa)"
   fi

@@ -107,6 +107,10 @@ def test_two_steps_train_sync_and_checkpoint(cluster, run_dir, tiny_model_path, 
     # one abstention candidate per prompt went through the verifier (as an abstention) and into training;
     # samples.jsonl shows the policy's own responses only
     assert all(r["injected_abstentions"] == cfg.rollout_batch_size for r in rows)
+    # the KL to the reference is logged for the policy's own samples and, apart, for the injected candidates;
+    # step 1 samples with the reference's weights (fp32 both), so both are 0 there
+    assert all("kl_injected" in r for r in rows)
+    assert abs(rows[0]["kl"]) < 1e-5 and abs(rows[0]["kl_injected"]) < 1e-5, rows[0]
     logged = [json.loads(x) for x in (run_dir / "samples.jsonl").read_text().splitlines()]
     assert {x["step"] for x in logged} == {1, 2} and all(x["mode"] in ("closed", "evidence") for x in logged)
     assert all(x["response"] != cfg.abstain_text for x in logged)

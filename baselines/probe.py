@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from evaluation.answer_cache import SHIPPED_DIR, cached_or_shipped, model_key, read_rows, write_rows
+from evaluation.answer_cache import SHIPPED_DIR, cached_or_shipped, read_rows, write_rows
 
 log = logging.getLogger("baselines.probe")
 
@@ -105,7 +105,7 @@ def probe_questions(model, tokenizer, items: Sequence, prompts: Sequence[str], *
 
     Args:
         items: N items with ``uid``, ``question``, ``right_answer``; prompts: N closed-book prompts.
-        model_name: what names the model in the cache key (:func:`model_key`).
+        model_name: what names the model in the cache key (:func:`evaluation.answer_cache.model_key`).
         batch_size: rows per sampling call (``batch_size // k`` prompts x ``k`` samples).
         dtype: ``fp32`` samples with ``model`` as it is; ``bf16`` with a bfloat16 copy (what the trainer's
             rollout engines sample with on a CPU with native bf16, ROLLOUT_DTYPE=auto; with 64 rows a call it took

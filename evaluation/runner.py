@@ -236,7 +236,6 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
 
     from core.data import load_items
     from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
-    from core.prompts import SYSTEM_DEFAULT, SYSTEM_MAY_ABSTAIN, render_prompt
 
     t_start = time.perf_counter()
     out = Path(cfg.out)
@@ -248,7 +247,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
                          f"{missing[0]}, question {items[missing[0]].question[:60]!r}); the gold grader needs one "
                          "per item")
     model_dir = resolve_model_path(cfg.model)
-    system = SYSTEM_MAY_ABSTAIN if cfg.system == "may-abstain" else SYSTEM_DEFAULT
+    system = system_prompt(cfg)
     name = cfg.name or default_name(cfg.model, cfg.system)
     if cfg.reuse:
         old = reusable_summary(cfg, model_dir, name)
@@ -265,7 +264,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
         hf_logging.disable_progress_bar()
     tok = load_tokenizer(model_dir)
     model = load_causal_lm(model_dir, dtype=weights_dtype(cfg.dtype)).eval()
-    prompts = [render_prompt(tok, it.question, it.knowledge_text, cfg.mode, system=system) for it in items]
+    prompts = eval_prompts(cfg, tok, items)
     p_abstain: list[Optional[float]] = [None] * len(items)
     answers_source = "computed"   # or "cache" / "shipped" (evaluation.answer_cache) / "run" (--answers-from)
     with inference_precision(model, cfg.dtype):
@@ -434,6 +433,19 @@ def apply_grounding_gate(gens: list, items: list, grounded: list[Optional[float]
     return out, ungated
 
 
+def system_prompt(cfg: EvalConfig) -> str:
+    """The system prompt ``--system`` names."""
+    from core.prompts import SYSTEM_DEFAULT, SYSTEM_MAY_ABSTAIN
+    return SYSTEM_MAY_ABSTAIN if cfg.system == "may-abstain" else SYSTEM_DEFAULT
+
+
+def eval_prompts(cfg: EvalConfig, tok, items: list) -> list[str]:
+    """The chat prompts a run of ``cfg`` asks ``items`` with (its prompt mode and system prompt)."""
+    from core.prompts import render_prompt
+    system = system_prompt(cfg)
+    return [render_prompt(tok, it.question, it.knowledge_text, cfg.mode, system=system) for it in items]
+
+
 #: ``--dtype`` -> the numerics named in the greedy answers' cache key (:func:`evaluation.answer_cache.answers_cache_path`)
 ANSWER_NUMERICS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "autocast": "float32+autocast"}
 
@@ -443,13 +455,9 @@ def cached_answers_name(cfg: EvalConfig) -> str:
     then :data:`evaluation.answer_cache.SHIPPED_DIR`: from the data and the tokenizer alone (no weights loaded)."""
     from core.data import load_items
     from core.model_loader import load_tokenizer, resolve_model_path
-    from core.prompts import SYSTEM_DEFAULT, SYSTEM_MAY_ABSTAIN, render_prompt
     from evaluation.answer_cache import answers_cache_path, model_key
     model_dir = resolve_model_path(cfg.model)
-    tok = load_tokenizer(model_dir)
-    system = SYSTEM_MAY_ABSTAIN if cfg.system == "may-abstain" else SYSTEM_DEFAULT
-    prompts = [render_prompt(tok, it.question, it.knowledge_text, cfg.mode, system=system)
-               for it in subsample(load_items(cfg.data), cfg.limit)]
+    prompts = eval_prompts(cfg, load_tokenizer(model_dir), subsample(load_items(cfg.data), cfg.limit))
     return answers_cache_path(model_key(cfg.model, model_dir), prompts, cfg.max_new_tokens, cfg.batch_size,
                               ANSWER_NUMERICS[cfg.dtype], Path(".")).name
 

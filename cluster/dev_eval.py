@@ -161,6 +161,18 @@ def _better(a: Sequence[float], b: Sequence[float], tol: float = 1e-9) -> bool:
     return False
 
 
+def track_best(best: Optional[Sequence[float]], value: Sequence[float], below: int) -> tuple[bool, int]:
+    """One evaluation's effect on early stopping: ``(value is the new best, evaluations in a row below the best)``.
+
+    ``below`` counts the evaluations since the best that rank under it; one that ties the best (the same dev
+    answers, e.g. while RL has not changed a greedy answer yet) neither resets nor advances it, so a patience of 1
+    stops at the first evaluation that is worse, not at the first that is merely no better.
+    """
+    if best is None or _better(value, best):
+        return True, 0
+    return False, below + 1 if _better(best, value) else below
+
+
 class DevEvaluator:
     """Greedy answers of the rollout engines to the fixed dev set, graded; one call per evaluation."""
 
@@ -195,10 +207,9 @@ class DevEvaluator:
         out["time/dev_eval"] = round(time.perf_counter() - t0, 3)
         score = out["dev/score"]
         value = selection_value(out, cfg.dev_select_max_incorrect)
-        if self.best_value is None or _better(value, self.best_value):
-            self.best_value, self.best_score, self.best_step, self.evals_since_best = value, score, step, 0
-        else:
-            self.evals_since_best += 1
+        new_best, self.evals_since_best = track_best(self.best_value, value, self.evals_since_best)
+        if new_best:
+            self.best_value, self.best_score, self.best_step = value, score, step
         out["dev/best_score"] = self.best_score
         out["dev/best_step"] = float(self.best_step)
         closed = "closed" if "closed" in self.modes else self.modes[0]
@@ -211,6 +222,6 @@ class DevEvaluator:
         return out, graded
 
     def should_stop(self) -> bool:
-        """Early stopping: EARLY_STOP_PATIENCE evaluations in a row without a better dev score."""
+        """Early stopping: EARLY_STOP_PATIENCE evaluations in a row below the best (:func:`track_best`)."""
         p = self.cfg.early_stop_patience
         return bool(p) and self.evals_since_best >= p

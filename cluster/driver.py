@@ -469,8 +469,8 @@ class Trainer:
                     bar.update(1)
                     bar.set_postfix_str(self._postfix(row), refresh=True)
                 if self.dev_eval is not None and self.dev_eval.should_stop():
-                    log.warning("early stop at step %d: %d dev evaluations without a better dev score than %.3f "
-                                "(step %d; EARLY_STOP_PATIENCE=%d)", self.state.step, self.dev_eval.evals_since_best,
+                    log.warning("early stop at step %d: %d dev evaluation(s) in a row below the best, dev score %.3f "
+                                "at step %d (EARLY_STOP_PATIENCE=%d)", self.state.step, self.dev_eval.evals_since_best,
                                 self.dev_eval.best_score, self.dev_eval.best_step, cfg.early_stop_patience)
                     self.stopped_early = True
                     break

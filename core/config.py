@@ -700,9 +700,10 @@ class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings):
     dev_eval_max_len: int = setting(40, "New tokens per greedy dev answer.", env="DEV_EVAL_MAX_LEN", group="ckpt",
                                     ge=1)
     early_stop_patience: int = setting(
-        0, "Stop training when this many in-loop dev evaluations in a row did not beat the best dev score (the "
-        "ternary outcome OUTCOME_CORRECT / OUTCOME_ABSTAIN / OUTCOME_WRONG of the greedy answers, averaged over "
-        "DEV_EVAL_MODES; DEV_SELECT_MAX_INCORRECT ranks them otherwise). "
+        0, "Stop training when this many in-loop dev evaluations in a row ranked below the best one (by the dev "
+        "score: the ternary outcome OUTCOME_CORRECT / OUTCOME_ABSTAIN / OUTCOME_WRONG of the greedy answers, "
+        "averaged over DEV_EVAL_MODES; DEV_SELECT_MAX_INCORRECT ranks them otherwise); an evaluation that ties the "
+        "best does not count. "
         "Needs DEV_EVAL_STEP. 0: off.", env="EARLY_STOP_PATIENCE", group="ckpt", ge=0)
     final_model: Literal["last", "best"] = setting(
         "last", "What SAVE_PATH/final holds: 'last' (the policy after the last step) or 'best' (the policy at the "

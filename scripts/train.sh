@@ -52,8 +52,8 @@ if ! command -v nvidia-smi >/dev/null 2>&1; then export DS_ACCELERATOR="${DS_ACC
 #      (right +1, declined -0.6, wrong -1; judged against the gold answer), a KL anchor to the warm start, 15% of
 #      the questions with their passage; greedy answers to 64 closed-book dev questions every DEV_EVAL_STEP steps,
 #      and the final model is the dev step with the most right answers among those with at most 25% wrong
-#      (FINAL_MODEL=best, DEV_SELECT_MAX_INCORRECT); training stops after two dev evaluations in a row that
-#      do not beat it (EARLY_STOP_PATIENCE);
+#      (FINAL_MODEL=best, DEV_SELECT_MAX_INCORRECT); training stops at the first dev evaluation that ranks below
+#      it (EARLY_STOP_PATIENCE);
 #   3. held-out report: base vs trained, greedy, on test questions the run never saw, HELDOUT_LIMIT (300) closed
 #      book and HELDOUT_EVIDENCE_LIMIT (100) with the passage: correct / incorrect / declined, accuracy on
 #      attempted, the random-abstention row, paired tests and the gate verdict (the base model's answers to
@@ -80,9 +80,10 @@ if [[ "$BASE_MODEL" == "smollm2-135m-instruct" && "${ACTOR_NUM_GPUS_PER_NODE:-0}
   # and stops at the same steps as closed+evidence did (docs/DEMO.md "Session 27"); set closed+evidence to watch both
   export DEV_EVAL_MODES="${DEV_EVAL_MODES:-closed}" FINAL_MODEL="${FINAL_MODEL:-best}"
   export DEV_SELECT_MAX_INCORRECT="${DEV_SELECT_MAX_INCORRECT-0.25}"   # empty: by the ternary dev score
-  # stop after 2 dev evaluations in a row below the best: W29 / W30 (seeds 42, 7) then stop at step 8 and keep
-  # step 4, W31 (seed 1) runs all 12 and keeps step 8 -- the same steps they kept without stopping
-  export EARLY_STOP_PATIENCE="${EARLY_STOP_PATIENCE:-2}"
+  # stop at the first dev evaluation below the best (a tie does not count): replayed on the dev logs of W41 / W36 /
+  # W37 (seeds 42, 7, 1) it stops at steps 6 / 6 / 10 and keeps steps 4 / 4 / 8, the steps patience 2 kept at steps
+  # 8 / 8 / 12 (docs/DEMO.md "Session 28"): the same models, two RL steps and a dev evaluation sooner
+  export EARLY_STOP_PATIENCE="${EARLY_STOP_PATIENCE:-1}"
   # train.sh's own steps (core/config.py, LauncherSettings): the warm start this recipe trains from, the report
   export WARM_START="${WARM_START:-probed}" WARM_START_TYPE_BALANCE="${WARM_START_TYPE_BALANCE:-0.4}"
   export WARM_START_EPOCHS="${WARM_START_EPOCHS:-3}" HELDOUT_REPORT="${HELDOUT_REPORT:-1}"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.dev_eval import DevAnswer, _better, dev_items, dev_metrics, grade_dev, selection_value
+from cluster.dev_eval import DevAnswer, _better, dev_items, dev_metrics, grade_dev, selection_value, track_best
 from core.data import QAItem
 
 
@@ -62,6 +62,30 @@ def test_selection_by_the_gate_terms_ranks_right_answers_within_the_incorrect_bo
     assert not _better(selection_value(answers_more, 0.25), selection_value(dict(answers_more), 0.25))
     with pytest.raises(ValueError, match="DEV_EVAL_MODES"):
         selection_value({"dev/score": 0.0}, 0.25)
+
+
+def test_early_stopping_counts_evaluations_below_the_best_and_not_ties():
+    """W37 (make train's recipe, RL seed 1; docs/DEMO.md): the closed-book selection values of its dev steps 0-12,
+    rounded. Step 2 ties step 0 (RL had not changed a greedy answer yet); steps 10 and 12 are over the incorrect
+    bound. Patience 1 must stop at step 10 with step 8 kept, as patience 2 kept it at step 12."""
+    steps = [(0, (1.0, 0.0531, 0.0)), (2, (1.0, 0.0531, 0.0)), (4, (1.0, 0.0625, 0.0)), (6, (1.0, 0.0659, 0.0)),
+             (8, (1.0, 0.0719, 0.0)), (10, (0.0, -0.2834, 0.0)), (12, (0.0, -0.333, 0.0))]
+
+    def run(patience):
+        best = best_step = None
+        below = 0
+        for step, value in steps:
+            new_best, below = track_best(best, value, below)
+            if new_best:
+                best, best_step = value, step
+            if below >= patience:
+                return best_step, step
+        return best_step, steps[-1][0]
+    assert run(1) == (8, 10) and run(2) == (8, 12)
+    assert track_best(None, (0.0, -0.5, 0.0), 3) == (True, 0)           # the first evaluation is the best
+    assert track_best((1.0, 0.05, 0.0), (1.0, 0.05, 0.0), 1) == (False, 1)   # a tie keeps the count
+    assert track_best((1.0, 0.05, 0.0), (1.0, 0.04, 0.0), 1) == (False, 2)   # below: one more
+    assert track_best((1.0, 0.05, 0.0), (1.0, 0.06, 0.0), 2) == (True, 0)    # better: a new best
 
 
 def test_grade_dev_uses_the_gold_grader_and_question_type():

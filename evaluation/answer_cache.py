@@ -35,13 +35,17 @@ def model_key(model_spec: str, path: str) -> str:
         from core.assets import SMOLLM2_GGUF
         return f"embedded:{SMOLLM2_GGUF.package}=={SMOLLM2_GGUF.version}:{SMOLLM2_GGUF.member}"
     folder = Path(path)
-    stamps = []
-    if folder.is_dir():
-        for f in sorted(folder.iterdir()):
-            if f.suffix in (".safetensors", ".bin", ".pt") and f.is_file():
-                st = f.stat()
-                stamps.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
-    return "|".join([str(folder.resolve()), *stamps])
+    return "|".join([str(folder.resolve()), *weight_stamps(folder)])
+
+
+def weight_stamps(folder: Path) -> list[str]:
+    """``name:size:mtime_ns`` of each weight file in ``folder``, sorted (none when it is not a folder): what tells
+    that the weights changed, for cache keys (:func:`model_key`) and the reports' fingerprint of a model."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return [f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in sorted(folder.iterdir())
+            if f.suffix in (".safetensors", ".bin", ".pt") and f.is_file()]
 
 
 def read_rows(path: Optional[Path], uids: Sequence[str], make: Callable[[dict], object], what: str) -> Optional[list]:

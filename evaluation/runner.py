@@ -30,6 +30,7 @@ import numpy as np
 
 from core.prompts import ABSTAIN_TEXT
 from core.verify_schema import LABELS as VERIFIER_LABELS
+from evaluation.answer_cache import weight_stamps
 from evaluation.generate import EVAL_BATCH_SIZE, EVAL_DTYPES, inference_precision, weights_dtype
 from evaluation.graders import CORRECT, GRADES, INCORRECT, NOT_ATTEMPTED, detect_abstention, grade_answer
 
@@ -220,13 +221,9 @@ def summarise(records: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) 
 
 
 def _model_fingerprint(path: str) -> str:
-    """A short id of the weights (hash of file names + sizes + mtimes) so reports say what was evaluated."""
-    p = Path(path)
-    h = hashlib.sha256()
-    for f in sorted(p.glob("*.safetensors")) + sorted(p.glob("*.bin")):
-        st = f.stat()
-        h.update(f"{f.name}:{st.st_size}:{int(st.st_mtime)}".encode())
-    return h.hexdigest()[:12]
+    """A short id of the weights (a hash of :func:`evaluation.answer_cache.weight_stamps`: file names, sizes,
+    mtimes) so reports say what was evaluated and ``--reuse`` notices a re-trained folder."""
+    return hashlib.sha256("|".join(weight_stamps(Path(path))).encode()).hexdigest()[:12]
 
 
 def run_eval(cfg: EvalConfig) -> dict[str, Any]:

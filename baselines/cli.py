@@ -133,6 +133,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="With --abstain-where probed: the reward of declining in the RL that follows "
                         "(OUTCOME_ABSTAIN; right +1, wrong -1), which sets the threshold. Default -0.5 "
                         "(decline below 25%% right).")
+    w.add_argument("--frozen-layers", type=int, default=0,
+                   help="Train only the decoder layers above the first N, with the input embeddings (and an LM "
+                        "head tied to them) frozen too: the backward stops at layer N, so an SFT step costs about "
+                        "a third less at half the layers. Default 0: every parameter is trained.")
     w.add_argument("--no-reuse", dest="reuse", action="store_false",
                    help="Rebuild even when --out holds a warm start made with the same settings.")
     w.set_defaults(func=_run("warmstart"))

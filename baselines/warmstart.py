@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from baselines.common import (BaselineError, DEFAULT_ABSTAIN_TEXT, check_sft_args, fmt_loss, load_model,
+from baselines.common import (BaselineError, DEFAULT_ABSTAIN_TEXT, check_positive, check_sft_args, fmt_loss, load_model,
                               load_questions, prepare_out, print_summary, set_seed, set_threads, write_jsonl)
 
 log = logging.getLogger("baselines.warmstart")
@@ -41,7 +41,7 @@ log = logging.getLogger("baselines.warmstart")
 CACHE_KEYS = ("model", "data", "limit", "type_share", "mode", "evidence_share", "system", "abstain_text",
               "abstain_share", "abstain_share_evidence", "abstain_where", "epochs", "lr", "batch_size", "seed",
               "max_new_tokens", "probe_samples", "probe_temperature", "abstain_price", "probe_dtype",
-              "probe_batch_size")
+              "probe_batch_size", "frozen_layers")
 
 
 @dataclass
@@ -117,6 +117,8 @@ def _probe_summary(probes: dict, args) -> dict:
 PROBE_KEYS = ("probe_samples", "probe_temperature", "abstain_price", "probe_dtype", "probe_batch_size")
 #: probe settings added later: compared only when they differ from these (so older caches stay valid)
 PROBE_DEFAULTS = {"probe_dtype": "fp32", "probe_batch_size": 32}
+#: settings left out of the cache key at these values, so warm starts cached before the setting existed still match
+KEY_DEFAULTS = {"frozen_layers": 0}
 
 
 def probe_dtype(args) -> str:
@@ -138,10 +140,10 @@ def settings_of(args) -> dict:
     """What the cache compares; the probe's settings only where they matter (--abstain-where probed), and the gold
     grader's version where its grades choose the targets (wrong, probed)."""
     resolved = {"probe_dtype": probe_dtype(args) if args.abstain_where == "probed" else "fp32",
-                "probe_batch_size": probe_batch_size(args)}
+                "probe_batch_size": probe_batch_size(args), "frozen_layers": getattr(args, "frozen_layers", 0)}
     out = {k: resolved.get(k, getattr(args, k, None)) for k in CACHE_KEYS
            if args.abstain_where == "probed" or k not in PROBE_KEYS}
-    for k, default in PROBE_DEFAULTS.items():
+    for k, default in {**PROBE_DEFAULTS, **KEY_DEFAULTS}.items():
         if out.get(k) == default:
             del out[k]
     if args.abstain_where != "random":
@@ -196,6 +198,7 @@ def run(args) -> int:
     from core.prompts import prompt_mode_for, render_prompt, resolve_system
     t_start = time.perf_counter()
     check_sft_args(args)
+    check_positive("--frozen-layers", getattr(args, "frozen_layers", 0), allow_zero=True)
     for name in ("abstain_share", "abstain_share_evidence"):
         v = getattr(args, name)
         if not 0.0 <= v <= 1.0:
@@ -285,12 +288,17 @@ def run(args) -> int:
 
     log.info("step 2/2: SFT, %d epochs x %d examples, lr %g, batch %d", args.epochs, len(targets), args.lr,
              args.batch_size)
+    from baselines.common import freeze_lower_layers
+    trainable = freeze_lower_layers(model, getattr(args, "frozen_layers", 0))
+    if getattr(args, "frozen_layers", 0):
+        log.info("--frozen-layers %d: the embeddings and the first %d decoder layers frozen, %.1fM parameters "
+                 "trained", args.frozen_layers, args.frozen_layers, trainable / 1e6)
     hist = sft_on_targets(model, tok, targets, args, "warm start", token_budget=args.micro_batch_size * 256,
                           autocast=True)
     meta = {"baseline": "warmstart", "base_model": args.model, "base_path": path, "settings": settings,
             "targets": counts, "probe": _probe_summary(probes, args) if probes else None,
             "loss_first": hist.first, "loss_last": hist.last, "losses": hist.losses,
-            "probe_source": probe_source, "answers_source": answers_source,
+            "probe_source": probe_source, "answers_source": answers_source, "trainable_params": trainable,
             "seconds": {"generate": t_gen, "probe": t_probe, "train": hist.seconds}}
     from baselines.common import save_model
     save_model(model, tok, out, json.loads(json.dumps(meta, default=str)))

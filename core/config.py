@@ -355,6 +355,10 @@ class LauncherSettings(Settings):
     warm_start_epochs: int = setting(
         1, "SFT passes of the warm start over its targets.", env="WARM_START_EPOCHS", group="launcher", cli=False,
         ge=1)
+    warm_start_frozen_layers: int = setting(
+        0, "The warm start trains only the decoder layers above the first N (the input embeddings and an LM head "
+        "tied to them frozen too): its backward stops at layer N. 0: every parameter is trained.",
+        env="WARM_START_FROZEN_LAYERS", group="launcher", cli=False, ge=0)
     warm_start_dir: str = setting(
         "", "Where the warm start is built and cached (empty: a folder under RLFH_CACHE_DIR/warmstart/ named by the "
         "model and the settings above).", env="WARM_START_DIR", group="launcher", cli=False)

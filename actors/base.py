@@ -347,6 +347,32 @@ LOGPROB_CHUNK_ROWS = 256
 LOGPROB_KEEP_LOGITS_BYTES = 256 << 20
 
 
+def decoder_layers(decoder, setting: str) -> "torch.nn.ModuleList":
+    """The transformer blocks of a HF decoder (``config.num_hidden_layers`` of them, in order); ``setting`` names
+    what asked for them in the error."""
+    n = getattr(getattr(decoder, "config", None), "num_hidden_layers", None)
+    lists = [m for m in decoder.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == n]
+    if not lists:
+        raise ValueError(f"{type(decoder).__name__}: no ModuleList of num_hidden_layers={n} transformer layers; "
+                         f"{setting} needs a standard HF decoder (set {setting}=0)")
+    return lists[0]
+
+
+def frozen_lower_modules(decoder, train_layers: int, setting: str) -> list[tuple]:
+    """``(parent, attribute name, module)`` of what training only the last ``train_layers`` transformer layers
+    freezes: the input embeddings (and with them an LM head tied to them) and every layer below. ``decoder``: the
+    base model (no LM head). Nothing below the lowest trained layer needs a gradient, so the backward stops there.
+    ``setting`` (CRITIC_TRAIN_LAYERS, WARM_START_TRAIN_LAYERS) names the value in the error."""
+    layers = decoder_layers(decoder, setting)
+    if not 0 < train_layers <= len(layers):
+        raise ValueError(f"{setting}={train_layers}: the model has {len(layers)} transformer layers; "
+                         f"use 1..{len(layers)}, or 0 to train all of them")
+    embed = decoder.get_input_embeddings()
+    parent = next(m for m in decoder.modules() if any(c is embed for c in m.children()))
+    name = next(k for k, c in parent.named_children() if c is embed)
+    return [(parent, name, embed)] + [(layers, str(i), layers[i]) for i in range(len(layers) - train_layers)]
+
+
 def _decoder_and_head(model):
     """``(decoder, lm_head)`` of a HF causal LM (inside a DeepSpeed engine / peft wrapper) whose logits are
     exactly ``lm_head(decoder(...).last_hidden_state)``; None for any other model (full-logits path)."""

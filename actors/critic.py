@@ -9,7 +9,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from actors.base import autocast_context, batched_response_forward, response_hidden_states
+from actors.base import autocast_context, batched_response_forward, frozen_lower_modules, response_hidden_states
 from actors.policy import TrainableLMActor, lora_target_modules
 from actors.types import Batch, check_batch, position_ids, prompt_length, response_length
 
@@ -39,38 +39,15 @@ class ValueModel(nn.Module):
         return self.value_head(h.to(self.value_head.weight.dtype)).squeeze(-1).float()
 
 
-def decoder_layers(decoder: nn.Module) -> nn.ModuleList:
-    """The transformer blocks of a HF decoder (``config.num_hidden_layers`` of them, in order)."""
-    n = getattr(getattr(decoder, "config", None), "num_hidden_layers", None)
-    lists = [m for m in decoder.modules() if isinstance(m, nn.ModuleList) and len(m) == n]
-    if not lists:
-        raise ValueError(f"{type(decoder).__name__}: no ModuleList of num_hidden_layers={n} transformer layers; "
-                         "CRITIC_TRAIN_LAYERS needs a standard HF decoder (set CRITIC_TRAIN_LAYERS=0)")
-    return lists[0]
-
-
-def frozen_critic_modules(decoder: nn.Module, train_layers: int) -> list[tuple[nn.Module, str, nn.Module]]:
-    """``(parent, attribute name, module)`` of what CRITIC_TRAIN_LAYERS freezes: the input embeddings and every
-    transformer layer below the last ``train_layers``. ``decoder``: the backbone's base model (no LM head)."""
-    layers = decoder_layers(decoder)
-    if not 0 < train_layers <= len(layers):
-        raise ValueError(f"CRITIC_TRAIN_LAYERS={train_layers}: the critic has {len(layers)} transformer layers; "
-                         f"use 1..{len(layers)}, or 0 to train all of them")
-    embed = decoder.get_input_embeddings()
-    parent = next(m for m in decoder.modules() if any(c is embed for c in m.children()))
-    name = next(k for k, c in parent.named_children() if c is embed)
-    return [(parent, name, embed)] + [(layers, str(i), layers[i]) for i in range(len(layers) - train_layers)]
-
-
 def freeze_critic_below(backbone: nn.Module, train_layers: int, frozen_from: Optional[nn.Module] = None) -> bool:
     """CRITIC_TRAIN_LAYERS: stop gradients to the embeddings and the layers below the last ``train_layers`` of
     ``backbone`` (an AutoModel). ``frozen_from``: a frozen decoder of the same architecture (the reference's base
     model); where its frozen modules hold exactly the critic's weights they replace the critic's own, so the two
     roles keep one copy. Returns whether they were shared."""
-    frozen = frozen_critic_modules(backbone, train_layers)
+    frozen = frozen_lower_modules(backbone, train_layers, "CRITIC_TRAIN_LAYERS")
     shared = False
     if frozen_from is not None:
-        theirs = frozen_critic_modules(frozen_from, train_layers)
+        theirs = frozen_lower_modules(frozen_from, train_layers, "CRITIC_TRAIN_LAYERS")
         same = len(theirs) == len(frozen) and all(
             type(a) is type(b) and all(torch.equal(x, y) for x, y in zip(a.state_dict().values(),
                                                                          b.state_dict().values()))
@@ -136,7 +113,7 @@ class CriticActor(TrainableLMActor):
                                   target_modules=lora_target_modules(backbone), bias="none")
                 backbone = get_peft_model(backbone, lcfg)
             if self.lora and train_layers:   # the adapters of the frozen layers too
-                for _, _, module in frozen_critic_modules(backbone.get_base_model(), train_layers):
+                for _, _, module in frozen_lower_modules(backbone.get_base_model(), train_layers, "CRITIC_TRAIN_LAYERS"):
                     module.requires_grad_(False)
             model = ValueModel(backbone, hidden).to(device=self.device)
         model.value_head.to(torch_dtype(self.cfg.dtype))

@@ -236,6 +236,11 @@ class PolicyActor(TrainableLMActor):
             with torch.random.fork_rng(devices=[]):   # the adapter's init from SEED (same in every layout)
                 torch.manual_seed(self.cfg.seed)
                 model = get_peft_model(model, lcfg)
+        if self.cfg.actor_train_layers:   # the embeddings and the layers below (with LoRA: their adapters too)
+            from actors.base import frozen_lower_modules
+            decoder = (model.get_base_model() if self.lora else model).get_decoder()
+            for _, _, module in frozen_lower_modules(decoder, self.cfg.actor_train_layers, "ACTOR_TRAIN_LAYERS"):
+                module.requires_grad_(False)
         self._build_engine(model, self.cfg.actor_lr)
         n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
         info = {"model_path": self.model_path, "trainable_params": n_train, "device": str(self.device),

@@ -200,24 +200,20 @@ class TrainHistory:
         return self.losses[-1] if self.losses else float("nan")
 
 
-def freeze_lower_layers(model, n_layers: int) -> int:
-    """Freeze the input embeddings (and an LM head tied to them) and the first ``n_layers`` decoder layers; returns
-    the parameters left trainable. Why: nothing below the lowest trainable layer needs a gradient, so the backward
-    stops there: with 15 of the embedded model's 30 layers frozen a warm-start SFT step on 2 cores (AVX2, fp32) took
-    7.9 s instead of 12.3 (docs/PERFORMANCE.md, "Warm start"). ``n_layers = 0`` leaves the model as it is."""
-    if n_layers <= 0:
-        return sum(p.numel() for p in model.parameters() if p.requires_grad)
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-    layers = getattr(decoder, "layers", None)
-    if layers is None:
-        raise BaselineError(f"--frozen-layers {n_layers}: {type(model).__name__} has no decoder layer list "
-                            "(model.get_decoder().layers); use --frozen-layers 0 for this model")
-    if n_layers >= len(layers):
-        raise BaselineError(f"--frozen-layers {n_layers}: the model has {len(layers)} decoder layers; freeze "
-                            f"fewer than {len(layers)} so that some are trained")
-    model.get_input_embeddings().requires_grad_(False)
-    for layer in layers[:n_layers]:
-        layer.requires_grad_(False)
+def train_last_layers(model, train_layers: int) -> int:
+    """Train only the last ``train_layers`` transformer layers of a causal LM (and an untied LM head): the input
+    embeddings (an LM head tied to them with them) and the layers below are frozen, so the backward stops at the
+    lowest trained layer. With 15 of the embedded model's 30 layers a warm-start SFT step on 2 cores takes about a
+    third less (`rlfh bench sft`). ``0`` trains every parameter. Returns the parameters left trainable."""
+    if train_layers:
+        from actors.base import frozen_lower_modules
+        decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.base_model
+        try:
+            frozen = frozen_lower_modules(decoder, train_layers, "--train-layers")
+        except ValueError as e:
+            raise BaselineError(str(e)) from None
+        for _, _, module in frozen:
+            module.requires_grad_(False)
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 

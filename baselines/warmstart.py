@@ -41,7 +41,7 @@ log = logging.getLogger("baselines.warmstart")
 CACHE_KEYS = ("model", "data", "limit", "type_share", "mode", "evidence_share", "system", "abstain_text",
               "abstain_share", "abstain_share_evidence", "abstain_where", "epochs", "lr", "batch_size", "seed",
               "max_new_tokens", "probe_samples", "probe_temperature", "abstain_price", "probe_dtype",
-              "probe_batch_size", "frozen_layers")
+              "probe_batch_size", "train_layers")
 
 
 @dataclass
@@ -118,7 +118,7 @@ PROBE_KEYS = ("probe_samples", "probe_temperature", "abstain_price", "probe_dtyp
 #: probe settings added later: compared only when they differ from these (so older caches stay valid)
 PROBE_DEFAULTS = {"probe_dtype": "fp32", "probe_batch_size": 32}
 #: settings left out of the cache key at these values, so warm starts cached before the setting existed still match
-KEY_DEFAULTS = {"frozen_layers": 0}
+KEY_DEFAULTS = {"train_layers": 0}
 
 
 def probe_dtype(args) -> str:
@@ -140,7 +140,7 @@ def settings_of(args) -> dict:
     """What the cache compares; the probe's settings only where they matter (--abstain-where probed), and the gold
     grader's version where its grades choose the targets (wrong, probed)."""
     resolved = {"probe_dtype": probe_dtype(args) if args.abstain_where == "probed" else "fp32",
-                "probe_batch_size": probe_batch_size(args), "frozen_layers": getattr(args, "frozen_layers", 0)}
+                "probe_batch_size": probe_batch_size(args), "train_layers": getattr(args, "train_layers", 0)}
     out = {k: resolved.get(k, getattr(args, k, None)) for k in CACHE_KEYS
            if args.abstain_where == "probed" or k not in PROBE_KEYS}
     for k, default in {**PROBE_DEFAULTS, **KEY_DEFAULTS}.items():
@@ -198,7 +198,7 @@ def run(args) -> int:
     from core.prompts import prompt_mode_for, render_prompt, resolve_system
     t_start = time.perf_counter()
     check_sft_args(args)
-    check_positive("--frozen-layers", getattr(args, "frozen_layers", 0), allow_zero=True)
+    check_positive("--train-layers", getattr(args, "train_layers", 0), allow_zero=True)
     for name in ("abstain_share", "abstain_share_evidence"):
         v = getattr(args, name)
         if not 0.0 <= v <= 1.0:
@@ -288,11 +288,11 @@ def run(args) -> int:
 
     log.info("step 2/2: SFT, %d epochs x %d examples, lr %g, batch %d", args.epochs, len(targets), args.lr,
              args.batch_size)
-    from baselines.common import freeze_lower_layers
-    trainable = freeze_lower_layers(model, getattr(args, "frozen_layers", 0))
-    if getattr(args, "frozen_layers", 0):
-        log.info("--frozen-layers %d: the embeddings and the first %d decoder layers frozen, %.1fM parameters "
-                 "trained", args.frozen_layers, args.frozen_layers, trainable / 1e6)
+    from baselines.common import train_last_layers
+    trainable = train_last_layers(model, getattr(args, "train_layers", 0))
+    if getattr(args, "train_layers", 0):
+        log.info("--train-layers %d: the last %d transformer layers trained, the embeddings and the layers below "
+                 "frozen: %.1fM parameters", args.train_layers, args.train_layers, trainable / 1e6)
     hist = sft_on_targets(model, tok, targets, args, "warm start", token_budget=args.micro_batch_size * 256,
                           autocast=True)
     meta = {"baseline": "warmstart", "base_model": args.model, "base_path": path, "settings": settings,

@@ -355,10 +355,11 @@ class LauncherSettings(Settings):
     warm_start_epochs: int = setting(
         1, "SFT passes of the warm start over its targets.", env="WARM_START_EPOCHS", group="launcher", cli=False,
         ge=1)
-    warm_start_frozen_layers: int = setting(
-        0, "The warm start trains only the decoder layers above the first N (the input embeddings and an LM head "
-        "tied to them frozen too): its backward stops at layer N. 0: every parameter is trained.",
-        env="WARM_START_FROZEN_LAYERS", group="launcher", cli=False, ge=0)
+    warm_start_train_layers: int = setting(
+        0, "The warm start's SFT trains only the last N transformer layers (as CRITIC_TRAIN_LAYERS): the input "
+        "embeddings (and an LM head tied to them) and the layers below stay frozen and the backward stops at the "
+        "lowest trained layer. 0: every parameter is trained.",
+        env="WARM_START_TRAIN_LAYERS", group="launcher", cli=False, ge=0)
     warm_start_dir: str = setting(
         "", "Where the warm start is built and cached (empty: a folder under RLFH_CACHE_DIR/warmstart/ named by the "
         "model and the settings above).", env="WARM_START_DIR", group="launcher", cli=False)
@@ -392,6 +393,12 @@ class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings):
     # ---------------------------------------------------------------- model & data
     critic_pretrain: str = setting(
         "", "Critic backbone (empty: same as MODEL_PATH).", env="CRITIC_PRETRAIN", group="model")
+    actor_train_layers: int = setting(
+        0, "Policy: train only its last N transformer layers (as CRITIC_TRAIN_LAYERS); the embeddings (and an LM "
+        "head tied to them) and the layers below keep the weights MODEL_PATH loaded. 0: train all. The backward "
+        "stops at the lowest trained layer and the frozen part has no gradients or AdamW moments. make train's "
+        "recipe trains the last 15 of 30, the layers its warm start trained (WARM_START_TRAIN_LAYERS).",
+        env="ACTOR_TRAIN_LAYERS", group="model", ge=0)
     critic_train_layers: int = setting(
         0, "Critic: train only its last N transformer layers (and the value head); the embeddings and the layers "
         "below stay at their initial weights. 0: train all. Saves the frozen part's gradients and AdamW moments "

@@ -87,7 +87,7 @@ if [[ "$BASE_MODEL" == "smollm2-135m-instruct" && "${ACTOR_NUM_GPUS_PER_NODE:-0}
   # train.sh's own steps (core/config.py, LauncherSettings): the warm start this recipe trains from, the report
   export WARM_START="${WARM_START:-probed}" WARM_START_TYPE_BALANCE="${WARM_START_TYPE_BALANCE:-0.4}"
   export WARM_START_EPOCHS="${WARM_START_EPOCHS:-3}" HELDOUT_REPORT="${HELDOUT_REPORT:-1}"
-  export WARM_START_FROZEN_LAYERS="${WARM_START_FROZEN_LAYERS:-15}"
+  export WARM_START_TRAIN_LAYERS="${WARM_START_TRAIN_LAYERS:-15}" ACTOR_TRAIN_LAYERS="${ACTOR_TRAIN_LAYERS:-15}"
 fi
 
 # The effective configuration: every setting whose value differs from its default. A bad value stops here, train.sh's
@@ -122,11 +122,11 @@ if [[ "$WARM_START" != "none" ]]; then
   [[ "$WARM_START" == "graded" ]] && where=wrong
   # probed: k sampled answers per question decide; declining where answering does not pay at OUTCOME_ABSTAIN
   [[ "$WARM_START" == "probed" ]] && where=probed share="p$(setting OUTCOME_ABSTAIN)"
-  questions=$(setting WARM_START_QUESTIONS) epochs=$(setting WARM_START_EPOCHS) frozen=$(setting WARM_START_FROZEN_LAYERS)
+  questions=$(setting WARM_START_QUESTIONS) epochs=$(setting WARM_START_EPOCHS) trained=$(setting WARM_START_TRAIN_LAYERS)
   types=$(setting WARM_START_TYPE_BALANCE); types=${types:-$(setting TYPE_BALANCE)}
   evidence=$(setting EVIDENCE_SHARE) seed=$(setting SEED)
   WARM_DIR=$(setting WARM_START_DIR)
-  WARM_DIR=${WARM_DIR:-$cache/warmstart/$(basename "$BASE_MODEL")-$WARM_START-q$questions-$share-t$types-ep$epochs$([[ "$frozen" != 0 ]] && echo "-f$frozen")-e$evidence-seed$seed}
+  WARM_DIR=${WARM_DIR:-$cache/warmstart/$(basename "$BASE_MODEL")-$WARM_START-q$questions-$share-t$types-ep$epochs$([[ "$trained" != 0 ]] && echo "-l$trained")-e$evidence-seed$seed}
   echo "[train.sh] 1/3 warm start ($WARM_START -> \"I don't know.\") -> $WARM_DIR"
   echo "[train.sh]     built once per model and settings, then cached (the embedded default: 10-17 min on 2 cores)"
   if [[ "$recipe" == "embedded" ]]; then
@@ -139,7 +139,7 @@ if [[ "$WARM_START" != "none" ]]; then
     --limit "$questions" --type-share "$types" --epochs "$epochs" --mode "$(setting PROMPT_MODE)" \
     --evidence-share "$evidence" --abstain-share "$(setting WARM_START_SHARE)" --seed "$seed" \
     --abstain-where "$where" --abstain-price "$(setting OUTCOME_ABSTAIN)" --probe-temperature "$(setting TEMPERATURE)" \
-    --gen-batch-size 32 --micro-batch-size 8 --frozen-layers "$frozen" --out "$WARM_DIR" \
+    --gen-batch-size 32 --micro-batch-size 8 --train-layers "$trained" --out "$WARM_DIR" \
     $([[ "$(setting PROBE_RECOMPUTE)" == "true" ]] && echo --recompute-probe)   # progress bars: probe, answer, SFT
   export MODEL_PATH="$WARM_DIR"
   stage_times+=("warm start $((SECONDS - stage_start)) s"); stage_start=$SECONDS

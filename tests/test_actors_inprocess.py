@@ -90,6 +90,36 @@ def test_lora_trains_only_the_adapter_and_exports_merged_weights(policy, tiny_mo
         torch.testing.assert_close(causal_lm_response_logprobs(reloaded, batch), lp1, atol=1e-4, rtol=0)
 
 
+def test_actor_train_layers_moves_only_the_last_layers_and_exports_every_weight(tiny_model_path):
+    """ACTOR_TRAIN_LAYERS=1 on the 2-layer model: the embeddings (tied head) and layer 0 get no gradient and no
+    AdamW state, a train step moves layer 1 and leaves them as loaded, and the weights the rollout engines get are
+    the whole model; a value above the layer count is refused with the setting's name."""
+    from transformers import AutoModelForCausalLM
+
+    from actors.policy import PolicyActor
+    from core.config import RLFHConfig
+    cfg = RLFHConfig(model_path=tiny_model_path, train_autocast="off", actor_lr=5e-2, micro_train_batch_size=2,
+                     train_batch_size=4, actor_train_layers=1)
+    pol = PolicyActor(cfg)   # the process group stays up for the next actor (the module fixture tears it down)
+    pol.init_model()
+    trainable = {n for n, p in pol.module.named_parameters() if p.requires_grad}
+    assert trainable and all(n.startswith(("model.layers.1.", "model.norm.")) for n in trainable)
+    optimised = {id(p) for g in pol.optimizer.param_groups for p in g["params"]}
+    assert optimised == {id(p) for p in pol.module.parameters() if p.requires_grad}
+    batch = make_tiny_batch(pol.tokenizer)
+    lp0 = pol.logprobs(batch)
+    m = pol.train_step(dict(batch, old_logprobs=lp0, advantages=torch.where(batch["action_mask"], 1.0, 0.0)))
+    assert m["grad_norm"] > 0
+    base = dict(AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).named_parameters())
+    sd = pol.state_dict_for_sync()
+    assert set(sd) == set(base)
+    frozen = [n for n in sd if not n.startswith(("model.layers.1.", "model.norm."))]
+    assert frozen and all(torch.equal(sd[n], base[n].detach()) for n in frozen)
+    assert any(not torch.equal(sd[n], base[n].detach()) for n in sd if n.startswith("model.layers.1."))
+    with pytest.raises(ValueError, match="ACTOR_TRAIN_LAYERS=3: the model has 2 transformer layers"):
+        PolicyActor(cfg.model_copy(update={"actor_train_layers": 3})).init_model()
+
+
 # ------------------------------------------------------------------------------------------------ checkpoints
 
 @pytest.fixture(scope="module")
@@ -329,7 +359,8 @@ def test_critic_train_layers_freezes_the_lower_layers_and_shares_them_with_the_r
     the value head, the reference's log-probs stay put, and before training the values are those of a critic
     that trains everything (same weights, same value head)."""
     from actors.colocated import ColocatedActor
-    from actors.critic import CriticActor, frozen_critic_modules
+    from actors.base import frozen_lower_modules
+    from actors.critic import CriticActor
     from core.config import RLFHConfig
     cfg = RLFHConfig(model_path=tiny_model_path, train_autocast="off", advantage_estimator="gae", kl_coef=0.01,
                      critic_lr=1e-2, micro_train_batch_size=2, train_batch_size=4, critic_train_layers=1)
@@ -338,8 +369,8 @@ def test_critic_train_layers_freezes_the_lower_layers_and_shares_them_with_the_r
     critic, ref = host.roles["critic"], host.roles["reference"]
     assert info["critic"]["shares_reference_weights"] is True
     backbone = critic.module.backbone
-    ours = frozen_critic_modules(backbone, 1)
-    theirs = frozen_critic_modules(ref.model.base_model, 1)
+    ours = frozen_lower_modules(backbone, 1, "CRITIC_TRAIN_LAYERS")
+    theirs = frozen_lower_modules(ref.model.base_model, 1, "CRITIC_TRAIN_LAYERS")
     assert len(ours) == 2 and all(a is b for (_, _, a), (_, _, b) in zip(ours, theirs))
     trainable = {n for n, p in critic.module.named_parameters() if p.requires_grad}
     assert trainable and all(n.startswith(("backbone.layers.1.", "backbone.norm.", "value_head.")) for n in trainable)
@@ -356,7 +387,7 @@ def test_critic_train_layers_freezes_the_lower_layers_and_shares_them_with_the_r
     alone = CriticActor(cfg)   # the separate layout: frozen the same way, its own copy of the frozen part
     assert alone.init_model()["shares_reference_weights"] is False
     assert {n for n, p in alone.module.named_parameters() if p.requires_grad} == trainable
-    assert not any(a is b for (_, _, a), (_, _, b) in zip(frozen_critic_modules(alone.module.backbone, 1), theirs))
+    assert not any(a is b for (_, _, a), (_, _, b) in zip(frozen_lower_modules(alone.module.backbone, 1, "CRITIC_TRAIN_LAYERS"), theirs))
 
     ref_before = ref.logprobs(batch)
     frozen_before = {n: p.detach().clone() for n, p in critic.module.named_parameters() if not p.requires_grad}

@@ -293,6 +293,22 @@ def test_warmstart_command_builds_then_reuses(tmp_path, tiny_model_path):
     assert r.returncode == 2 and "--probe-samples must be >= 1" in r.stderr
     r = _rlfh(*args[:-2], "--abstain-where", "probed", "--probe-batch-size", "-1", "--out", str(out))
     assert r.returncode == 2 and "--probe-batch-size must be >= 0" in r.stderr
+    r = _rlfh(*args[:-2], "--train-layers", "-1", "--out", str(out))
+    assert r.returncode == 2 and "--train-layers" in r.stderr
+    r = _rlfh(*args[:-2], "--train-layers", "3", "--out", str(out))    # the tiny model has 2
+    assert r.returncode == 2 and "--train-layers=3: the model has 2 transformer layers" in r.stderr
+    # --train-layers 1: a new cache key (not the folder above), and layer 0 leaves SFT as it came in
+    frozen = tmp_path / "frozen"
+    r = _rlfh(*args[:-2], "--train-layers", "1", "--out", str(frozen))
+    assert r.returncode == 0, r.stderr[-3000:]
+    meta = json.loads((frozen / "baseline.json").read_text())
+    assert meta["settings"]["train_layers"] == 1 and "train_layers" not in json.loads(
+        (out / "baseline.json").read_text())["settings"]
+    from safetensors.torch import load_file
+    before, after = load_file(str(Path(tiny_model_path) / "model.safetensors")), load_file(
+        str(frozen / "model.safetensors"))
+    assert all(torch.equal(before[k], after[k]) for k in before if k.startswith("model.layers.0."))
+    assert not all(torch.equal(before[k], after[k]) for k in before if k.startswith("model.layers.1."))
 
 
 def test_probed_warmstart_declines_exactly_where_answering_does_not_pay():
@@ -414,6 +430,35 @@ def test_warmstart_probe_settings_resolve_and_key_the_cache():
     from actors.base import cpu_has_fast_bf16
     assert probe_dtype(ns) == ("bf16" if cpu_has_fast_bf16() and not torch.cuda.is_available() else "fp32")
     assert probe_batch_size(ns) == 32
+    # --train-layers: 0 (every parameter trained) keys the cache as before the option existed; N > 0 is in it
+    assert "train_layers" not in old
+    assert settings_of(argparse.Namespace(**base, probe_dtype="fp32", probe_batch_size=0,
+                                          train_layers=15))["train_layers"] == 15
+
+
+def test_training_the_last_layers_leaves_their_gradients_unchanged(tiny_model_path):
+    """--train-layers N: the embeddings (tied head) and the layers below the last N get no gradient, and the last N
+    get exactly the gradient the fully trained model gives them (the forward is the same; the backward stops)."""
+    from baselines.common import encode_example, eos_id, load_model, train_last_layers
+    from baselines.rtuning import sft_step_loss
+    grads = {}
+    for n in (0, 1):
+        _, model, tok = load_model(tiny_model_path)
+        total = sum(p.numel() for p in model.parameters())
+        trainable = train_last_layers(model, n)
+        layer0 = sum(p.numel() for p in model.model.layers[0].parameters())
+        emb = model.get_input_embeddings().weight.numel()
+        assert trainable == (total if n == 0 else total - layer0 - emb)
+        ex = [encode_example(tok, "Question: Who wrote Hamlet?", "I don't know.", eos_id(model, tok))]
+        loss, _ = sft_step_loss(tok.pad_token_id)(model, ex, 1.0)
+        loss.backward()
+        grads[n] = {k: p.grad for k, p in model.named_parameters()}
+    frozen = [k for k in grads[1] if k.startswith(("model.embed_tokens", "model.layers.0.", "lm_head"))]
+    assert frozen and all(grads[1][k] is None for k in frozen)
+    upper = [k for k in grads[1] if k.startswith("model.layers.1.")]
+    assert upper and all(torch.allclose(grads[1][k], grads[0][k], atol=1e-7) for k in upper)
+    with pytest.raises(BaselineError, match="--train-layers=3: the model has 2 transformer layers"):
+        train_last_layers(model, 3)
 
 
 def test_micro_batches_pack_by_length_and_keep_every_example():

@@ -358,7 +358,9 @@ class LauncherSettings(Settings):
     warm_start_train_layers: int = setting(
         0, "The warm start's SFT trains only the last N transformer layers (as CRITIC_TRAIN_LAYERS): the input "
         "embeddings (and an LM head tied to them) and the layers below stay frozen and the backward stops at the "
-        "lowest trained layer. 0: every parameter is trained.",
+        "lowest trained layer (the embedded model's SFT with 15 of 30: 680 s instead of 976 on 2 AVX2 cores). 0: "
+        "every parameter is trained (make train: a warm start of the last 15 layers made RL's second step fall below "
+        "it on dev; docs/DEMO.md, session 29).",
         env="WARM_START_TRAIN_LAYERS", group="launcher", cli=False, ge=0)
     warm_start_dir: str = setting(
         "", "Where the warm start is built and cached (empty: a folder under RLFH_CACHE_DIR/warmstart/ named by the "
@@ -396,8 +398,10 @@ class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings):
     actor_train_layers: int = setting(
         0, "Policy: train only its last N transformer layers (as CRITIC_TRAIN_LAYERS); the embeddings (and an LM "
         "head tied to them) and the layers below keep the weights MODEL_PATH loaded. 0: train all. The backward "
-        "stops at the lowest trained layer and the frozen part has no gradients or AdamW moments. make train's "
-        "recipe trains the last 15 of 30, the layers its warm start trained (WARM_START_TRAIN_LAYERS).",
+        "stops at the lowest trained layer and the frozen part has no gradients or AdamW moments (the embedded "
+        "model's RL step with 15 of 30: training 28-42 s instead of 40-59 s on 2 AVX2 cores). make train trains "
+        "all: 15 / 15 with WARM_START_TRAIN_LAYERS=15 lost more of the base's right answers on held-out questions "
+        "(docs/DEMO.md, session 29).",
         env="ACTOR_TRAIN_LAYERS", group="model", ge=0)
     critic_train_layers: int = setting(
         0, "Critic: train only its last N transformer layers (and the value head); the embeddings and the layers "

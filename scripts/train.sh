@@ -87,7 +87,6 @@ if [[ "$BASE_MODEL" == "smollm2-135m-instruct" && "${ACTOR_NUM_GPUS_PER_NODE:-0}
   # train.sh's own steps (core/config.py, LauncherSettings): the warm start this recipe trains from, the report
   export WARM_START="${WARM_START:-probed}" WARM_START_TYPE_BALANCE="${WARM_START_TYPE_BALANCE:-0.4}"
   export WARM_START_EPOCHS="${WARM_START_EPOCHS:-3}" HELDOUT_REPORT="${HELDOUT_REPORT:-1}"
-  export WARM_START_TRAIN_LAYERS="${WARM_START_TRAIN_LAYERS:-15}" ACTOR_TRAIN_LAYERS="${ACTOR_TRAIN_LAYERS:-15}"
 fi
 
 # The effective configuration: every setting whose value differs from its default. A bad value stops here, train.sh's

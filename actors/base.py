@@ -362,7 +362,8 @@ def frozen_lower_modules(decoder, train_layers: int, setting: str) -> list[tuple
     """``(parent, attribute name, module)`` of what training only the last ``train_layers`` transformer layers
     freezes: the input embeddings (and with them an LM head tied to them) and every layer below. ``decoder``: the
     base model (no LM head). Nothing below the lowest trained layer needs a gradient, so the backward stops there.
-    ``setting`` (CRITIC_TRAIN_LAYERS, WARM_START_TRAIN_LAYERS) names the value in the error."""
+    ``setting`` (CRITIC_TRAIN_LAYERS, ACTOR_TRAIN_LAYERS, the warm start's --train-layers) names the value in the
+    error."""
     layers = decoder_layers(decoder, setting)
     if not 0 < train_layers <= len(layers):
         raise ValueError(f"{setting}={train_layers}: the model has {len(layers)} transformer layers; "

@@ -113,7 +113,8 @@ class CriticActor(TrainableLMActor):
                                   target_modules=lora_target_modules(backbone), bias="none")
                 backbone = get_peft_model(backbone, lcfg)
             if self.lora and train_layers:   # the adapters of the frozen layers too
-                for _, _, module in frozen_lower_modules(backbone.get_base_model(), train_layers, "CRITIC_TRAIN_LAYERS"):
+                frozen = frozen_lower_modules(backbone.get_base_model(), train_layers, "CRITIC_TRAIN_LAYERS")
+                for _, _, module in frozen:
                     module.requires_grad_(False)
             model = ValueModel(backbone, hidden).to(device=self.device)
         model.value_head.to(torch_dtype(self.cfg.dtype))

@@ -33,8 +33,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from baselines.common import (BaselineError, DEFAULT_ABSTAIN_TEXT, check_positive, check_sft_args, fmt_loss, load_model,
-                              load_questions, prepare_out, print_summary, set_seed, set_threads, write_jsonl)
+from baselines.common import (BaselineError, DEFAULT_ABSTAIN_TEXT, check_positive, check_sft_args, fmt_loss,
+                              load_model, load_questions, prepare_out, print_summary, set_seed, set_threads,
+                              train_last_layers, write_jsonl)
 
 log = logging.getLogger("baselines.warmstart")
 
@@ -198,7 +199,7 @@ def run(args) -> int:
     from core.prompts import prompt_mode_for, render_prompt, resolve_system
     t_start = time.perf_counter()
     check_sft_args(args)
-    check_positive("--train-layers", getattr(args, "train_layers", 0), allow_zero=True)
+    check_positive("--train-layers", args.train_layers, allow_zero=True)
     for name in ("abstain_share", "abstain_share_evidence"):
         v = getattr(args, name)
         if not 0.0 <= v <= 1.0:
@@ -288,9 +289,8 @@ def run(args) -> int:
 
     log.info("step 2/2: SFT, %d epochs x %d examples, lr %g, batch %d", args.epochs, len(targets), args.lr,
              args.batch_size)
-    from baselines.common import train_last_layers
-    trainable = train_last_layers(model, getattr(args, "train_layers", 0))
-    if getattr(args, "train_layers", 0):
+    trainable = train_last_layers(model, args.train_layers)
+    if args.train_layers:
         log.info("--train-layers %d: the last %d transformer layers trained, the embeddings and the layers below "
                  "frozen: %.1fM parameters", args.train_layers, args.train_layers, trainable / 1e6)
     hist = sft_on_targets(model, tok, targets, args, "warm start", token_budget=args.micro_batch_size * 256,

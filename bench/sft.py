@@ -3,8 +3,8 @@
 Runs :func:`baselines.common.train_loop` (the loop `rlfh baseline warmstart` trains with: AdamW, gradient
 clipping, length-aware micro batches of ``--micro-batch-size`` rows and 256 tokens a row) on closed-book dev
 prompts whose targets are the gold answers, once per ``--train-layers`` value (the warm start's
-WARM_START_TRAIN_LAYERS; 0: every layer), the values alternating ``--repeats`` times so that machine noise hits each. Each call
-loads the model afresh and trains ``--steps`` optimizer steps of ``--batch-size`` examples.
+WARM_START_TRAIN_LAYERS; 0: every layer), the values alternating ``--repeats`` times so that machine noise hits
+each. Each call loads the model afresh and trains ``--steps`` optimizer steps of ``--batch-size`` examples.
 
 Prints per value: trainable parameters, seconds per step (median and best) and the speed-up over the first
 value. The frozen layers below get no gradient and the backward stops at the lowest trained layer; the forward is
@@ -71,7 +71,8 @@ def measure(model: str = "smollm2-135m-instruct", train_layers: tuple[int, ...] 
                                             for e in examples) / len(examples)
             hist = train_loop(lm, examples, sft_step_loss(tok.pad_token_id), epochs=1, lr=1e-5,
                               batch_size=batch_size, micro_batch_size=micro_batch_size, seed=0, progress=True,
-                              desc=f"bench sft (train layers {n or 'all'})", token_budget=micro_batch_size * 256, autocast=True)
+                              desc=f"bench sft (train layers {n or 'all'})", token_budget=micro_batch_size * 256,
+                              autocast=True)
             out["runs"][n]["s_per_step"].append(hist.seconds / len(hist.losses))
     for r in out["runs"].values():
         r["median"], r["best"] = statistics.median(r["s_per_step"]), min(r["s_per_step"])

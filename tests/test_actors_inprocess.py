@@ -387,7 +387,8 @@ def test_critic_train_layers_freezes_the_lower_layers_and_shares_them_with_the_r
     alone = CriticActor(cfg)   # the separate layout: frozen the same way, its own copy of the frozen part
     assert alone.init_model()["shares_reference_weights"] is False
     assert {n for n, p in alone.module.named_parameters() if p.requires_grad} == trainable
-    assert not any(a is b for (_, _, a), (_, _, b) in zip(frozen_lower_modules(alone.module.backbone, 1, "CRITIC_TRAIN_LAYERS"), theirs))
+    alone_frozen = frozen_lower_modules(alone.module.backbone, 1, "CRITIC_TRAIN_LAYERS")
+    assert not any(a is b for (_, _, a), (_, _, b) in zip(alone_frozen, theirs))
 
     ref_before = ref.logprobs(batch)
     frozen_before = {n: p.detach().clone() for n, p in critic.module.named_parameters() if not p.requires_grad}

@@ -3,7 +3,8 @@ included: a function-level import is still a dependency, it only hides it from i
 
 The layering, bottom to top: core (settings, contracts, metrics, retry, offline assets, the math) <-
 verifier_service <- reward_service <- actors <- evaluation <- cluster (the trainer) <- integrations / baselines <-
-bench (LAYERS: a benchmark may time anything below it, the baselines' training loop included). The tests fail on any import that goes up or sideways between layers, and on any cycle.
+bench (LAYERS: a benchmark may time anything below it, the baselines' training loop included). The tests fail
+on any import that goes up or sideways between layers, and on any cycle.
 """
 from __future__ import annotations
 

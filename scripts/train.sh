@@ -122,10 +122,12 @@ if [[ "$WARM_START" != "none" ]]; then
   # probed: k sampled answers per question decide; declining where answering does not pay at OUTCOME_ABSTAIN
   [[ "$WARM_START" == "probed" ]] && where=probed share="p$(setting OUTCOME_ABSTAIN)"
   questions=$(setting WARM_START_QUESTIONS) epochs=$(setting WARM_START_EPOCHS) trained=$(setting WARM_START_TRAIN_LAYERS)
+  layers=""   # every layer trained (0): no tag, so the folders cached before WARM_START_TRAIN_LAYERS existed still match
+  if [[ "$trained" != 0 ]]; then layers="-l$trained"; fi
   types=$(setting WARM_START_TYPE_BALANCE); types=${types:-$(setting TYPE_BALANCE)}
   evidence=$(setting EVIDENCE_SHARE) seed=$(setting SEED)
   WARM_DIR=$(setting WARM_START_DIR)
-  WARM_DIR=${WARM_DIR:-$cache/warmstart/$(basename "$BASE_MODEL")-$WARM_START-q$questions-$share-t$types-ep$epochs$([[ "$trained" != 0 ]] && echo "-l$trained")-e$evidence-seed$seed}
+  WARM_DIR=${WARM_DIR:-$cache/warmstart/$(basename "$BASE_MODEL")-$WARM_START-q$questions-$share-t$types-ep$epochs$layers-e$evidence-seed$seed}
   echo "[train.sh] 1/3 warm start ($WARM_START -> \"I don't know.\") -> $WARM_DIR"
   echo "[train.sh]     built once per model and settings, then cached (the embedded default: 10-17 min on 2 cores)"
   if [[ "$recipe" == "embedded" ]]; then

@@ -309,7 +309,10 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 def test_trainer_sigkilled_resumes_at_checkpoint_step_and_data_position(tmp_path, tiny_model_path):
     root = Path(__file__).resolve().parents[1]
-    env = _train_env(tmp_path, tiny_model_path)
+    # train.sh's own first stage too, as make train runs it: a warm start (4 questions, 1 epoch, every layer
+    # trained), built by run 1 and re-used from its cache folder by run 2
+    env = _train_env(tmp_path, tiny_model_path, WARM_START="random", WARM_START_QUESTIONS="4",
+                     WARM_START_EPOCHS="1", RLFH_CACHE_DIR=str(tmp_path / "cache"))
     metrics_path = tmp_path / "run" / "metrics.jsonl"
     latest = tmp_path / "ckpt" / "latest"
 
@@ -342,6 +345,10 @@ def test_trainer_sigkilled_resumes_at_checkpoint_step_and_data_position(tmp_path
         ckpt_step = int(latest.read_text().strip().rsplit("_", 1)[1])
         assert [r["step"] for r in before] == list(range(1, kill_step + 1)), before
         assert 2 <= ckpt_step < kill_step, (ckpt_step, kill_step)    # killed between checkpoints: steps lost
+        out1 = log1.read_text()
+        warm = re.search(r"\[train\.sh\] 1/3 warm start \(random -> \"I don't know\.\"\) -> (\S+)", out1)
+        assert warm and warm.group(1).endswith("-random-q4-s0.6-t0.0-ep1-e0.5-seed3"), out1[-4000:]
+        assert (Path(warm.group(1)) / "config.json").exists()
         # the embedded Ray shares the trainer's fate: nothing it started is left holding ports and memory
         left = _left_after(tree[1:], 60)
         assert not left, f"processes left after the trainer was SIGKILLed: {left}"
@@ -377,9 +384,10 @@ def test_trainer_sigkilled_resumes_at_checkpoint_step_and_data_position(tmp_path
     sizes = {g: sorted({m["metrics"]["n"] for m in grp["models"]}) for g, grp in report["groups"].items()}
     assert len(sizes) == 2 and all(n == ([3] if "evidence" in g else [6]) for g, n in sizes.items()), sizes
     assert "held-out, " in out2 and ("PASSED" in out2 or "FAILED" in out2), out2[-4000:]
-    # the last line says where the time went (no warm start in this run: WARM_START is none for a user's model)
-    assert re.search(r"\[train\.sh\] time: RL \d+ s, held-out report \d+ s; total \d+ s on \d+ cores \(.*"
-                     r"(native bf16|no native bf16: fp32)\)", out2), out2[-2000:]
+    assert f"-> {warm.group(1)}" in out2 and "re-using" in out2, out2[-4000:]   # the warm start from its cache
+    # the last line says where the time went
+    assert re.search(r"\[train\.sh\] time: warm start \d+ s, RL \d+ s, held-out report \d+ s; total \d+ s on "
+                     r"\d+ cores \(.*(native bf16|no native bf16: fp32)\)", out2), out2[-2000:]
     assert f"resuming at step {ckpt_step}" in out2, out2[-4000:]
     after = _read_jsonl(metrics_path)
     steps = [r["step"] for r in after]

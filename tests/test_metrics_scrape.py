@@ -173,9 +173,14 @@ def test_project_metrics_reach_the_prometheus_endpoint(reward_service_with_metri
                 for n in parsed if n.startswith(PREFIX + "rlfh_")}
 
     def ready(parsed):
+        # every count the asserts below read: the replicas export on their own schedule, so a scrape can see the
+        # first verify request before the fourth (CI at 6ea96f1 saw 1 of 4)
         return (set(CATALOGUE) <= names_of(parsed)
                 and _value(parsed, "ray_rlfh_reward_requests_total", route="/v1/rewards", status="200") >= 3
-                and _value(parsed, "ray_rlfh_verify_requests_total", backend="evidence") >= 1)
+                and _value(parsed, "ray_rlfh_reward_requests_total", route="/v1/rewards", status="422") >= 1
+                and _value(parsed, "ray_rlfh_verify_requests_total", backend="evidence") >= 4
+                and _value(parsed, "ray_rlfh_verify_latency_ms_count", backend="evidence") >= 4
+                and _value(parsed, "ray_rlfh_cache_requests_total", result="hit") >= 2)
 
     parsed = scrape_until(metrics_url, ready)
     missing = set(CATALOGUE) - names_of(parsed)

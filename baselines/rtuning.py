@@ -63,7 +63,8 @@ def rtuning_targets(items: Sequence, prompts: Sequence[str], answers: Sequence[s
 
 def sft_step_loss(pad_id: int):
     """``step_loss`` for :func:`baselines.common.train_loop`: mean NLL over the micro batch's response tokens,
-    times ``weight`` (the micro batch's share of the step)."""
+    times ``weight`` (the micro batch's share of the step's response tokens with :func:`response_tokens` as
+    ``weight_of``: the step's loss is then the mean NLL over all of its response tokens)."""
     from core.core_algos import masked_mean
 
     def fn(model, samples, weight):
@@ -73,6 +74,11 @@ def sft_step_loss(pad_id: int):
     return fn
 
 
+def response_tokens(example) -> int:
+    """What an SFT example weighs in its step's loss: its response tokens (EOS included)."""
+    return len(example.response_token_ids)
+
+
 def sft_on_targets(model, tok, targets: Sequence, args, desc: str, **loop_kwargs):
     """One SFT pass (``args.epochs``) on ``targets`` (each with ``prompt`` and ``target``): the response tokens
     and EOS are the loss; AdamW with the command's size / rate options. Returns the :class:`TrainHistory`."""
@@ -80,7 +86,8 @@ def sft_on_targets(model, tok, targets: Sequence, args, desc: str, **loop_kwargs
     examples = [encode_example(tok, t.prompt, t.target, eos) for t in targets]
     return train_loop(model, examples, sft_step_loss(tok.pad_token_id), epochs=args.epochs, lr=args.lr,
                       batch_size=args.batch_size, micro_batch_size=args.micro_batch_size, seed=args.seed,
-                      max_norm=args.max_norm, progress=args.progress, desc=desc, **loop_kwargs)
+                      max_norm=args.max_norm, progress=args.progress, desc=desc, weight_of=response_tokens,
+                      **loop_kwargs)
 
 
 def run(args) -> int:

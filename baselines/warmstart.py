@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from baselines.common import (BaselineError, DEFAULT_ABSTAIN_TEXT, check_positive, check_sft_args, fmt_loss,
+from baselines.common import (SFT_LOOP_VERSION, BaselineError, DEFAULT_ABSTAIN_TEXT, check_positive, check_sft_args, fmt_loss,
                               load_model, load_questions, prepare_out, print_summary, set_seed, set_threads,
                               train_last_layers, write_jsonl)
 
@@ -150,6 +150,7 @@ def settings_of(args) -> dict:
     if args.abstain_where != "random":
         from evaluation.graders import GRADER_VERSION
         out["grader"] = GRADER_VERSION
+    out["sft_loop"] = SFT_LOOP_VERSION   # a warm start trained by an older loop is made again
     return out
 
 

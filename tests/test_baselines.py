@@ -461,15 +461,69 @@ def test_training_the_last_layers_leaves_their_gradients_unchanged(tiny_model_pa
         train_last_layers(model, 3)
 
 
-def test_micro_batches_pack_by_length_and_keep_every_example():
-    from baselines.common import micro_batches
-    lengths = [100, 600, 100, 90, 700, 80, 100, 120]
-    parts = micro_batches(list(range(8)), lengths, 8, 2048)
-    assert sorted(i for p in parts for i in p) == list(range(8))
-    assert parts[0] == [4, 1]                    # the two passages together: 2 x 700 <= 2048 < 3 x 700
-    assert all(len(p) * max(lengths[i] for i in p) <= 2048 for p in parts)
+def test_micro_batches_cut_by_least_padding_and_keep_every_example():
+    import itertools
+
+    from baselines.common import MICRO_BATCH_COST_TOKENS as C, micro_batches
+    lengths = [100, 690, 100, 90, 700, 80, 100, 120]
+
+    def cost(parts):
+        return sum(C + len(p) * max(lengths[i] for i in p) for p in parts)
+
+    def least(idx, rows, budget):   # every cut of the length-sorted list into runs, by brute force
+        order = sorted(idx, key=lambda j: -lengths[j])
+        best = None
+        for cuts in itertools.product((0, 1), repeat=len(order) - 1):
+            parts, cur = [], [order[0]]
+            for j, cut in zip(order[1:], cuts):
+                if cut:
+                    parts.append(cur)
+                    cur = []
+                cur.append(j)
+            parts.append(cur)
+            if all(len(p) <= rows and (len(p) == 1 or len(p) * max(lengths[i] for i in p) <= budget) for p in parts):
+                best = cost(parts) if best is None else min(best, cost(parts))
+        return best
+
+    for rows, budget in ((8, 2048), (8, 1000), (4, 2048), (2, 300)):
+        parts = micro_batches(list(range(8)), lengths, rows, budget)
+        assert sorted(i for p in parts for i in p) == list(range(8))
+        assert all(len(p) <= rows and (len(p) == 1 or len(p) * max(lengths[i] for i in p) <= budget)
+                   for p in parts)
+        assert cost(parts) == least(range(8), rows, budget)
+    # the two passages share a micro batch (1,400 tokens against 700 + 690 + one more fixed cost), and none of the
+    # short prompts is padded to a passage
+    assert micro_batches(list(range(8)), lengths, 8, 2048)[0] == [4, 1]
+    assert micro_batches(list(range(8)), lengths, 8, 1000)[:2] == [[4], [1]]   # 2 x 700 > 1000
+    assert micro_batches([0, 2, 6], lengths, 8, 2048) == [[0, 2, 6]]   # equal lengths: one micro batch
     assert micro_batches([5, 6, 7], lengths, 2, 0) == [[5, 6], [7]]   # no budget: plain chunks, input order
     assert micro_batches([0, 1], [5000, 10], 4, 100) == [[0], [1]]    # a row longer than the budget still runs
+
+
+def test_sft_step_loss_is_the_mean_over_the_steps_response_tokens_however_the_step_is_cut(tiny_model_path):
+    """With SFT's token weights, a step cut into micro batches (by length, any budget) accumulates the gradient
+    of one micro batch holding the whole step: the mean NLL over all of the step's response tokens."""
+    import torch
+
+    from baselines.common import encode_example, eos_id, load_model, train_loop
+    from baselines.rtuning import response_tokens, sft_step_loss
+    _, model, tok = load_model(tiny_model_path)
+    eos = eos_id(model, tok)
+    examples = [encode_example(tok, "Q: " + "a long passage " * k, "the answer is " * (4 - k), eos)
+                for k in (0, 1, 3, 12)]
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    after = {}
+    for budget in (0, 64):   # 0: one micro batch of 4; 64: the long prompt alone, the rest cut by padding
+        model.load_state_dict(start)
+        hist = train_loop(model, examples, sft_step_loss(tok.pad_token_id), epochs=1, lr=1e-3, batch_size=4,
+                          micro_batch_size=4, seed=0, progress=False, token_budget=budget,
+                          weight_of=response_tokens)
+        after[budget] = ({k: v.clone() for k, v in model.state_dict().items()}, hist)
+    assert after[0][1].micro_batches == 1 and after[64][1].micro_batches > 1
+    assert after[64][1].tokens < after[0][1].tokens
+    assert after[0][1].losses[0] == pytest.approx(after[64][1].losses[0], rel=1e-5)
+    moved = [k for k in start if not torch.equal(after[0][0][k], start[k])]
+    assert moved and all(torch.allclose(after[0][0][k], after[64][0][k], atol=1e-6) for k in moved)
 
 
 def test_the_shipped_probe_and_answers_are_the_ones_make_trains_warm_start_looks_up(embedded_model_path):

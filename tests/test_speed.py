@@ -334,23 +334,29 @@ def test_matmul_ceiling_times_every_linear_layer_once_per_format(tiny_model_path
     assert "int8-weight" in capsys.readouterr().out
 
 
-def test_bench_sft_times_each_train_layers_value_on_the_same_examples(tiny_model_path, capsys):
-    """`rlfh bench sft`: the warm start's training loop once per --train-layers value, alternating; training only
-    the last layer leaves fewer parameters trainable. It reports seconds per step, it asserts none; bad values
-    name the option."""
+def test_bench_sft_times_each_train_layers_and_token_budget_pair_on_the_same_examples(tiny_model_path, capsys):
+    """`rlfh bench sft`: the warm start's training loop once per (--train-layers, --token-budget) pair,
+    alternating; training only the last layer leaves fewer parameters trainable, and cutting by least padding
+    computes fewer tokens than padding every micro batch to the step's longest prompt when the mix has passages.
+    It reports seconds per step, it asserts none; bad values name the option."""
     from bench.sft import measure, parse_layers, print_table
-    res = measure(tiny_model_path, train_layers=(0, 1), steps=2, batch_size=2, micro_batch_size=2, repeats=1,
-                  threads=1)
+    res = measure(tiny_model_path, train_layers=(0, 1), token_budgets=(0, 2048), evidence_share=0.5, steps=2,
+                  batch_size=4, micro_batch_size=4, repeats=1, threads=1)
     runs = res["runs"]
-    assert runs[1]["trainable"] < runs[0]["trainable"]
+    assert runs[(1, 0)]["trainable"] < runs[(0, 0)]["trainable"]
+    assert 0 < res["evidence"] < res["examples"] == 8
+    assert runs[(0, 2048)]["tokens_per_step"] < runs[(0, 0)]["tokens_per_step"]
+    assert runs[(0, 2048)]["micro_batches"] > runs[(0, 0)]["micro_batches"] == 2
     assert all(len(r["s_per_step"]) == 1 and r["median"] > 0 for r in runs.values())
-    assert res["examples"] == 4 and res["tokens_per_example"] > 0
+    assert res["tokens_per_example"] > 0
     print_table(res)
-    assert "| all |" in capsys.readouterr().out
+    assert "| all | none (padded) |" in capsys.readouterr().out
     assert parse_layers("0, 15") == [0, 15]
     for bad in ("x", "-1", ""):
         with pytest.raises(ValueError, match="--train-layers"):
             parse_layers(bad)
+    with pytest.raises(ValueError, match="--token-budget"):
+        parse_layers("a", "--token-budget")
 
 
 def test_eval_autocast_precision_keeps_fp32_weights_and_caches_their_casts(tiny_model_path):

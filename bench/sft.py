@@ -20,7 +20,8 @@ import argparse
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sft", help="Warm-start SFT seconds per step by --train-layers (WARM_START_TRAIN_LAYERS).",
+    p = sub.add_parser("sft", help="Warm-start SFT seconds per step by --train-layers (WARM_START_TRAIN_LAYERS) and "
+                                   "--token-budget.",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train-layers", default="0",
                    help="Comma-separated values, each timed: train the last N transformer layers (0: all, make "

@@ -85,7 +85,11 @@ def summary_rows(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[tuple
     dev = info.get("dev_rows") or []
     if dev:
         first, last = dev[0], dev[-1]
-        best = max(dev, key=lambda d: d.get("dev/score", float("-inf")))
+        # the step the dev selection kept (its gate terms, DEV_SELECT_MAX_INCORRECT), not the highest dev/score;
+        # rows from before dev/best_step was logged fall back to the score
+        kept = best_dev_step(dev)
+        best = next((d for d in dev if d["step"] == kept), None) or \
+            max(dev, key=lambda d: d.get("dev/score", float("-inf")))
         mode = "closed" if "dev/closed/score" in first else "evidence"
 
         def dev_line(d: dict) -> str:
@@ -95,7 +99,7 @@ def summary_rows(rows: list[dict[str, Any]], info: dict[str, Any]) -> list[tuple
                     f", open {_pct(d.get(f'dev/{mode}/abstain/open'))})")
         out.append((f"dev, greedy, {mode} (first)", dev_line(first)))
         out.append((f"dev, greedy, {mode} (last)", dev_line(last)))
-        out.append(("dev score (best step)", f"{best['dev/score']:.3f} (step {best['step']})"))
+        out.append(("dev, best step (FINAL_MODEL=best keeps it)", dev_line(best) + f"; score {best['dev/score']:.3f}"))
     times = [r.get("time/total") for r in trained if r.get("time/total")]
     if times:
         out.append(("mean step time", f"{sum(times) / len(times):.1f} s"))

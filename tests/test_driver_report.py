@@ -49,6 +49,9 @@ def test_best_dev_step_is_the_last_evaluations_report_and_is_drawn(tmp_path):
     dev = [{"step": s, "dev/score": -0.3 + 0.01 * s, "dev/best_step": float(b), "dev/closed/correct": 0.2,
             "dev/closed/abstain/open": 0.8} for s, b in ((0, 0), (2, 2), (4, 4), (6, 4), (8, 4))]
     assert best_dev_step(dev) == 4
+    # the summary names the step the selection kept, not the highest dev/score (step 8 here)
+    table = dict(summary_rows([], {"dev_rows": dev}))
+    assert table["dev, best step (FINAL_MODEL=best keeps it)"].startswith("step 4: ")
     assert best_dev_step([{"step": 0, "dev/score": 0.0}]) is None and best_dev_step([]) is None
     rows = [_row(i, 0.1 * i, 0.001 * i, 0.1 * i) for i in range(1, 9)]
     png = plot_curves(rows, tmp_path / "curves.png", dev)

@@ -131,8 +131,8 @@ if [[ "$WARM_START" != "none" ]]; then
   echo "[train.sh] 1/3 warm start ($WARM_START -> \"I don't know.\") -> $WARM_DIR"
   echo "[train.sh]     built once per model and settings, then cached (the embedded default: 10-17 min on 2 cores)"
   if [[ "$recipe" == "embedded" ]]; then
-    # a quiet 2-core AMD EPYC, docs/PERFORMANCE.md "make train": W32 (native bf16, projected), W45 / W44 / W43 (fp32)
-    if [[ "$isa" == "native bf16" ]]; then fresh=21 cached=10; else fresh=29-34 cached=18; fi
+    # a quiet 2-core AMD EPYC, docs/PERFORMANCE.md "make train": W32 (native bf16, projected), W46 / W45 / W43 (fp32)
+    if [[ "$isa" == "native bf16" ]]; then fresh=20 cached=10; else fresh=27-32 cached=18; fi
     [[ -f "$WARM_DIR/config.json" ]] && minutes=$cached || minutes=$fresh
     echo "[train.sh]     the embedded default takes about $minutes min on 2 cores of a CPU like this one ($isa)"
   fi

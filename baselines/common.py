@@ -239,7 +239,8 @@ def micro_batches(idx: Sequence[int], lengths: Sequence[int], micro_batch_size: 
     (``rows x longest row`` per micro batch, plus :data:`MICRO_BATCH_COST_TOKENS` each), with at most
     ``micro_batch_size`` rows and ``rows x longest row <= token_budget`` (a row longer than the budget runs
     alone). A few long prompts (passages) then do not pad a micro batch of short ones to their length: on the
-    warm start's mix (15% with the passage) a step computes about half the tokens of one padded micro batch.
+    warm start's mix (14% with the passage) its 96 steps compute about 60% of the tokens of one padded micro
+    batch a step.
     Every index appears exactly once.
     """
     if token_budget <= 0:

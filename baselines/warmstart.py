@@ -33,8 +33,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from baselines.common import (SFT_LOOP_VERSION, BaselineError, DEFAULT_ABSTAIN_TEXT, check_positive, check_sft_args, fmt_loss,
-                              load_model, load_questions, prepare_out, print_summary, set_seed, set_threads,
+from baselines.common import (SFT_LOOP_VERSION, BaselineError, DEFAULT_ABSTAIN_TEXT, check_positive, check_sft_args,
+                              fmt_loss, load_model, load_questions, prepare_out, print_summary, set_seed, set_threads,
                               train_last_layers, write_jsonl)
 
 log = logging.getLogger("baselines.warmstart")
@@ -300,6 +300,7 @@ def run(args) -> int:
             "targets": counts, "probe": _probe_summary(probes, args) if probes else None,
             "loss_first": hist.first, "loss_last": hist.last, "losses": hist.losses,
             "probe_source": probe_source, "answers_source": answers_source, "trainable_params": trainable,
+            "micro_batches": hist.micro_batches, "tokens_computed": hist.tokens,
             "seconds": {"generate": t_gen, "probe": t_probe, "train": hist.seconds}}
     from baselines.common import save_model
     save_model(model, tok, out, json.loads(json.dumps(meta, default=str)))
@@ -310,6 +311,7 @@ def run(args) -> int:
         *([("probe never / sometimes / known", " / ".join(str(v) for v in meta["probe"]["buckets"].values()))]
           if probes else []),
         ("optimizer steps", str(len(hist.losses))),
+        ("micro batches / tokens computed", f"{hist.micro_batches} / {hist.tokens:,} (padding included)"),
         ("loss first / last", f"{fmt_loss(hist.first)} / {fmt_loss(hist.last)}"),
         *([("probe time", f"{t_probe:.0f}s ({probe_source})")] if probe_source else []),
         ("answer time", f"{t_gen:.0f}s ({answers_source})"),

@@ -270,10 +270,18 @@ def test_warmstart_command_builds_then_reuses(tmp_path, tiny_model_path):
     meta = json.loads((out / "baseline.json").read_text())
     assert meta["baseline"] == "warmstart" and sum(meta["targets"].values()) == 6
     assert meta["settings"]["abstain_share"] == 0.5 and len(meta["losses"]) == 2
+    assert meta["micro_batches"] >= 2 and meta["tokens_computed"] > 0 and "micro batches / tokens computed" in r.stdout
     stamp = (out / "model.safetensors").stat().st_mtime_ns
     r = _rlfh(*args)   # same settings: cached, nothing retrained
     assert r.returncode == 0 and "re-using" in r.stdout
     assert (out / "model.safetensors").stat().st_mtime_ns == stamp
+    # the SFT loop's version is part of the cache key: a warm start trained by an older loop is made again
+    assert meta["settings"]["sft_loop"] == 2
+    meta["settings"]["sft_loop"] = 1
+    (out / "baseline.json").write_text(json.dumps(meta))
+    r = _rlfh(*args)
+    assert r.returncode == 0 and "re-using" not in r.stdout, r.stdout[-2000:]
+    assert json.loads((out / "baseline.json").read_text())["settings"]["sft_loop"] == 2
     r = _rlfh(*args[:-2], "--abstain-share", "1.5", "--out", str(out))
     assert r.returncode == 2 and "--abstain-share must be in [0, 1]" in r.stderr
     # probed: k samples per closed-book question, cached under RLFH_CACHE_DIR/probe, recorded per target

@@ -132,7 +132,7 @@ if [[ "$WARM_START" != "none" ]]; then
   echo "[train.sh]     built once per model and settings, then cached (the embedded default: 10-17 min on 2 cores)"
   if [[ "$recipe" == "embedded" ]]; then
     # a quiet 2-core AMD EPYC, docs/PERFORMANCE.md "make train": W32 (native bf16, projected), W46 / W45 / W43 (fp32)
-    if [[ "$isa" == "native bf16" ]]; then fresh=20 cached=10; else fresh=27-32 cached=18; fi
+    if [[ "$isa" == "native bf16" ]]; then fresh=20 cached=10; else fresh=27-34 cached=18; fi
     [[ -f "$WARM_DIR/config.json" ]] && minutes=$cached || minutes=$fresh
     echo "[train.sh]     the embedded default takes about $minutes min on 2 cores of a CPU like this one ($isa)"
   fi

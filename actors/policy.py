@@ -12,7 +12,7 @@ import torch
 
 from actors.base import (BaseActor, abs_checksum, autocast_context, causal_lm_response_logprobs, ds_config,
                          response_logprobs, weights_checksum)
-from actors.types import Batch, check_batch, trim_batch
+from actors.types import Batch, check_batch, length_grouped_order, trim_batch
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +114,9 @@ class TrainableLMActor(BaseActor):
         # (sequences) of this rank, as LOSS_AGG says, instead of a mean of per-micro-batch means (which gives the
         # tokens of a micro batch of short answers more weight).
         by_tokens = self.role != "policy" or self.cfg.effective_loss_agg == "token-mean"
+        # each optimizer step's prompt groups by length: micro batches pair similar prompts (less padding)
+        order = length_grouped_order(batch, gas * micro)
+        batch = {key: v[order] for key, v in batch.items()}
         units = micro_batch_units(batch["action_mask"], micro, by_tokens)
         for group in groups:
             group_units = sum(units[m] for m in group if m < n_local)

@@ -343,6 +343,37 @@ def group_permutation(batch: Batch, generator: Optional[torch.Generator] = None)
     return torch.argsort(slot * B + torch.arange(B))
 
 
+def length_grouped_order(batch: Batch, chunk: int) -> torch.Tensor:
+    """A row order [B] that sorts whole prompt groups by length inside each run of ``chunk`` rows (one optimizer
+    step's rows): the longest prompt first, then the longest response of the group. Micro batches cut from it
+    pair prompts of similar length, so trimming drops most of the padding (a rollout mixes closed-book prompts
+    with passages 3-5x longer). Rows of a group keep their order; no row leaves its chunk, so each optimizer step
+    sees the same rows and, with token-weighted micro batches, the same loss.
+
+    Identity when a prompt's rows are not contiguous or a group straddles two chunks.
+    """
+    B = int(batch["sequences"].shape[0])
+    rows = torch.arange(B)
+    if B == 0 or chunk <= 0:
+        return rows
+    first, inverse = prompt_groups(batch)
+    first, inverse = first.cpu(), inverse.cpu()
+    U = len(first)
+    if int((inverse[1:] != inverse[:-1]).sum()) + 1 != U:     # a group split into several runs
+        return rows
+    size = torch.bincount(inverse, minlength=U)
+    if bool(((first // chunk) != ((first + size - 1) // chunk)).any()):
+        return rows
+    P = prompt_length(batch)
+    plen = batch["attention_mask"][:, :P].sum(1).cpu()
+    rlen = batch["action_mask"].sum(1).cpu()
+    rmax = torch.zeros(U, dtype=torch.long).scatter_reduce(0, inverse, rlen.long(), "amax", include_self=False)
+    gkey = plen[first].long() * (int(rlen.max()) + 1) + rmax                       # [U] longer groups: larger
+    top = int(gkey.max()) + 1
+    key = ((first // chunk)[inverse] * top + (top - 1 - gkey)[inverse]) * (B + 1) + first[inverse]
+    return torch.argsort(key, stable=True)
+
+
 def trim_batch(batch: Batch) -> tuple[Batch, int, int]:
     """Drop prompt columns that are padding in every row and response columns past the longest response.
 

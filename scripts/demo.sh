@@ -35,6 +35,9 @@ if [[ ! -x .venv/bin/rlfh ]]; then
 fi
 PY=.venv/bin/python
 RLFH=.venv/bin/rlfh
+# MKL's Intel kernels on an AMD CPU (MKL_VENDOR_SHIM, core/cpu_blas.py), for every step below
+preload=$("$PY" -m core.cpu_blas preload 2> >(sed 's/^/[demo] /' >&2)) || exit 2
+if [[ -n "$preload" ]]; then export LD_PRELOAD="$preload"; fi
 T0=$SECONDS
 stamp() { local s=$((SECONDS - T0)); printf '[demo %02d:%02d] %s\n' $((s / 60)) $((s % 60)) "$*"; }
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

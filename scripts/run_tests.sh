@@ -51,6 +51,9 @@ export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 DS_ACCELERATOR=cpu TOKEN
 # two model tests from stalling each other (two OpenMP threads descheduled in turn wait at every op: with 2 threads
 # per worker one decode test took 201 s instead of 20 s). 2-core AMD EPYC, 2026-11-27, 826 tests: one process
 # 23:28, 2 workers x 1 thread 13:58. RLFH_TEST_WORKERS=0: one process, torch's default thread count.
+# the launchers' MKL_VENDOR_SHIM (core/cpu_blas.py): on an AMD CPU the suite runs the products as train.sh does
+preload=$($BIN/python -m core.cpu_blas preload 2> >(sed 's/^/[tests] /' >&2)) || exit 2
+if [[ -n "$preload" ]]; then export LD_PRELOAD="$preload"; fi
 CORES=$(nproc)   # before OMP_NUM_THREADS is exported below: GNU nproc reports OMP_NUM_THREADS when it is set
 if (( CORES >= 2 )); then DEFAULT_WORKERS=2; else DEFAULT_WORKERS=0; fi
 WORKERS="${RLFH_TEST_WORKERS:-$DEFAULT_WORKERS}"

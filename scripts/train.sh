@@ -106,6 +106,10 @@ WARM_START=$(setting WARM_START)
 HELDOUT_REPORT=$(setting HELDOUT_REPORT)
 SAVE_PATH=$(setting SAVE_PATH)
 cache=$(setting RLFH_CACHE_DIR); cache=${cache:-$HOME/.cache/rlfh}
+# On an AMD CPU, MKL's Intel kernels for torch's fp32 products (MKL_VENDOR_SHIM, core/cpu_blas.py): every stage
+# below and the embedded Ray's actors inherit the preload
+preload=$("$PY" -m core.cpu_blas preload --mode "$(setting MKL_VENDOR_SHIM)" 2> >(sed 's/^/[train.sh] /' >&2)) || exit 2
+if [[ -n "$preload" ]]; then export LD_PRELOAD="$preload"; fi
 stage_times=()   # "name seconds" of each stage, printed at the end (where a slow CPU spends the run)
 stage_start=$SECONDS
 # The CPU's name says little (both kinds of AMD EPYC measured here are "AMD EPYC"); native bf16 halves the run's

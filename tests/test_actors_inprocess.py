@@ -217,6 +217,39 @@ def test_single_update_without_old_logprobs_is_the_update_with_them(full_actors,
     assert with_forward["policy_loss"] == pytest.approx(reused["policy_loss"], abs=1e-6)
 
 
+def test_length_grouped_micro_batches_make_the_same_update(full_actors, tmp_path, monkeypatch):
+    """The PPO pass sorts each optimizer step's prompt groups by length before cutting micro batches; with
+    token-weighted micro batches that is the update of the rollout's own order, to float32 rounding."""
+    import actors.policy as P
+    from actors.types import RolloutSample, length_grouped_order, make_batch
+    pol, _ = full_actors
+    tok = pol.tokenizer
+    samples = []
+    for i, (q, answers) in enumerate([("2+2?", (" 4", " I don't know.")),
+                                      ("Who wrote the play Hamlet, and in which year was it first staged in London?",
+                                       (" Shakespeare, around 1600.", " Marlowe"))]):
+        p = tok(q, add_special_tokens=False)["input_ids"]
+        for a in answers:
+            r = tok(a, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+            samples.append(RolloutSample(i, p, r, a, [(0, 0)] * len(r), "stop"))
+    batch = make_batch(samples, tok.pad_token_id)
+    assert pol.cfg.train_batch_size == batch["sequences"].shape[0]            # one optimizer step
+    assert length_grouped_order(batch, 4).tolist() == [2, 3, 0, 1]          # the long prompt's group first
+    ckpt = str(tmp_path / "before")
+    pol.save_checkpoint(ckpt)
+    lp0 = pol.logprobs(batch)
+    adv = torch.where(batch["action_mask"], torch.linspace(-1, 1, lp0.numel()).view_as(lp0), 0.0)
+    sorted_step = pol.train_step(dict(batch, old_logprobs=lp0, advantages=adv))
+    after_sorted = pol.logprobs(batch)
+    pol.load_checkpoint(ckpt)
+    monkeypatch.setattr(P, "length_grouped_order", lambda b, chunk: torch.arange(b["sequences"].shape[0]))
+    rollout_step = pol.train_step(dict(batch, old_logprobs=lp0, advantages=adv))
+    after_rollout = pol.logprobs(batch)
+    assert not torch.allclose(after_sorted, lp0)   # it did train
+    torch.testing.assert_close(after_sorted, after_rollout, atol=1e-6, rtol=1e-6)
+    assert sorted_step["grad_norm"] == pytest.approx(rollout_step["grad_norm"], rel=1e-5)
+
+
 @pytest.mark.parametrize("settings, agg, hi", [
     ({}, "token-mean", 0.2),
     ({"advantage_estimator": "dr_grpo"}, "seq-mean-token-sum-norm", 0.2),      # Dr.GRPO's own aggregation

@@ -30,6 +30,8 @@ THIRD_PARTY_ENV = {
     "HF_HOME", "HF_HUB_OFFLINE",
     # scripts/gpu_smoke.py: the folder a GPU machine's harness collects results from
     "OUT",
+    # the C compiler the usual way round: core/cpu_blas.py builds the MKL vendor shim with $CC when set
+    "CC",
 }
 
 #: Functions that read variables whose names are not literals, and the names they can read.

@@ -432,6 +432,28 @@ def test_shuffled_epochs_keep_the_rows_of_a_prompt_together(tiny_model_path):
     assert len(orders) > 1                                                    # and really shuffled
 
 
+def test_length_grouped_order_sorts_whole_groups_inside_each_optimizer_step(tiny_model_path):
+    """Micro batches pair prompts of similar length: each chunk's (optimizer step's) groups longest first, a
+    group's rows together and in order, no row leaving its chunk; the rollout's order where that cannot hold."""
+    from actors.types import length_grouped_order
+    from core.model_loader import load_tokenizer
+    batch = _grouped_batch(load_tokenizer(tiny_model_path), n=3)                 # prompts short, long, short; 3 rows each
+    P = batch["sequences"].shape[1] - batch["action_mask"].shape[1]
+    plen = batch["attention_mask"][:, :P].sum(1)
+    order = length_grouped_order(batch, 9)
+    assert sorted(order.tolist()) == list(range(9))
+    assert order[:3].tolist() == [3, 4, 5]           # the long prompt's group first, its rows in order
+    assert (plen[order][0::3].diff() <= 0).all()     # then by prompt length
+    assert length_grouped_order(batch, 3).tolist() == list(range(9))    # one group per chunk: nothing to sort
+    two = length_grouped_order(batch, 6)             # chunks of 6 rows: groups 0-1 sorted, group 2 stays last
+    assert two.tolist() == [3, 4, 5, 0, 1, 2, 6, 7, 8]
+    assert length_grouped_order(batch, 4).tolist() == list(range(9))    # a group straddles two chunks
+    mixed = {k: v[[0, 3, 1, 4, 2, 5, 6, 7, 8]] for k, v in batch.items()}  # a prompt's rows not together
+    assert length_grouped_order(mixed, 9).tolist() == list(range(9))
+    one = {k: v[:0] for k, v in batch.items()}
+    assert length_grouped_order(one, 4).tolist() == []
+
+
 def _logprobs_and_grads(model, batch, share: bool):
     from actors.base import causal_lm_response_logprobs
     model.zero_grad()

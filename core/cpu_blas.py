@@ -4,8 +4,8 @@ PyTorch's x86 wheels link Intel MKL for fp32 matrix products. MKL picks its kern
 ``mkl_serv_intel_cpu_true()`` answers 0 and MKL takes slower generic code paths. A one-function shared library
 that answers 1, preloaded (``LD_PRELOAD``), makes MKL dispatch by the CPU's instruction sets instead, as it does
 on Intel: the AVX2 kernels on an AVX2 CPU. On the 2-core AMD EPYC (Zen 3, AVX2) this project is tuned on, fp32
-products ran 10-30% faster, the embedded model's 49,152-row LM head 2x (``python -m core.cpu_blas bench``), a
-warm-start SFT step about 14% faster and a greedy decode step about 10% (docs/PERFORMANCE.md, "MKL on AMD").
+products ran 10-30% faster, the embedded model's 49,152-row LM head 2x, a warm-start SFT step about 14% faster
+and a greedy decode step about 10% (`rlfh bench blas`; docs/PERFORMANCE.md, "MKL on AMD CPUs").
 
 The launchers (``scripts/train.sh``, ``scripts/demo.sh``, ``scripts/run_tests.sh``) export what
 ``python -m core.cpu_blas preload`` prints; every process they start (``rlfh`` stages, the embedded Ray and its
@@ -114,26 +114,6 @@ def preload_value(mode: str, *, vendor: Optional[str] = None, uses_mkl=torch_use
     return value, f"AMD CPU: MKL's Intel kernels for fp32 products (LD_PRELOAD={path}; MKL_VENDOR_SHIM=off turns it off)"
 
 
-def _bench(threads: int) -> None:
-    """fp32 products of the embedded model's shapes, GFLOP/s (run it with and without the shim to compare)."""
-    import time
-
-    import torch
-    torch.set_num_threads(threads)
-    print(f"LD_PRELOAD={os.environ.get('LD_PRELOAD', '')!r}, vendor {cpu_vendor()}, {threads} threads")
-    print("| rows x in x out | GFLOP/s |\n|---|---|")
-    for m, k, n in ((48, 576, 1536), (48, 576, 49152), (512, 576, 1536), (512, 1536, 576), (2048, 576, 576)):
-        a, w = torch.randn(m, k), torch.randn(n, k)
-        for _ in range(3):
-            torch.nn.functional.linear(a, w)
-        reps = max(3, int(2e10 / (2 * m * k * n)))
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            torch.nn.functional.linear(a, w)
-        dt = (time.perf_counter() - t0) / reps
-        print(f"| {m} x {k} x {n} | {2 * m * k * n / dt / 1e9:.1f} |")
-
-
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m core.cpu_blas", description=__doc__.split("\n\n")[0] + "\n\n" +
                                 __doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -141,12 +121,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     pre = sub.add_parser("preload", help="print the LD_PRELOAD value a launcher should export (empty: none); the "
                          "reason goes to stderr")
     pre.add_argument("--mode", default=None, help="auto, on or off (default: the MKL_VENDOR_SHIM setting)")
-    b = sub.add_parser("bench", help="GFLOP/s of fp32 products in the embedded model's shapes, in this process")
-    b.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
     args = p.parse_args(argv)
-    if args.cmd == "bench":
-        _bench(args.threads)
-        return 0
     try:
         if args.mode is None:
             from core.config import LauncherSettings   # validates MKL_VENDOR_SHIM, naming it in the error

@@ -36,12 +36,12 @@ export TOKENIZERS_PARALLELISM="${TOKENIZERS_PARALLELISM:-false}"
 if ! command -v nvidia-smi >/dev/null 2>&1; then export DS_ACCELERATOR="${DS_ACCELERATOR:-cpu}"; fi
 
 # The embedded default (SmolLM2-135M on CPU, local Ray) runs the abstention recipe (docs/DEMO.md: what it is,
-# how it was found, what each attempt gave, and how it did on held-out questions). On a quiet 2-core AMD EPYC
-# (docs/DEMO.md "Sessions 23-28"), with AVX512-BF16 / with AVX2 only (fp32): the warm start once (cached) 10 / 17
+# how it was found, what each attempt gave, and how it did on held-out questions). On a 2-core AMD EPYC
+# (docs/DEMO.md "Sessions 23-31"), with AVX512-BF16 / with AVX2 only (fp32): the warm start once (cached) 10 / 12
 # min (the 3-epoch SFT; the base model's probe and greedy answers ship in evaluation/shipped/, making them again
-# takes 10 / 13 min), RL 60 / 115 s a step plus about 15 / 28 s per dev evaluation, 6 steps when it stops early,
-# the held-out report 2 / 3.3 min (the base model's answers ship too): about 21 / 34 min from a fresh clone
-# (W32's stages projected / W44 measured), 10 / 18 min once the warm start is cached:
+# takes 10 / 13 min), RL 60 / 105 s a step plus about 15 / 26 s per dev evaluation, 6 steps when it stops early,
+# the held-out report 2 / 3.1 min (the base model's answers ship too): about 21 / 29 min from a fresh clone
+# (W32's stages projected / W48 measured), 10 / 17 min once the warm start is cached:
 #   1. warm start (cached): a knowledge-boundary probe samples 8 answers per training question and grades them
 #      (shipped for this model and these questions; PROBE_RECOMPUTE=1 samples it again);
 #      SFT (3 epochs) on the model's own greedy answers, with "I don't know." as the target exactly where fewer
@@ -133,10 +133,10 @@ if [[ "$WARM_START" != "none" ]]; then
   WARM_DIR=$(setting WARM_START_DIR)
   WARM_DIR=${WARM_DIR:-$cache/warmstart/$(basename "$BASE_MODEL")-$WARM_START-q$questions-$share-t$types-ep$epochs$layers-e$evidence-seed$seed}
   echo "[train.sh] 1/3 warm start ($WARM_START -> \"I don't know.\") -> $WARM_DIR"
-  echo "[train.sh]     built once per model and settings, then cached (the embedded default: 10-17 min on 2 cores)"
+  echo "[train.sh]     built once per model and settings, then cached (the embedded default: 10-12 min on 2 cores)"
   if [[ "$recipe" == "embedded" ]]; then
-    # a quiet 2-core AMD EPYC, docs/PERFORMANCE.md "make train": W32 (native bf16, projected), W46 / W45 / W43 (fp32)
-    if [[ "$isa" == "native bf16" ]]; then fresh=20 cached=10; else fresh=27-34 cached=18; fi
+    # a 2-core AMD EPYC, docs/PERFORMANCE.md "make train": W32 (native bf16, projected), W48 and W45-W47's hours (fp32)
+    if [[ "$isa" == "native bf16" ]]; then fresh=20 cached=10; else fresh=26-31 cached=17; fi
     [[ -f "$WARM_DIR/config.json" ]] && minutes=$cached || minutes=$fresh
     echo "[train.sh]     the embedded default takes about $minutes min on 2 cores of a CPU like this one ($isa)"
   fi

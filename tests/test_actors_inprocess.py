@@ -193,23 +193,34 @@ def _check_checkpoint_round_trip(pol, critic, tmp_path):
     assert torch.equal(critic.values(batch), v) and critic.optimizer_fingerprint() == opt
 
 
+def _two_updates_from_one_start(pol, batch, tmp_path, second_old_logprobs: bool = True,
+                                before_second=lambda: None):
+    """Two updates of ``pol`` on ``batch`` from the same weights and optimizer state (a checkpoint in between):
+    the first with the batch's log-probs as the old ones, the second after ``before_second()``, with or without
+    them. Returns ``(stats, log-probs after)`` of each; checks that the second one trained."""
+    ckpt = str(tmp_path / "before")
+    pol.save_checkpoint(ckpt)
+    lp0 = pol.logprobs(batch)
+    adv = torch.where(batch["action_mask"], torch.linspace(-1, 1, lp0.numel()).view_as(lp0), 0.0)
+    first = pol.train_step(dict(batch, old_logprobs=lp0, advantages=adv))
+    after_first = pol.logprobs(batch)
+    pol.load_checkpoint(ckpt)
+    torch.testing.assert_close(pol.logprobs(batch), lp0, atol=0, rtol=0)
+    before_second()
+    second = pol.train_step(dict(batch, advantages=adv, **({"old_logprobs": lp0} if second_old_logprobs else {})))
+    after_second = pol.logprobs(batch)
+    assert not torch.allclose(after_second, lp0)  # it did train
+    return (first, after_first), (second, after_second)
+
+
 def test_single_update_without_old_logprobs_is_the_update_with_them(full_actors, tmp_path):
     """The driver skips the old-log-prob forward when one update follows each rollout (no reference): the
     update then uses its own detached log-probs. That must be the same step as with a separate forward."""
     pol, _ = full_actors
     batch = make_tiny_batch(pol.tokenizer)
     assert batch["sequences"].shape[0] <= pol.cfg.train_batch_size  # one optimizer step for the batch
-    ckpt = str(tmp_path / "before")
-    pol.save_checkpoint(ckpt)
-    lp0 = pol.logprobs(batch)
-    adv = torch.where(batch["action_mask"], torch.linspace(-1, 1, lp0.numel()).view_as(lp0), 0.0)
-    with_forward = pol.train_step(dict(batch, old_logprobs=lp0, advantages=adv))
-    after_with = pol.logprobs(batch)
-    pol.load_checkpoint(ckpt)
-    torch.testing.assert_close(pol.logprobs(batch), lp0, atol=0, rtol=0)
-    reused = pol.train_step(dict(batch, advantages=adv))
-    after_reused = pol.logprobs(batch)
-    assert not torch.allclose(after_reused, lp0)  # it did train
+    (with_forward, after_with), (reused, after_reused) = _two_updates_from_one_start(pol, batch, tmp_path,
+                                                                                    second_old_logprobs=False)
     # A few float32 ulps: the two paths sum the same gradients in a different order, and the bf16 AdamW moments
     # (OPTIM_STATE_DTYPE=auto on CPU) can round such a difference either way.
     torch.testing.assert_close(after_reused, after_with, atol=1e-6, rtol=1e-6)
@@ -235,17 +246,11 @@ def test_length_grouped_micro_batches_make_the_same_update(full_actors, tmp_path
     batch = make_batch(samples, tok.pad_token_id)
     assert pol.cfg.train_batch_size == batch["sequences"].shape[0]            # one optimizer step
     assert length_grouped_order(batch, 4).tolist() == [2, 3, 0, 1]          # the long prompt's group first
-    ckpt = str(tmp_path / "before")
-    pol.save_checkpoint(ckpt)
-    lp0 = pol.logprobs(batch)
-    adv = torch.where(batch["action_mask"], torch.linspace(-1, 1, lp0.numel()).view_as(lp0), 0.0)
-    sorted_step = pol.train_step(dict(batch, old_logprobs=lp0, advantages=adv))
-    after_sorted = pol.logprobs(batch)
-    pol.load_checkpoint(ckpt)
-    monkeypatch.setattr(P, "length_grouped_order", lambda b, chunk: torch.arange(b["sequences"].shape[0]))
-    rollout_step = pol.train_step(dict(batch, old_logprobs=lp0, advantages=adv))
-    after_rollout = pol.logprobs(batch)
-    assert not torch.allclose(after_sorted, lp0)   # it did train
+    def rollout_order():   # the PPO pass without the sort
+        monkeypatch.setattr(P, "length_grouped_order", lambda b, chunk: torch.arange(b["sequences"].shape[0]))
+
+    (sorted_step, after_sorted), (rollout_step, after_rollout) = _two_updates_from_one_start(
+        pol, batch, tmp_path, before_second=rollout_order)
     torch.testing.assert_close(after_sorted, after_rollout, atol=1e-6, rtol=1e-6)
     assert sorted_step["grad_norm"] == pytest.approx(rollout_step["grad_norm"], rel=1e-5)
 

@@ -81,3 +81,21 @@ def test_cli_prints_the_value_and_names_a_bad_setting():
     bad = subprocess.run([sys.executable, "-m", "core.cpu_blas", "preload"], cwd=ROOT,
                          env={**env, "MKL_VENDOR_SHIM": "maybe"}, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "MKL_VENDOR_SHIM" in bad.stderr and "'auto', 'on' or 'off'" in bad.stderr
+
+
+def test_bench_blas_measures_both_variants_in_child_processes(tiny_model_path, capsys):
+    """`rlfh bench blas` on the tiny model: every measurement of every variant comes back and the table has a
+    speed-up column exactly when the shim applies on this machine."""
+    from bench import blas
+    res = blas.measure(repeats=1, rows=2, max_new_tokens=3, threads=1, model=tiny_model_path)
+    names = list(res["runs"])
+    assert names[0] == "MKL default" and (names[1:] == ["vendor shim"]) == bool(res["shim"])
+    for runs in res["runs"].values():
+        (run,) = runs
+        assert set(run["matmul"]) == {f"{m}x{k}x{n}" for m, k, n in blas.SHAPES}
+        assert all(v > 0 for v in run["matmul"].values()) and run["train_s"] > 0 and run["decode_tok_s"] > 0
+    blas.print_table(res)
+    table = capsys.readouterr().out
+    assert "| greedy decode, tokens/s |" in table and ("speed-up" in table) == bool(res["shim"])
+    with pytest.raises(ValueError, match="--rows"):
+        blas.measure(rows=0)

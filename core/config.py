@@ -389,7 +389,7 @@ class LauncherSettings(Settings):
     mkl_vendor_shim: Literal["auto", "on", "off"] = setting(
         "auto", "scripts/train.sh, demo.sh and run_tests.sh on an AMD CPU: preload a one-function library that makes "
         "Intel MKL (torch's fp32 matrix products) use the kernels it uses on Intel CPUs instead of its slower "
-        "generic ones (2-core AMD EPYC: about 10-14% off a training or decode step; core/cpu_blas.py). auto: on an "
+        "generic ones (what it buys on this CPU: `rlfh bench blas`; core/cpu_blas.py). auto: on an "
         "AMD CPU whose torch uses MKL, built once with the machine's C compiler (none: skipped with a note); on: "
         "the same, an error where it cannot apply; off: never.", env="MKL_VENDOR_SHIM", group="launcher",
         cli=False)

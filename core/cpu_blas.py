@@ -3,9 +3,8 @@
 PyTorch's x86 wheels link Intel MKL for fp32 matrix products. MKL picks its kernels by CPU vendor: on an AMD CPU
 ``mkl_serv_intel_cpu_true()`` answers 0 and MKL takes slower generic code paths. A one-function shared library
 that answers 1, preloaded (``LD_PRELOAD``), makes MKL dispatch by the CPU's instruction sets instead, as it does
-on Intel: the AVX2 kernels on an AVX2 CPU. On the 2-core AMD EPYC (Zen 3, AVX2) this project is tuned on, fp32
-products ran 10-30% faster, the embedded model's 49,152-row LM head 2x, a warm-start SFT step about 14% faster
-and a greedy decode step about 10% (`rlfh bench blas`; docs/PERFORMANCE.md, "MKL on AMD CPUs").
+on Intel: the AVX2 kernels on an AVX2 CPU. `rlfh bench blas` measures what that buys on a machine; the figures
+for the 2-core AMD EPYC this project is tuned on are in docs/PERFORMANCE.md, "MKL on AMD CPUs".
 
 The launchers (``scripts/train.sh``, ``scripts/demo.sh``, ``scripts/run_tests.sh``) export what
 ``python -m core.cpu_blas preload`` prints; every process they start (``rlfh`` stages, the embedded Ray and its

@@ -363,14 +363,17 @@ def score_verifier(name: str, verifier, answers: Sequence[RealAnswer], use_gold:
 # ----------------------------------------------------------------------------- the bench
 
 def run_real(path: "str | Path" = DEFAULT_PATH, parts: Sequence[str] = PARTS, cfg=None,
-             with_llm: bool = True, llm_limit: Optional[int] = None) -> list[dict]:
-    """Metrics rows: every backend (evidence; llm when MODEL_URL is set), without and with the gold answer, on
+             with_llm: bool = True, llm_limit: Optional[int] = None, with_judge: bool = True) -> list[dict]:
+    """Metrics rows: every backend (evidence; judge, the trained claim judge of CLAIM_JUDGE_WEIGHTS; llm when
+    MODEL_URL is set), without and with the gold answer, on
     each part of the labelled set. Each row dict has ``part``, ``backend`` and ``gold``."""
     from core.config import RLFHConfig
     from verifier_service.core import Verifier
     cfg = cfg or RLFHConfig.load()
     answers = load_real(path)
     backends = [("evidence", Verifier(cfg, backend="evidence"), None)]
+    if with_judge:
+        backends.append(("judge", Verifier(cfg, backend="judge"), None))
     if with_llm and cfg.model_url:
         backends.append(("llm", Verifier(cfg, backend="llm"), llm_limit))
     from core.verify_schema import VerifyRequest

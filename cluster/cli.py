@@ -22,6 +22,7 @@ SUBCOMMANDS = [
     "evaluation.cli",            # eval, compare
     "bench.cli",                 # bench verifier|rewards|train
     "baselines.cli",             # baseline rtuning|dpo
+    "baselines.judge_cli",       # judge train|eval
     "core.config",            # config
     "cluster.submit",            # submit
     "cluster.chaos",             # chaos list|kill

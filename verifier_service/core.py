@@ -10,6 +10,8 @@ Backends (``VERIFIER_BACKEND`` / ``backend=``):
 
 - ``evidence`` (default): no LLM; BM25 retrieval over the request's materials,
   entity / number / content-word agreement, hedge and abstention detection.
+- ``judge``: the evidence backend's decomposition and Vague rules; a trained claim judge
+  (:mod:`verifier_service.judge_model`) labels every checkable statement against its evidence.
 - ``llm``: an OpenAI-compatible chat endpoint (``MODEL_URL``, ``ANNOTATE_MODEL``)
   judges with the prompts in :mod:`verifier_service.prompts`.
 - ``self``: the same prompts sent through an injected :data:`ChatFn` (the
@@ -39,7 +41,7 @@ log = logging.getLogger(__name__)
 #: Greedy decoding is expected (verdicts should be reproducible).
 ChatFn = Callable[[list[list[dict]]], list[str]]
 
-BACKENDS = ("evidence", "llm", "self")
+BACKENDS = ("evidence", "judge", "llm", "self")
 
 
 class Backend(Protocol):
@@ -56,6 +58,9 @@ def _build_backend(name: str, cfg: "ServiceSettings", chat_fn: Optional[ChatFn])
     if name == "evidence":
         from verifier_service.evidence import EvidenceBackend
         return EvidenceBackend(cfg)
+    if name == "judge":
+        from verifier_service.judge import JudgeBackend
+        return JudgeBackend(cfg)
     if name == "llm":
         from verifier_service.llm_backend import LLMBackend, http_chat_fn
         if not cfg.model_url:

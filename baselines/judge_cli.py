@@ -43,6 +43,7 @@ def _data_args(p: argparse.ArgumentParser) -> None:
                    help=f"Times the policy's graded answers are repeated. Default {d.policy_repeats}.")
     p.add_argument("--max-examples", type=int, default=t.max_examples,
                    help="Train on the first N shuffled examples only (0: all). Default 0.")
+    p.add_argument("--epochs", type=int, default=t.epochs, help=f"Passes over the examples. Default {t.epochs}.")
     p.add_argument("--lr", type=float, default=t.lr, help=f"AdamW learning rate (peak). Default {t.lr:g}.")
     p.add_argument("--batch-size", type=int, default=t.batch_size, help=f"Examples per step. Default {t.batch_size}.")
     p.add_argument("--rank", type=int, default=t.rank, help=f"LoRA rank. Default {t.rank}.")
@@ -56,13 +57,14 @@ def _settings(args):
     data = DataSettings(qa_items=args.qa_items, swaps_per_item=args.swaps_per_item,
                         dialogue_items=args.dialogue_items, summary_items=args.summary_items,
                         hand_repeats=args.hand_repeats, policy_repeats=args.policy_repeats, seed=args.seed)
-    train = TrainSettings(lr=args.lr, batch_size=args.batch_size, max_examples=args.max_examples, rank=args.rank,
+    train = TrainSettings(lr=args.lr, batch_size=args.batch_size, max_examples=args.max_examples, epochs=args.epochs,
+                          rank=args.rank,
                           alpha=2.0 * args.rank, seed=args.seed, threads=args.threads)
     for name, v in (("--qa-items", args.qa_items), ("--dialogue-items", args.dialogue_items),
                     ("--summary-items", args.summary_items), ("--max-examples", args.max_examples)):
         if v < 0:
             raise SystemExit(f"{name} = {v}: must be >= 0")
-    for name, v in (("--batch-size", args.batch_size), ("--rank", args.rank)):
+    for name, v in (("--batch-size", args.batch_size), ("--rank", args.rank), ("--epochs", args.epochs)):
         if v < 1:
             raise SystemExit(f"{name} = {v}: must be >= 1")
     if not args.lr > 0:

@@ -124,6 +124,68 @@ def policy_examples(items_by_uid: dict, rng: random.Random, path: Path = SHIPPED
     return out
 
 
+def sample_policy_answers(items, n: int, temperature: float, evidence_share: float, seed: int,
+                          model_path: str = "smollm2-135m-instruct", progress: bool = True) -> list[dict]:
+    """The policy's own sampled answers to ``items`` (train questions), ``n`` per question, with the passage in
+    the prompt for a stable ``evidence_share`` of them (the grounded recipe's prompt) and closed book for the
+    rest, each graded by the gold grader. Cached as JSONL under ``$RLFH_CACHE_DIR/judge/`` by a hash of the
+    model, questions and sampling settings: sampling is the slow part of building the data (minutes on 2 cores)."""
+    import torch
+    from core.assets import cache_dir, file_lock
+    from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
+    from core.prompts import prompt_mode_for, render_prompt
+    from evaluation.graders import GRADER_VERSION, grade_answer
+    from baselines.common import sample_answers
+    modes = [prompt_mode_for(it.question, "mixed", evidence_share) for it in items]
+    key = hashlib.sha256(json.dumps([model_path, [it.uid for it in items], modes, n, temperature, seed,
+                                     GRADER_VERSION]).encode()).hexdigest()[:16]
+    path = cache_dir() / "judge" / f"policy-{key}.jsonl"
+    shipped = _REPO / "evaluation" / "shipped" / f"judge-policy-{key}.jsonl"
+    for p in (path, shipped):
+        if p.exists():
+            return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    with file_lock(cache_dir() / "locks" / f"judge-policy-{key}.lock"):
+        mp = resolve_model_path(model_path)
+        tok, model = load_tokenizer(mp), load_causal_lm(mp)
+        prompts = [render_prompt(tok, it.question, it.knowledge_text, m) for it, m in zip(items, modes)]
+        torch.manual_seed(seed)
+        answers = sample_answers(model, tok, prompts, n=n, temperature=temperature, batch_size=32,
+                                 progress=progress, desc="judge data: policy samples")
+        recs = []
+        for it, m, outs in zip(items, modes, answers):
+            for a in outs:
+                recs.append({"uid": it.uid, "mode": m, "answer": a,
+                             "grade": grade_answer(a, it.right_answer, it.question).grade})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".part")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in recs))
+        tmp.rename(path)
+    return recs
+
+
+def sampled_examples(recs: list[dict], items_by_uid: dict, rng: random.Random) -> list[Example]:
+    """``policy`` examples from graded samples: the answer-carrying (first content) statement of each
+    answer the grader judged; right: supported, wrong: not."""
+    from evaluation.graders import grade_answer
+    out = []
+    for rec in recs:
+        it = items_by_uid.get(rec["uid"])
+        if it is None or rec["grade"] not in ("correct", "incorrect") or not rec["answer"]:
+            continue
+        d = T.decompose(rec["answer"], it.question)
+        for sent, sts in zip(d.sentences, d.statements):
+            if not sts:
+                continue
+            st = sts[0]
+            if rec["grade"] == "correct" and grade_answer(st.text, it.right_answer, it.question).grade != "correct":
+                break
+            out.append(Example(JudgeInput(st.text, sent.text, it.question, tuple(it.knowledge),
+                                          _with_gold(rng, it.right_answer)), int(rec["grade"] == "correct"),
+                               "policy"))
+            break
+    return out
+
+
 def hand_examples(part: str = "tune", path: Path = HAND_LABELS) -> list[Example]:
     """The hand-labelled facts of ``part`` (each record's ``part``: bench.real's stable split of its question)
     as examples, each with and without the gold answer. Vague facts are left out: they claim nothing to check
@@ -226,6 +288,10 @@ class DataSettings:
     summary_items: int = 500
     hand_repeats: int = 3
     policy_repeats: int = 2
+    policy_questions: int = 0           # train questions the policy samples answers to (0: none)
+    policy_samples: int = 2             # answers per question
+    policy_temperature: float = 0.7
+    policy_evidence_share: float = 0.5  # share of those prompts with the passage
     seed: int = 0
 
 
@@ -239,6 +305,11 @@ def build_training_set(s: DataSettings) -> list[Example]:
     rng.shuffle(qa_pool)
     ex = qa_examples(qa_pool[:s.qa_items], rng, s.swaps_per_item)
     ex += policy_examples(by_uid, rng) * s.policy_repeats
+    if s.policy_questions:
+        sampled_for = qa_pool[s.qa_items:s.qa_items + s.policy_questions]
+        recs = sample_policy_answers(sampled_for, s.policy_samples, s.policy_temperature,
+                                     s.policy_evidence_share, s.seed)
+        ex += sampled_examples(recs, by_uid, rng)
     ex += hand_examples("tune") * s.hand_repeats
     if s.dialogue_items:
         ex += dialogue_examples(s.dialogue_items)

@@ -38,7 +38,8 @@ class TrainSettings:
     lr: float = 1e-3
     batch_size: int = 16
     warmup_steps: int = 30
-    max_examples: int = 0       # 0: every example of the training set, once
+    max_examples: int = 0       # 0: every example of the training set
+    epochs: int = 1
     rank: int = 16
     alpha: float = 32.0
     seed: int = 0
@@ -83,14 +84,17 @@ def train_judge(examples: Sequence[D.Example], base_path: str, s: TrainSettings,
     labels = [float(ex.label) for ex in examples]
     # shuffled windows of 32 batches, each window sorted by length: less padding, still mixed sources
     rng = random.Random(s.seed)
-    order = list(range(len(examples)))
-    rng.shuffle(order)
     win = s.batch_size * 32
     batches = []
-    for w in range(0, len(order), win):
-        chunk = sorted(order[w:w + win], key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
-        batches += [chunk[b:b + s.batch_size] for b in range(0, len(chunk), s.batch_size)]
-    rng.shuffle(batches)
+    for _ in range(s.epochs):
+        order = list(range(len(examples)))
+        rng.shuffle(order)
+        epoch = []
+        for w in range(0, len(order), win):
+            chunk = sorted(order[w:w + win], key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
+            epoch += [chunk[b:b + s.batch_size] for b in range(0, len(chunk), s.batch_size)]
+        rng.shuffle(epoch)
+        batches += epoch
     params = [p for p in judge.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=s.lr, weight_decay=0.0)
     total = len(batches)

@@ -262,3 +262,25 @@ def test_judge_served_through_ray_serve_and_cached_in_redis(serve_ray, tiny_judg
                 assert bad.status_code == 422 and "materials" in bad.text
     finally:
         redis_proc.stop()
+
+
+def test_sampled_answers_label_the_answer_statement_by_the_gold_grader():
+    from core.data import load_halueval
+    it = next(i for i in load_halueval("train") if i.right_answer and len(i.right_answer.split()) <= 3)
+    recs = [{"uid": it.uid, "mode": "evidence", "answer": f"The answer is {it.right_answer}.", "grade": "correct"},
+            {"uid": it.uid, "mode": "closed", "answer": "The answer is Zanzibar Quux.", "grade": "incorrect"},
+            {"uid": it.uid, "mode": "closed", "answer": "I don't know.", "grade": "not_attempted"},
+            {"uid": "unknown-uid", "mode": "closed", "answer": "X.", "grade": "incorrect"}]
+    ex = D.sampled_examples(recs, {it.uid: it}, random.Random(0))
+    assert [e.label for e in ex] == [1, 0]
+    assert all(e.source == "policy" and e.inp.materials == tuple(it.knowledge) for e in ex)
+
+
+def test_bench_judge_times_both_backends_on_real_answers(tiny_judge, monkeypatch):
+    from bench.judge_speed import measure
+    out, _ = tiny_judge
+    cfg = judge_cfg(out)
+    rows = [measure(b, 1, 64, 1, cfg) for b in ("evidence", "judge")]
+    assert [r["backend"] for r in rows] == ["evidence", "judge"]
+    for r in rows:
+        assert r["answers"] == 206 and r["statements"] > 206 and r["statements_per_s"] > 0

@@ -125,6 +125,24 @@ def train_judge(examples: Sequence[D.Example], base_path: str, s: TrainSettings,
     return judge, tok, metrics
 
 
+def calibrate_threshold(judge, tok, examples: Optional[Sequence[D.Example]] = None) -> tuple[float, float]:
+    """The P(supported) cut-off (0.05 .. 0.95 in steps of 0.05) with the highest accuracy on ``examples``
+    (default: the hand-labelled facts of the **tune** part, with and without gold; never the held-out third),
+    and that accuracy. A judge trained on a mix of sources is not calibrated for the policy's own answers."""
+    examples = list(examples) if examples is not None else D.hand_examples("tune")
+    if not examples:
+        return 0.5, float("nan")
+    probs = M.predict(judge, tok, pairs_of(examples))
+    best = (0.0, 0.5)
+    for k in range(1, 20):
+        thr = k / 20
+        acc = sum((p >= thr) == bool(ex.label) for ex, p in zip(examples, probs)) / len(examples)
+        # ties go to the cut-off nearest 0.5
+        if acc > best[0] + 1e-12 or (abs(acc - best[0]) <= 1e-12 and abs(thr - 0.5) < abs(best[1] - 0.5)):
+            best = (acc, thr)
+    return best[1], round(best[0], 4)
+
+
 def balanced_accuracy(scores_pos: Sequence[float], scores_neg: Sequence[float], thr: float = 0.5) -> float:
     """Mean of the right share of supported (score >= thr) and of hallucinated (score < thr) items."""
     if not scores_pos or not scores_neg:
@@ -193,7 +211,8 @@ def build_judge(data: D.DataSettings, train: TrainSettings, base_path: str, out:
         t0 = time.perf_counter()
         examples = D.build_training_set(data)
         log.info("judge training set: %d examples (%.0f s to build)", len(examples), time.perf_counter() - t0)
-        judge, _, metrics = train_judge(examples, base_path, train, data_key=key, progress=progress)
+        judge, tok, metrics = train_judge(examples, base_path, train, data_key=key, progress=progress)
+        metrics["threshold"], metrics["tune_accuracy"] = calibrate_threshold(judge, tok)
         metrics["build_seconds"] = round(time.perf_counter() - t0, 1)
         M.save_judge(judge, out, metrics)
     return out

@@ -18,6 +18,7 @@ A request with neither materials nor a gold answer has nothing to check against:
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import threading
 import time
@@ -55,7 +56,6 @@ class JudgeBackend:
         weights = getattr(cfg, "claim_judge_weights", "") or str(SHIPPED_WEIGHTS)
         self.weights_dir = Path(weights).expanduser()
         self.base = getattr(cfg, "claim_judge_base", "") or "all-minilm-l6-v2"
-        self.threshold = float(getattr(cfg, "claim_judge_threshold", 0.5))
         self.batch_size = int(getattr(cfg, "claim_judge_batch_size", 32))
         w = self.weights_dir / "adapter.safetensors"
         if not w.exists() or not (self.weights_dir / "judge.json").exists():
@@ -64,6 +64,11 @@ class JudgeBackend:
                               "judge.json and adapter.safetensors). Train one with `rlfh judge train`, or leave "
                               "CLAIM_JUDGE_WEIGHTS empty for the shipped judge.")
         self._digest = _file_digest(w)
+        threshold = getattr(cfg, "claim_judge_threshold", None)
+        if threshold is None:           # the judge's own, calibrated when it was trained
+            meta = json.loads((self.weights_dir / "judge.json").read_text())
+            threshold = meta.get("metrics", {}).get("threshold", 0.5)
+        self.threshold = float(threshold)
 
     def identity(self) -> dict:
         return {"backend": self.name, "version": BACKEND_VERSION, "rules": E.ALGO_VERSION,

@@ -14,10 +14,14 @@ gains closed book.
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional, Sequence
+
+from cluster.model_export import save_policy
 
 log = logging.getLogger("rlfh.dev_eval")
 
@@ -221,7 +225,26 @@ class DevEvaluator:
                  100 * out.get(f"dev/{closed}/abstain/choice", 0.0), 100 * out.get(f"dev/{closed}/abstain/open", 0.0))
         return out, graded
 
+    def evaluate(self, groups, step: int, save_path: Path) -> dict[str, float]:
+        """:meth:`run` on the policy's rollout engines, and what the run keeps of it: with FINAL_MODEL=best a new
+        best step's policy goes to SAVE_PATH/snapshots/best (with its dev record), and every graded answer to
+        SAVE_PATH/dev_answers.jsonl. Returns the ``dev/...`` metrics."""
+        dev, graded = self.run(groups.rollout, step)
+        if self.cfg.final_model == "best" and self.best_step == step:
+            out = save_path / "snapshots" / "best"
+            save_policy(groups, out, out.with_name("best.tmp"))
+            (out / "dev_eval.json").write_text(json.dumps({"step": step, **dev}, indent=1))
+        with open(save_path / "dev_answers.jsonl", "a", encoding="utf-8") as fh:
+            for a in graded:
+                fh.write(json.dumps({"step": step, **a.__dict__}, ensure_ascii=False) + "\n")
+        return dev
+
     def should_stop(self) -> bool:
         """Early stopping: EARLY_STOP_PATIENCE evaluations in a row below the best (:func:`track_best`)."""
         p = self.cfg.early_stop_patience
         return bool(p) and self.evals_since_best >= p
+
+    def stop_message(self, step: int) -> str:
+        return (f"early stop at step {step}: {self.evals_since_best} dev evaluation(s) in a row below the best, dev "
+                f"score {self.best_score:.3f} at step {self.best_step} "
+                f"(EARLY_STOP_PATIENCE={self.cfg.early_stop_patience})")

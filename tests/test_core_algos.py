@@ -665,26 +665,3 @@ def test_micro_batch_weights_make_the_token_mean_batch_wide():
     weighted = sum(u / sum(seq_units) * aggregate_loss(loss[i:i + 2], mask[i:i + 2], "seq-mean-token-mean")
                    for u, i in zip(seq_units, range(0, 6, 2)))
     assert weighted == pytest.approx(float(aggregate_loss(loss, mask, "seq-mean-token-mean")), abs=1e-6)
-
-
-def test_answer_mean_price_with_a_target_rate_adapts_the_margin_not_the_mean():
-    """ABSTAIN_PRICE=answer-mean + ABSTAIN_TARGET_RATE: this step's price is the closed-book answers' mean reward
-    plus the carried margin; the margin then moves against the rate error (Trainer._abstain_price)."""
-    from types import SimpleNamespace
-    from cluster.driver import Trainer
-    from core.config import RLFHConfig
-    cfg = RLFHConfig(outcome_reward="ternary", abstain_price="answer-mean", abstain_target_rate=0.5,
-                     abstain_price_step=0.5, abstain_price_margin=0.1)
-    fake = SimpleNamespace(cfg=cfg, state=SimpleNamespace(extra={}))
-    closed = torch.tensor([True, True, True, False])
-    correct = torch.tensor([True, False, False, True])
-    abstained = torch.tensor([False, False, True, False])
-    sampled = torch.ones(4, dtype=torch.bool)
-    row = {}
-    price = Trainer._abstain_price(fake, row, correct, abstained, sampled, closed)
-    # closed-book answers: +1 and -1 (the decline and the evidence sample are left out): mean 0, + margin 0.1
-    assert price == pytest.approx(0.1) and row["abstain_margin"] == pytest.approx(0.1)
-    # closed-book rate 1/3 < 0.5: the margin rises by 0.5 x (0.5 - 1/3)
-    assert fake.state.extra["abstain_margin"] == pytest.approx(0.1 + 0.5 * (0.5 - 1 / 3))
-    price2 = Trainer._abstain_price(fake, {}, correct, abstained, sampled, closed)
-    assert price2 == pytest.approx(0.1 + 0.5 * (0.5 - 1 / 3))

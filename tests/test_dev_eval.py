@@ -126,7 +126,7 @@ def test_config_needs_dev_eval_for_early_stop_and_best():
     with pytest.raises(ValueError, match="ABSTAIN_PRICE=answer-mean"):
         RLFHConfig(abstain_price="answer-mean", outcome_reward="none", token_reward_weight=1.0)
     both = RLFHConfig(abstain_price="answer-mean", abstain_target_rate=0.5, outcome_reward="ternary")
-    assert both.abstain_target_rate == 0.5     # the controller moves the margin (Trainer._abstain_price)
+    assert both.abstain_target_rate == 0.5     # the controller moves the margin (core.abstention.step_abstain_price)
 
 
 @pytest.mark.slow
@@ -189,7 +189,7 @@ def test_trainer_evaluates_dev_in_the_loop_and_keeps_the_best_step(tmp_path, tin
 
 
 def test_colocated_layout_names_the_settings_it_ignores():
-    from cluster.driver import ignored_by_layout
+    from cluster.setup_checks import ignored_by_layout
     from core.config import RLFHConfig
     cfg = RLFHConfig(vllm_num_engines=2, colocate_all_models=True, critic_num_nodes=1)
     assert ignored_by_layout(cfg, "colocated") == ["vllm_num_engines", "colocate_all_models"]

@@ -9,7 +9,7 @@ import torch
 
 from actors.types import RolloutSample, make_batch, token_offsets
 from cluster.checkpoint import TrainerState
-from cluster.driver import epoch_order, load_prompts, next_prompt_indices, plan_steps
+from cluster.data_order import epoch_order, load_prompts, next_prompt_indices, plan_steps
 from cluster.experience import (KeywordReward, RewardUnavailable, ServiceReward, SkipCounter,
                                 fetch_rewards, inject_abstentions, label_mix, reward_items,
                                 rewards_to_tensors)
@@ -278,7 +278,8 @@ def test_abstention_and_prompt_settings_are_checked(env, fragment):
 
 
 def test_the_trainer_refuses_an_abstention_candidate_the_verifier_reads_as_an_answer():
-    from cluster.driver import Trainer, check_abstain_text
+    from cluster.driver import Trainer
+    from cluster.setup_checks import check_abstain_text
     cfg = RLFHConfig.load(environ={"ABSTAIN_SAMPLES": "1", "ABSTAIN_TEXT": "Paris is the capital."})
     with pytest.raises(ConfigError, match="ABSTAIN_TEXT='Paris is the capital.' .* does not read as an abstention"):
         Trainer(cfg)
@@ -343,7 +344,8 @@ def test_forward_phase_times_add_up_to_the_wall_time_when_phases_run_one_after_a
     """The colocated layout runs the reference, critic and policy forwards one after another in one process:
     each phase's time then starts where the previous one ended (else the table shows cumulative times)."""
     from actors import calls
-    from cluster.driver import PhaseTimer, _gather_timed
+    from cluster.experience_maker import gather_timed
+    from cluster.step_metrics import PhaseTimer
     finish = {"ref_a": 0.05, "ref_b": 0.10}   # phase a's one call, then phase b's
     # a clock that moves only when a call "finishes": exact times, whatever else loads the runner
     clock = [1000.0]
@@ -356,7 +358,7 @@ def test_forward_phase_times_add_up_to_the_wall_time_when_phases_run_one_after_a
     monkeypatch.setattr(calls, "wait_any", wait_any)
     monkeypatch.setattr(calls, "get", lambda refs, what, timeout: [torch.zeros(1, 2) for _ in refs])
     timer = PhaseTimer()
-    out = _gather_timed({"a": ["ref_a"], "b": ["ref_b"]}, timer, 60.0, serial=serial)
+    out = gather_timed({"a": ["ref_a"], "b": ["ref_b"]}, timer, 60.0, serial=serial)
     assert out["a"].shape == (1, 2)
     assert timer.times["a"] == pytest.approx(0.05, abs=1e-9)
     assert timer.times["b"] == pytest.approx(0.05 if serial else 0.10, abs=1e-9)

@@ -204,6 +204,7 @@ def test_reward_service_down_skips_the_batch_and_leaves_the_policy_alone(cluster
 
     from cluster.driver import Trainer
     from cluster.experience import ServiceReward
+    from cluster.run_log import progress_postfix
     groups = cluster["groups"]
     cfg = tiny_cfg(tmp_path, tiny_model_path, reward_timeout_s=2.0, reward_max_retries=1)
     before = fingerprint(groups)
@@ -212,7 +213,7 @@ def test_reward_service_down_skips_the_batch_and_leaves_the_policy_alone(cluster
     try:
         trainer.setup()
         row = trainer.step()
-        postfix = trainer._postfix(row)
+        postfix = progress_postfix(row, trainer.skips.total)
     finally:
         trainer.close()
     assert row["skipped"] is True and row["skipped_batches"] == 1
@@ -246,7 +247,7 @@ def test_training_with_redis_caches_verifications_across_runs(cluster, tmp_path,
         try:
             trainer.setup()
             result = trainer.fit()
-            cache = trainer._service_reward.client.stats()["cache"]
+            cache = trainer.reward_source.service.client.stats()["cache"]
         finally:
             trainer.close()
         assert result.completed and result.steps_this_run == 1 and not result.history[-1]["skipped"]
@@ -280,7 +281,7 @@ def test_self_verifier_judges_with_the_policys_rollout_engines(cluster, tmp_path
     try:
         trainer.setup()
         result = trainer.fit()
-        stats = trainer._service_reward.client.stats()
+        stats = trainer.reward_source.service.client.stats()
     finally:
         trainer.close()
     row = result.history[-1]

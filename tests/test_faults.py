@@ -609,8 +609,8 @@ def test_separate_layout_dead_rollout_engine_restarted_and_the_self_judge_follow
     def fault():
         try:
             # what the run started with (read before the kill's wait, so the kill follows step 3 at once)
-            seen["engines"] = [e._actor_id.hex() for e in trainer._self_judge.engines]
-            seen["verifier_pid"] = trainer._service_reward.client.stats()["verifier"]["pid"]
+            seen["engines"] = [e._actor_id.hex() for e in trainer.reward_source.self_judge.engines]
+            seen["verifier_pid"] = trainer.reward_source.service.client.stats()["verifier"]["pid"]
             while not any(r["step"] == 3 for r in _read_jsonl(metrics_path)):
                 if done.is_set():
                     return
@@ -645,10 +645,10 @@ def test_separate_layout_dead_rollout_engine_restarted_and_the_self_judge_follow
         # every group was restarted, not only the dead one (the policy's process is a new one too)
         assert seen["policy_pid"] not in {p.pid for p in _actor_procs(("ray::PolicyActor",))}
         # the judge holds the restarted groups' engines, not the dead one ...
-        now = [e._actor_id.hex() for e in trainer._self_judge.engines]
+        now = [e._actor_id.hex() for e in trainer.reward_source.self_judge.engines]
         assert now == [e._actor_id.hex() for e in trainer.groups.rollout] and not set(now) & set(seen["engines"])
         # ... in a verifier replica started after the restart, which has verified the steps since
-        stats = trainer._service_reward.client.stats()["verifier"]
+        stats = trainer.reward_source.service.client.stats()["verifier"]
         assert stats["backend"] == "self" and stats["pid"] != seen["verifier_pid"] and stats["items"] > 0
         print(f"\nseparate layout, self-judge: rollout engine SIGKILLed after step 3; restarted from step 2, "
               f"verifier redeployed with the new engine, run completed {t_end - seen['t']:.0f} s after the kill, "

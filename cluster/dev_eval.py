@@ -194,6 +194,8 @@ class DevEvaluator:
         self.best_value: Optional[tuple[float, float, float]] = None   # selection_value of the best step
         self.best_step: Optional[int] = None
         self.evals_since_best = 0
+        log.info("in-loop dev evaluation every %d steps: %d questions of %s (%s), greedy", cfg.dev_eval_step,
+                 len(self.items), cfg.dev_eval_data, cfg.dev_eval_modes)
 
     def run(self, engines: Sequence[Any], step: int) -> tuple[dict[str, float], list[DevAnswer]]:
         """Evaluate the engines' current weights; returns (``dev/...`` metrics, the graded answers)."""

@@ -19,9 +19,8 @@ pluggable (``Trainer(cfg, reward_fn=...)``): the reward service is the default (
 :class:`cluster.experience.KeywordReward` is an in-process one for tests and demos.
 
 A batch whose rewards cannot be had (the reward service is down after the client's bounded retries) is skipped
-and counted (``rlfh_skipped_batches_total``, progress bar, summary); it is never trained on as zero reward.
-After :data:`MAX_CONSECUTIVE_SKIPS` skipped batches in a row the run stops with a clear error (a checkpoint is
-written first).
+and counted, never trained on as zero reward; after :data:`MAX_CONSECUTIVE_SKIPS` in a row the run saves a
+checkpoint and stops with a clear error.
 
 An actor that dies or hangs does not stop or hang the run: the actor groups are restarted from the last
 checkpoint and the steps after it are redone, at most ``MAX_ACTOR_RESTARTS`` times between two checkpoints
@@ -52,7 +51,7 @@ from cluster.ppo_update import sync, update
 from cluster.recovery import ActorGroupsFailed, ActorRecovery
 from cluster.run_log import RunLog, progress_postfix
 from cluster.services import RewardSource
-from cluster.setup_checks import check_abstain_text, ignored_by_layout
+from cluster.setup_checks import check_abstain_text, warn_ignored_by_layout
 from cluster.step_metrics import PhaseTimer
 from cluster.stop_request import StopRequest
 from cluster.train_report import PHASES, plot_curves, print_summary, read_dev, read_metrics
@@ -143,14 +142,9 @@ class Trainer:
         if judge_needs_engines:
             self.reward_source.connect(rollout_engines=self.groups.rollout)
         self._resume()
-        for name in ignored_by_layout(cfg, getattr(self.groups, "layout", "")):
-            log.warning("%s=%s is ignored by the %s layout (MODEL_LAYOUT; one process holds every role on one "
-                        "node); use MODEL_LAYOUT=separate for it to take effect", name.upper(),
-                        getattr(cfg, name), self.groups.layout)
+        warn_ignored_by_layout(cfg, getattr(self.groups, "layout", ""))
         if cfg.dev_eval_step:
             self.dev_eval = DevEvaluator(cfg, self.tokenizer)
-            log.info("in-loop dev evaluation every %d steps: %d questions of %s (%s), greedy", cfg.dev_eval_step,
-                     len(self.dev_eval.items), cfg.dev_eval_data, cfg.dev_eval_modes)
         if self.reuses_train_logprobs:
             log.info("one policy update per rollout and no reference (KL_COEF=0): the update's own log-probs "
                      "serve as the old log-probs, so the policy forward before it is skipped")

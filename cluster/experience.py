@@ -1,6 +1,6 @@
-"""Experience assembly: rollouts + rewards -> the tensors one PPO step trains on.
+"""Rewards for rollouts: the reward functions, the reward items, and the rewards as ``[B, R]`` tensors.
 
-The driver (:mod:`cluster.driver`) calls these in order; none of them talk to
+The experience maker (:mod:`cluster.experience_maker`) calls these; none of them talk to
 Ray, so every piece is unit-testable with plain tensors:
 
 * :func:`reward_items` builds the reward service's request items from the
@@ -15,7 +15,9 @@ Ray, so every piece is unit-testable with plain tensors:
   retries" into a skipped, counted batch (never a zero reward);
 * :func:`rewards_to_tensors` places per-token rewards into ``[B, R]`` tensors
   aligned with the batch's ``action_mask``;
-* :func:`label_mix` summarises the statement labels of a batch.
+* :func:`label_mix` summarises the statement labels of a batch;
+* :func:`inject_abstentions` puts abstention candidates among a rollout's samples, and :func:`gold_outcomes`
+  grades responses against the gold answers (the outcome judge of OUTCOME_JUDGE=gold).
 
 Shapes: ``B`` responses (prompt-major: ``n`` samples per prompt in a row),
 ``R`` padded response length.
@@ -30,8 +32,13 @@ from typing import Any, Callable, Optional, Protocol, Sequence
 
 import torch
 
+from actors.types import RolloutSample, token_offsets
+from core import metrics
 from core.verify_schema import LABELS
+from evaluation.graders import CORRECT, grade_answer
+from reward_service.client import RewardClient, RewardServiceUnavailable
 from reward_service.schemas import ItemReward
+from verifier_service.core import Verifier
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +60,7 @@ class RewardUnavailable(RuntimeError):
 
 def unavailable_errors() -> tuple[type[BaseException], ...]:
     """Exception types that mean "skip this batch": ours and the service client's."""
-    errs: list[type[BaseException]] = [RewardUnavailable]
-    try:
-        from reward_service.client import RewardServiceUnavailable
-        errs.append(RewardServiceUnavailable)
-    except ImportError:  # pragma: no cover - client not installed
-        pass
-    return tuple(errs)
+    return RewardUnavailable, RewardServiceUnavailable
 
 
 class ServiceReward:
@@ -72,7 +73,6 @@ class ServiceReward:
     """
 
     def __init__(self, url: str, cfg, send_overrides: bool = True):
-        from reward_service.client import RewardClient
         self.url = url
         self.client = RewardClient.from_config(cfg, url=url)
         self.overrides = cfg.reward_settings() if send_overrides else None
@@ -100,7 +100,7 @@ class EngineChat:
         self._next = 0
 
     def __call__(self, conversations: list[list[dict]]) -> list[str]:
-        import ray
+        import ray   # slow to import, and only this call (in a verifier replica) needs it
         engine = self.engines[self._next % len(self.engines)]
         self._next += 1
         return ray.get(engine.chat.remote(conversations))
@@ -114,7 +114,6 @@ class SelfJudge:
         self.engines = list(engines)
 
     def __call__(self, cfg):
-        from verifier_service.core import Verifier
         return Verifier(cfg, backend="self", chat_fn=EngineChat(self.engines))
 
 
@@ -172,7 +171,6 @@ def inject_abstentions(samples: Sequence[Any], n_samples_per_prompt: int, k: int
     Returns:
         (samples with the replacements, ``[N]`` bool: which samples are injected).
     """
-    from actors.types import RolloutSample, token_offsets
     n = n_samples_per_prompt
     if not 0 <= k < n:
         raise ValueError(f"abstention candidates per prompt must be in [0, {n}), got {k}")
@@ -220,7 +218,6 @@ def gold_outcomes(samples: Sequence[Any], prompts: Sequence[Any], is_correct: to
     samples whose prompt has no gold answer keep the verifier's verdicts ``is_correct`` / ``abstained``
     (``[N]`` bool each). Returns two ``[N]`` bool tensors.
     """
-    from evaluation.graders import CORRECT, grade_answer
     correct, abst = is_correct.clone(), abstained.clone()
     for i, s in enumerate(samples):
         p = prompts[s.prompt_index]
@@ -257,7 +254,6 @@ def fetch_rewards(reward_fn: Callable[[list[dict]], Sequence[Any]], items: list[
     ``rlfh_skipped_batches_total{reason="reward_unavailable"}``); it is never trained on as zero reward.
     Any other exception (a bug, a 422 for bad input) propagates.
     """
-    from core import metrics
     try:
         results = list(reward_fn(items))
     except unavailable_errors() as e:

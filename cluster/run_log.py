@@ -56,7 +56,7 @@ class RunLog:
         """TensorBoard writer (USE_TENSORBOARD); events of the steps after ``step`` are purged (they are redone)."""
         if not self.cfg.use_tensorboard:
             return
-        # tensorboard is optional and slow to import: loaded only when the run writes events
+        # slow to import (it loads protobuf and TensorBoard's TensorFlow stub): only when the run writes events
         from torch.utils.tensorboard import SummaryWriter
         self.close()
         self._tb = SummaryWriter(str(self.save_path / "tensorboard"), purge_step=step + 1 if step else None)

@@ -4,8 +4,12 @@ resolved when the actor groups start).
 """
 from __future__ import annotations
 
+import logging
+
 from core.config import ConfigError, RLFHConfig
 from verifier_service.text import is_abstention_text
+
+log = logging.getLogger(__name__)
 
 #: Settings the colocated layout (every role in one process on one node) has no use for.
 COLOCATED_IGNORES = ("vllm_num_engines", "vllm_tensor_parallel_size", "colocate_actor_ref", "colocate_all_models",
@@ -27,3 +31,10 @@ def ignored_by_layout(cfg: RLFHConfig, layout: str) -> list[str]:
         return []
     fields = type(cfg).model_fields
     return [n for n in COLOCATED_IGNORES if n in fields and getattr(cfg, n) != fields[n].default]
+
+
+def warn_ignored_by_layout(cfg: RLFHConfig, layout: str) -> None:
+    """A warning for each setting :func:`ignored_by_layout` finds."""
+    for name in ignored_by_layout(cfg, layout):
+        log.warning("%s=%s is ignored by the %s layout (MODEL_LAYOUT; one process holds every role on one node); "
+                    "use MODEL_LAYOUT=separate for it to take effect", name.upper(), getattr(cfg, name), layout)

@@ -712,7 +712,7 @@ def adapt_abstain_price(price: float, abstain_rate: float, target_rate: float, s
     The price of an abstention (the ternary outcome's ``abstain`` reward) falls when the policy declines more
     than the target and rises when it declines less: ``price - step_size * (abstain_rate - target_rate)``,
     clamped to ``[low, high]``. Why: with a fixed price the whole batch's pull on "I don't know" has one sign, so
-    abstention drifts up or down on every question alike (docs/DEMO.md: GRPO declined everywhere, RLOO nowhere);
+    abstention drifts up or down on every question alike (until the policy declines everywhere, or nowhere);
     holding the overall rate steady leaves the part of the gradient that differs between questions -- decline
     where the model's answers are wrong, answer where they are right. The rule reads the abstention rate only,
     never what the questions are.
@@ -738,7 +738,7 @@ def answer_mean_abstain_price(answer_rewards: Tensor, margin: float, low: float,
 
     Why: the pull of a group's advantages on abstaining is (abstain reward - the group's mean answer reward); with
     the batch mean as the price these pulls sum to about zero over the batch, so abstention is not raised or
-    lowered on every question alike (the global drift of docs/DEMO.md), and what is left is the part that differs
+    lowered on every question alike (the drift a fixed price gives), and what is left is the part that differs
     between questions: decline where this question's answers are worse than the policy's answers in general,
     answer where they are better. No lag (unlike :func:`adapt_abstain_price`): it is this batch's own mean. It
     reads rewards only, never what the questions are. ``margin`` > 0 leans toward declining.

@@ -8,7 +8,8 @@
   :mod:`core.reaper`;
 - offline assets: :mod:`core.assets`, :mod:`core.data`, :mod:`core.model_loader` (torch / transformers are
   imported inside the functions that load a model, so the services can import this package without them);
-- the math: :mod:`core.core_algos` (rewards, KL, advantages, losses as pure torch functions).
+- the math: :mod:`core.core_algos` (rewards, KL, advantages, losses as pure torch functions) and
+  :mod:`core.abstention` (what declining to answer earns each step: the abstention price, the outcome reward).
 
 Layering, bottom to top (tests/test_import_graph.py checks it): core <- verifier_service <- reward_service <-
 actors <- evaluation <- cluster (the trainer) <- integrations / baselines / bench. Nothing here imports a package

@@ -284,3 +284,21 @@ def test_bench_judge_times_both_backends_on_real_answers(tiny_judge, monkeypatch
     assert [r["backend"] for r in rows] == ["evidence", "judge"]
     for r in rows:
         assert r["answers"] == 206 and r["statements"] > 206 and r["statements_per_s"] > 0
+
+
+def test_calibrated_threshold_is_the_best_cut_off_on_the_given_examples(tiny_judge, base_path):
+    out, _ = tiny_judge
+    judge, tok = M.load_judge(out, base_path)
+    ex = D.hand_examples("tune")[:40]
+    thr, acc = J.calibrate_threshold(judge, tok, ex)
+    assert 0.05 <= thr <= 0.95 and 0.0 <= acc <= 1.0
+    probs = M.predict(judge, tok, J.pairs_of(ex))
+    for k in range(1, 20):
+        other = sum((p >= k / 20) == bool(e.label) for e, p in zip(ex, probs)) / len(ex)
+        assert other <= acc + 1e-9
+    # the backend uses the judge's own threshold unless CLAIM_JUDGE_THRESHOLD is set
+    meta = json.loads((out / "judge.json").read_text())
+    meta["metrics"]["threshold"] = 0.35
+    (out / "judge.json").write_text(json.dumps(meta))
+    assert Verifier(judge_cfg(out)).backend.threshold == 0.35
+    assert Verifier(judge_cfg(out, claim_judge_threshold=0.6)).backend.threshold == 0.6

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from core.config import RLFHConfig
+from core.config import RLFHConfig, add_recipe_arg
 
 DESCRIPTION = """\
 Train a policy with on-policy RL from fine-grained knowledge feedback (RLFH).
@@ -17,10 +17,13 @@ to the engines' token offsets; the driver adds the per-token KL penalty to the f
 computes advantages (GAE with a critic, or a group estimator), runs the PPO epochs on the policy (and
 critic) groups, and syncs the new weights into the rollout engines.
 
-With no flags and no environment it trains the embedded model and data: SmolLM2-135M-Instruct on the
-HaluEval-QA train split, the evidence verifier, one replica per group on CPU (an embedded local Ray),
-for one episode (MAX_STEPS=0). `bash scripts/train.sh` runs the same with the embedded default's sizes
-(MAX_STEPS=16, GENERATE_MAX_LEN=48: under 20 minutes on a 2-core CPU).
+With no flags, no environment and no recipe it trains the embedded model and data at the config's
+defaults: SmolLM2-135M-Instruct on the HaluEval-QA train split, the evidence verifier, one replica per
+group on CPU (an embedded local Ray), for one episode (MAX_STEPS=0). A recipe (--recipe NAME or
+RECIPE=NAME: a file of settings in recipes/) sets its settings under the environment and the flags:
+`rlfh train --recipe main` is the RL stage of `make train` (`bash scripts/train.sh main` adds the warm
+start before it and the held-out report after it). `rlfh config --recipe NAME` shows every value and
+where it came from.
 Checkpoints go to SAVE_PATH/checkpoints every SAVE_STEP steps, at the end and on Ctrl-C; a run resumes
 from the latest checkpoint in CKPT_PATH automatically (same step, same data position).
 Outputs: SAVE_PATH/final (HF model), metrics.jsonl, tensorboard/, training_curves.png.
@@ -34,6 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Every flag is also an environment variable (shown in brackets); `rlfh config` lists the values "
                "the current environment gives them.")
+    add_recipe_arg(p)
     RLFHConfig.add_cli_args(p)
     p.set_defaults(func=_cmd_train)
 

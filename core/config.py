@@ -8,7 +8,9 @@ CLI flag. ``scripts/train.sh``, ``rlfh train``,
 all read names from here. Environment variables use the RLFH paper's names
 (``MODEL_PATH``, ``VERIFICATION_MAP``, ``ACTOR_LR``...).
 
-Precedence: CLI flag > environment variable > default.
+Precedence: CLI flag > environment variable > recipe > default. A recipe is a named file of settings in
+``recipes/`` (``recipes/main.toml``: what ``make train`` runs), chosen with ``--recipe NAME`` or ``RECIPE=NAME``;
+``rlfh config --recipe NAME`` prints every value and where it came from.
 
 A bad value raises :class:`ConfigError` naming the variable, its flag and what
 it accepts, e.g.::
@@ -21,7 +23,10 @@ import argparse
 import json
 import math
 import os
+import tomllib
 import typing
+from functools import lru_cache
+from pathlib import Path
 from typing import Annotated, Any, Iterable, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -61,6 +66,132 @@ def masked_value(env: str, value: str) -> str:
 
 class ConfigError(ValueError):
     """A setting has a bad value. The message names the variable and the fix."""
+
+
+# ------------------------------------------------------------------------------------------------ recipes
+# A recipe is one small TOML file of settings, recipes/NAME.toml, keyed by the settings' environment variable names:
+#
+#     description = "what the recipe is for"        # optional
+#     extends = "abstain-closed-book"                # optional: start from that recipe, then apply this file's keys
+#     ACTOR_LR = 5e-6
+#     DEV_SELECT_MAX_INCORRECT = ""                  # "" is an empty value (a "float or empty" setting's None)
+#
+# It sits between the defaults and the environment: CLI flag > environment variable > recipe > default.
+
+#: The variable that names the recipe (``--recipe`` on ``rlfh train`` and ``rlfh config`` beats it).
+RECIPE_ENV = "RECIPE"
+#: The recipe name that means "no recipe": every setting at its default unless the environment or a flag sets it.
+NO_RECIPE = "none"
+#: Where named recipes are looked up: the repository's recipes/ (next to core/), then the working directory's (an
+#: installed package, e.g. the container image, runs scripts/train.sh from the folder that holds recipes/).
+RECIPE_DIRS = (Path(__file__).resolve().parents[1] / "recipes", Path("recipes"))
+#: The keys of a recipe file that are not settings.
+RECIPE_META_KEYS = ("description", "extends")
+
+#: Settings renamed so that each concept has one family of names (issue 49): old name -> new name. An old name in
+#: the environment, a recipe or a flag is refused with a ConfigError that names the new one.
+RENAMED_SETTINGS: dict[str, str] = {}
+
+
+def renamed_message(old: str, where: str) -> str:
+    """What to say about the old setting name ``old`` found in ``where`` (``the environment``, a file, ``flag``)."""
+    new = RENAMED_SETTINGS[old]
+    flag = f" (flag {flag_name(field_of_env(new))})" if has_flag(field_of_env(new)) else ""
+    return f"{old} ({where}) was renamed {new}{flag}: use {new} instead"
+
+
+def refuse_renamed(names: Iterable[str], where: str) -> None:
+    """ConfigError when one of ``names`` (variables that are set) is an old setting name."""
+    old = [n for n in names if n in RENAMED_SETTINGS]
+    if old:
+        raise ConfigError("renamed settings:\n  " + "\n  ".join(renamed_message(n, where) for n in old))
+
+
+def available_recipes() -> list[str]:
+    """Names of the recipes in recipes/ (``rlfh config`` and the unknown-recipe error list them)."""
+    names: set[str] = set()
+    for folder in RECIPE_DIRS:
+        if folder.is_dir():
+            names.update(p.stem for p in folder.glob("*.toml"))
+    return sorted(names)
+
+
+def recipe_path(name: str) -> Path:
+    """The file of recipe ``name``: ``recipes/NAME.toml``, or ``name`` itself when it is a path to a .toml file."""
+    if name.endswith(".toml") or os.sep in name or "/" in name:
+        path = Path(name)
+        if not path.is_file():
+            raise ConfigError(f"{RECIPE_ENV} (--recipe) = {name!r}: no such recipe file")
+        return path
+    for folder in RECIPE_DIRS:
+        if (folder / f"{name}.toml").is_file():
+            return folder / f"{name}.toml"
+    known = ", ".join(available_recipes()) or "(none found)"
+    raise ConfigError(f"{RECIPE_ENV} (--recipe) = {name!r}: no recipe of that name in {RECIPE_DIRS[0]}; the "
+                      f"recipes are {known}, '{NO_RECIPE}' (every setting at its default) or a path to a .toml file")
+
+
+def recipe_label(path: Path) -> str:
+    """How ``rlfh config`` names the recipe a value came from: ``recipe:NAME`` (``recipe:PATH`` for a file outside
+    recipes/); :func:`recipe_path` of what follows ``recipe:`` is the file."""
+    named = any(path.resolve() == (folder / path.name).resolve() for folder in RECIPE_DIRS)
+    return f"recipe:{path.stem}" if named else f"recipe:{path}"
+
+
+@lru_cache(maxsize=64)
+def _read_recipe_file(path: str, mtime_ns: int) -> dict[str, Any]:
+    """The parsed TOML of one recipe file (cached until the file changes)."""
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"recipe file {path}: not valid TOML ({e})") from None
+
+
+def read_recipe(name: str) -> tuple[dict[str, tuple[Any, Path]], str]:
+    """Recipe ``name``'s settings, ``{ENV: (value, file that set it)}`` (an ``extends`` chain resolved, the
+    extending file's values winning), and its description. ConfigError names the file, the key and the fix."""
+    chain: list[Path] = []
+    path = recipe_path(name)
+    while True:
+        if path.resolve() in [p.resolve() for p in chain]:
+            raise ConfigError(f"recipe file {path}: 'extends' loops ({' -> '.join(str(p) for p in chain)} -> {path})")
+        chain.append(path)
+        data = _read_recipe_file(str(path), path.stat().st_mtime_ns)
+        parent = data.get("extends")
+        if parent is None:
+            break
+        if not isinstance(parent, str) or not parent:
+            raise ConfigError(f"recipe file {path}: extends = {parent!r}: must be the name of another recipe")
+        path = recipe_path(parent)
+    settings: dict[str, tuple[Any, Path]] = {}
+    description = ""
+    fields = {env_name(f): f for f in RLFHConfig.model_fields}
+    for path in reversed(chain):            # the base first: each extending file overrides what it extends
+        data = _read_recipe_file(str(path), path.stat().st_mtime_ns)
+        for key, value in data.items():
+            if key in RECIPE_META_KEYS:
+                if key == "description":
+                    if not isinstance(value, str):
+                        raise ConfigError(f"recipe file {path}: description must be a string")
+                    description = value
+                continue
+            if key in RENAMED_SETTINGS:
+                raise ConfigError(f"recipe file {path}: {renamed_message(key, 'a recipe key')}")
+            if key not in fields:
+                hint = (f"; settings are named by their environment variable, here {key.upper()}"
+                        if key.upper() in fields else "; `rlfh config` lists every setting")
+                raise ConfigError(f"recipe file {path}: unknown setting {key!r} (the keys are settings' environment "
+                                  f"variable names, plus {', '.join(RECIPE_META_KEYS)}){hint}")
+            if fields[key] in ProcessSettings.model_fields:
+                raise ConfigError(f"recipe file {path}: {key} cannot be set by a recipe: every process reads it "
+                                  "from its own environment; set it there")
+            if isinstance(value, (list, dict)) and key not in ("VERIFICATION_MAP", "INFORMATIVE_MAP") or \
+                    not isinstance(value, (str, int, float, bool, dict)):
+                raise ConfigError(f"recipe file {path}: {key} = {value!r}: a value must be a string, a number or "
+                                  "true/false")
+            settings[key] = (value, path)
+    return settings, description
 
 
 def setting(default: Any, help: str, env: Optional[str] = None, group: str = "general", cli: bool = True,
@@ -152,19 +283,50 @@ class Settings(BaseModel):
         return out
 
     @classmethod
-    def load(cls, environ: Optional[dict[str, str]] = None, **overrides: Any) -> Self:
-        """Build from the environment (``os.environ`` by default) and explicit overrides."""
-        environ = os.environ if environ is None else environ
-        raw: dict[str, Any] = {}
-        for name, info in cls.model_fields.items():
-            env = env_name(name)
-            if env in environ and environ[env] != "":
-                raw[name] = _coerce_env(name, info.annotation, environ[env])
-        raw.update({k: v for k, v in overrides.items() if v is not None})
+    def load(cls, environ: Optional[Mapping[str, str]] = None, *, recipe: Optional[str] = None,
+             **overrides: Any) -> Self:
+        """Build from explicit overrides (flags) > the environment (``os.environ`` by default) > the recipe
+        (``recipe``, else the environment's RECIPE; none by default) > the defaults."""
+        raw, sources = cls.layers(environ, recipe=recipe, **overrides)
         try:
             return cls(**raw)
         except ValidationError as e:
-            raise ConfigError(_explain(e, raw)) from None
+            raise ConfigError(_explain(e, raw, sources)) from None
+
+    @classmethod
+    def sources(cls, environ: Optional[Mapping[str, str]] = None, *, recipe: Optional[str] = None,
+                **overrides: Any) -> dict[str, str]:
+        """Where each setting's value comes from: ``default``, ``recipe:NAME``, ``env`` or ``flag``."""
+        return cls.layers(environ, recipe=recipe, **overrides)[1]
+
+    @classmethod
+    def layers(cls, environ: Optional[Mapping[str, str]] = None, *, recipe: Optional[str] = None,
+               **overrides: Any) -> tuple[dict[str, Any], dict[str, str]]:
+        """The raw values :meth:`load` validates, and where each came from (see :meth:`sources`)."""
+        environ = os.environ if environ is None else environ
+        refuse_renamed([k for k, v in environ.items() if v != ""], "environment variable")
+        raw: dict[str, Any] = {}
+        sources = {name: "default" for name in cls.model_fields}
+        name = recipe if recipe is not None else environ.get(RECIPE_ENV, "")
+        # a section no recipe can set (the process settings, read in every process) does not read the file
+        if name and name != NO_RECIPE and set(cls.model_fields) - set(ProcessSettings.model_fields):
+            recipe_settings, _ = read_recipe(name)
+            for env, (value, path) in recipe_settings.items():
+                field = field_of_env(env)
+                if field in cls.model_fields:
+                    raw[field] = _coerce_recipe(field, cls.model_fields[field].annotation, value)
+                    sources[field] = recipe_label(path)
+        for field, info in cls.model_fields.items():
+            text = environ.get(env_name(field))
+            if text is None or (text == "" and not (field in raw and _is_optional(info.annotation))):
+                continue       # unset; an empty variable counts as unset, except that it empties a recipe's value
+            raw[field] = None if text == "" else _coerce_env(field, info.annotation, text)
+            sources[field] = "env"
+        for field, value in overrides.items():
+            if value is not None:
+                raw[field] = value
+                sources[field] = "flag"
+        return raw, sources
 
     @classmethod
     def add_cli_args(cls, parser: argparse.ArgumentParser, groups: Optional[set[str]] = None,
@@ -187,15 +349,28 @@ class Settings(BaseModel):
                 flag_name(name), dest=name, default=None, metavar=env_name(name),
                 # argparse %-formats help text: a literal "%" in a description must reach it as "%%"
                 help=f"{info.description} [env {env_name(name)}; default: {shown!s}]".replace("%", "%%"))
+            for old_field in (o for o, n in RENAMED_FIELDS.items() if n == name):   # refused with the new name
+                g.add_argument(flag_name(old_field), dest=RENAMED_DEST + old_field, default=None,
+                               help=argparse.SUPPRESS)
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace, environ: Optional[dict[str, str]] = None) -> Self:
+    def from_args(cls, args: argparse.Namespace, environ: Optional[Mapping[str, str]] = None) -> Self:
+        """Flags (``args``) > environment > recipe (``args.recipe`` where the command has ``--recipe``) > defaults."""
+        return cls.load(environ, recipe=getattr(args, "recipe", None), **cls.flag_overrides(args))
+
+    @classmethod
+    def flag_overrides(cls, args: argparse.Namespace) -> dict[str, Any]:
+        """The settings given as flags in ``args``; an old, renamed flag is a ConfigError naming the new one."""
+        old = [flag_name(f) for f in RENAMED_FIELDS if getattr(args, RENAMED_DEST + f, None) is not None]
+        if old:
+            raise ConfigError("renamed flags:\n  " + "\n  ".join(
+                f"{o} was renamed {flag_name(RENAMED_FIELDS[o[2:].replace('-', '_')])}" for o in old))
         overrides = {}
         for name, info in cls.model_fields.items():
             v = getattr(args, name, None)
             if v is not None:
                 overrides[name] = _coerce_env(name, info.annotation, v) if isinstance(v, str) else v
-        return cls.load(environ, **overrides)
+        return overrides
 
     @classmethod
     def of(cls, settings: "Settings") -> Self:
@@ -348,8 +523,8 @@ class ProcessSettings(Settings):
 class LauncherSettings(Settings):
     """What ``scripts/train.sh`` itself does around ``rlfh train``: build an abstention warm start first, and end
     with a before/after report on held-out questions. No CLI flag (``rlfh train`` does neither); train.sh reads the
-    values ``rlfh config`` validated. For the embedded default (``make train``) train.sh sets the recipe's own
-    values first: WARM_START=probed, WARM_START_TYPE_BALANCE=0.4, WARM_START_EPOCHS=3, HELDOUT_REPORT=true."""
+    values ``rlfh config`` validated. A recipe sets them like any other setting (recipes/abstain-closed-book.toml:
+    WARM_START=probed, HELDOUT_REPORT=true...)."""
 
     warm_start: Literal["probed", "graded", "random", "none"] = setting(
         "none", "scripts/train.sh: SFT an abstention warm start on the base model's own answers first, and train from "
@@ -411,7 +586,31 @@ class LauncherSettings(Settings):
         cli=False)
 
 
-class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings):
+class DemoSettings(Settings):
+    """The gate baseline of ``scripts/demo.sh`` (``DEMO_RECIPE=gate``, recipes/gate.toml): an R-Tuning gate trained
+    on the base model and its threshold chosen on dev questions. No CLI flag; demo.sh reads the values ``rlfh config
+    --recipe gate`` validated."""
+
+    gate_questions: int = setting(
+        320, "scripts/demo.sh's gate baseline: closed-book training questions of the R-Tuning gate (`rlfh baseline "
+        "rtuning --limit`).", env="GATE_QUESTIONS", group="demo", cli=False, ge=1)
+    gate_type_share: float = setting(
+        0.3, "scripts/demo.sh's gate baseline: pick the gate's questions so that yes/no and two-option ones make up "
+        "at least this share each (`rlfh baseline rtuning --type-share`).", env="GATE_TYPE_SHARE", group="demo",
+        cli=False, ge=0, lt=0.5)
+    gate_lr: float = setting(3e-5, "scripts/demo.sh's gate baseline: the gate's learning rate.", env="GATE_LR",
+                             group="demo", cli=False, gt=0)
+    gate_epochs: int = setting(1, "scripts/demo.sh's gate baseline: the gate's SFT epochs.", env="GATE_EPOCHS",
+                               group="demo", cli=False, ge=1)
+    gate_select_data: str = setting(
+        "halueval:dev", "scripts/demo.sh's gate baseline: questions the gate's threshold is chosen on (`rlfh select "
+        "--abstain-sweep`; never the test split).", env="GATE_SELECT_DATA", group="demo", cli=False, min_length=1)
+    gate_select_limit: int = setting(
+        200, "scripts/demo.sh's gate baseline: how many of GATE_SELECT_DATA's questions choose the threshold.",
+        env="GATE_SELECT_LIMIT", group="demo", cli=False, ge=1)
+
+
+class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings, DemoSettings):
     """Every setting of the project: the service settings, the process settings, scripts/train.sh's own and the
     trainer's (model, data, rewards the trainer adds, algorithm, optimisation, placement, checkpoints)."""
 
@@ -835,7 +1034,7 @@ REWARD_FIELDS = tuple(RewardSettings.model_fields)
 
 #: The order settings are listed in (``rlfh config``, ``--help``, docs/CONFIG.md): by group, then as defined.
 GROUPS = ("model", "data", "reward", "verifier", "service", "algo", "optim", "placement", "ckpt", "process",
-          "launcher")
+          "launcher", "demo")
 
 
 def ordered_fields(cls: type[BaseModel]) -> list[tuple[str, Any]]:
@@ -850,6 +1049,22 @@ def ordered_fields(cls: type[BaseModel]) -> list[tuple[str, Any]]:
 def env_name(field: str) -> str:
     info = RLFHConfig.model_fields[field]
     return (info.json_schema_extra or {}).get("env", field.upper())
+
+
+def field_of_env(env: str) -> str:
+    """The field name of the setting whose environment variable is ``env``."""
+    return _FIELDS_BY_ENV()[env]
+
+
+@lru_cache(maxsize=1)
+def _FIELDS_BY_ENV() -> dict[str, str]:
+    return {env_name(f): f for f in RLFHConfig.model_fields}
+
+
+#: RENAMED_SETTINGS as field names (old -> new): the old flags ``add_cli_args`` adds, hidden, to refuse them.
+RENAMED_FIELDS = {old.lower(): field_of_env(new) for old, new in RENAMED_SETTINGS.items()}
+#: argparse dest prefix of a refused old flag.
+RENAMED_DEST = "renamed__"
 
 
 def flag_name(field: str) -> str:
@@ -895,7 +1110,19 @@ def _coerce_env(name: str, annotation: Any, text: str) -> Any:
     return text
 
 
-def _explain(err: ValidationError, raw: dict[str, Any]) -> str:
+def _is_optional(annotation: Any) -> bool:
+    """A "... or empty" setting: an empty value is one of its values (None), not "unset"."""
+    return type(None) in typing.get_args(annotation)
+
+
+def _coerce_recipe(name: str, annotation: Any, value: Any) -> Any:
+    """A recipe file's TOML value to what the field takes: text as from the environment, "" as empty."""
+    if isinstance(value, str):
+        return None if value == "" and _is_optional(annotation) else _coerce_env(name, annotation, value)
+    return value
+
+
+def _explain(err: ValidationError, raw: dict[str, Any], sources: Optional[dict[str, str]] = None) -> str:
     lines = []
     for e in err.errors():
         loc = e["loc"][0] if e["loc"] else None
@@ -905,7 +1132,10 @@ def _explain(err: ValidationError, raw: dict[str, Any]) -> str:
             accepts = ""
             if "expected" in ctx and str(ctx["expected"]) not in msg:
                 accepts = f" (accepts {ctx['expected']})"
-            lines.append(f"{setting_label(loc)} = {raw.get(loc)!r}: {msg}{accepts}")
+            source = (sources or {}).get(loc, "")
+            where = f" (set by recipe file {recipe_path(source.removeprefix('recipe:'))})" if source.startswith(
+                "recipe:") else ""
+            lines.append(f"{setting_label(loc)} = {raw.get(loc)!r}{where}: {msg}{accepts}")
         else:
             lines.append(msg)
     return "bad configuration:\n  " + "\n  ".join(lines)
@@ -934,6 +1164,7 @@ GROUP_TITLES = {
     "placement": "Placement, layout and CPU threads", "ckpt": "Checkpoints, evaluation in the loop, logging, Ray",
     "process": "Every process (environment only)",
     "launcher": "scripts/train.sh: warm start and held-out report (environment only)",
+    "demo": "scripts/demo.sh: the gate baseline (environment only)",
 }
 #: The command that writes docs/CONFIG.md (tests/test_config.py names it when the file is stale).
 CONFIG_DOC_COMMAND = ".venv/bin/python scripts/gen_config_doc.py"
@@ -968,6 +1199,7 @@ def config_markdown() -> str:
     service = set(ServiceSettings.model_fields)
     process = set(ProcessSettings.model_fields)
     launcher = set(LauncherSettings.model_fields)
+    demo = set(DemoSettings.model_fields)
     out = [
         "# Configuration reference",
         "",
@@ -977,13 +1209,18 @@ def config_markdown() -> str:
         "Every setting is defined once, in `core/config.py`. `rlfh config` prints them with the values the "
         "current environment gives them (`--format env|json|markdown`), and a bad value stops a launch with a "
         "message naming the variable and what it accepts. Precedence: CLI flag > environment variable > "
-        "default. `rlfh train --help` lists every flag.",
+        "recipe > default. `rlfh train --help` lists every flag.",
+        "",
+        "A recipe is a file of settings in `recipes/` (" + ", ".join(f"`{r}`" for r in available_recipes()) +
+        "), named with `--recipe NAME` (`rlfh train`, `rlfh config`), `RECIPE=NAME` or `scripts/train.sh NAME`; "
+        "`make train` runs `main`. `rlfh config --recipe NAME` prints each value and where it came from "
+        "(default, recipe:NAME, env, flag). The defaults below are the values with no recipe.",
         "",
         "- **read by**: `services` settings are the section the verifier and reward services read "
         "(`ServiceSettings`; the trainer reads them too), `trainer` ones only the trainer (`RLFHConfig`), "
         "`every process` ones are read by each process from its own environment and have no flag "
         "(`ProcessSettings`), `train.sh` ones by `scripts/train.sh` around `rlfh train` (`LauncherSettings`, "
-        "no flag either).",
+        "no flag either), `demo.sh` ones by `scripts/demo.sh`'s gate baseline (`DemoSettings`, no flag).",
         "- Secrets (" + ", ".join(f"`{e}`" for e in SECRET_ENVS) + ") are masked when printed and kept out of "
         "Serve configs; on Kubernetes they come from a Secret (docs/DEPLOY.md).",
         "- On Kubernetes, any of these variables can be set in the Helm chart's `train.env` unless the chart "
@@ -1001,7 +1238,7 @@ def config_markdown() -> str:
             default = (json.dumps(d) if isinstance(d, dict) else "" if d is None else str(d).lower()
                        if isinstance(d, bool) else str(d))     # as the environment variable is written
             where = ("every process" if name in process else "services" if name in service
-                     else "train.sh" if name in launcher else "trainer")
+                     else "train.sh" if name in launcher else "demo.sh" if name in demo else "trainer")
             flag = f"`{flag_name(name)}`" if has_flag(name) else "(none)"
             out.append(f"| `{env_name(name)}` | {flag} | {_md_cell(_md_type(info))} | "
                        f"{_md_cell(f'`{default}`' if default else '(empty)')} | {where} | "
@@ -1009,39 +1246,53 @@ def config_markdown() -> str:
     return "\n".join(out) + "\n"
 
 
+def add_recipe_arg(parser: argparse.ArgumentParser) -> None:
+    """``--recipe NAME`` (``rlfh train``, ``rlfh config``): the recipe under the environment and the flags."""
+    parser.add_argument(
+        "--recipe", default=None, metavar="RECIPE",
+        help=f"A recipe: a file of settings, recipes/NAME.toml ({', '.join(available_recipes())}), or a path to "
+             f"one; '{NO_RECIPE}': the defaults. Flags and environment variables beat its values. [env "
+             f"{RECIPE_ENV}; default: {NO_RECIPE}; `make train` runs main]")
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("config", help="Print every setting: env var, flag, type, default, current value, help.",
-                       description="Print every setting with its environment variable, CLI flag, type, default "
-                                   "and the value the current environment gives it. Exit code 2 on a bad value.")
+                       description="Print every setting with its environment variable, CLI flag, type, default, "
+                                   "the value the recipe and the current environment give it and where that value "
+                                   "came from (default, recipe:NAME, env). Exit code 2 on a bad value.")
     p.add_argument("--format", choices=["table", "env", "json", "markdown"], default="table",
                    help="table (human), env (KEY=value lines for a .env file; secrets in clear), json (secrets "
                         "masked), or markdown (docs/CONFIG.md: every setting's defaults, not the current values).")
+    add_recipe_arg(p)
     p.set_defaults(func=_cmd_config)
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
-    cfg = RLFHConfig.load()
+    cfg = RLFHConfig.load(recipe=args.recipe)
+    sources = RLFHConfig.sources(recipe=args.recipe)
     current = cfg.to_env()
     rows = describe_settings()
     if args.format == "env":
         for r in rows:
             print(f"{r['env']}={current[r['env']]}")
     elif args.format == "json":
-        print(json.dumps({r["env"]: {**r, "value": masked_value(r["env"], current[r["env"]])} for r in rows},
-                         indent=2))
+        print(json.dumps({r["env"]: {**r, "value": masked_value(r["env"], current[r["env"]]),
+                                     "source": sources[field_of_env(r["env"])]} for r in rows}, indent=2))
     elif args.format == "markdown":
         print(config_markdown(), end="")
     else:
         from rich.console import Console
         from rich.table import Table
-        t = Table(title="RLFH settings (CLI flag > environment > default)", show_lines=False)
-        for col in ("variable", "type", "value", "help"):
+        recipe = args.recipe if args.recipe is not None else os.environ.get(RECIPE_ENV) or NO_RECIPE
+        about = f"recipe {recipe}" + (f": {read_recipe(recipe)[1]}" if recipe != NO_RECIPE else " (the defaults)")
+        t = Table(title=f"RLFH settings, {about} (CLI flag > environment > recipe > default)", show_lines=False)
+        for col in ("variable", "type", "value", "from", "help"):
             t.add_column(col, overflow="fold")
         for r in rows:
             val = current[r["env"]]
             mark = "" if val == r["default"] else " *"
             val = masked_value(r["env"], val)
-            t.add_row(r["env"], r["type"], val + mark, r["help"])
-        Console(width=160).print(t)
-        print("(* = differs from the default)")
+            t.add_row(r["env"], r["type"], val + mark, sources[field_of_env(r["env"])], r["help"])
+        Console(width=170).print(t)
+        print("(* = differs from the default; from: default, recipe:NAME (the recipe file that set it) or env)")
     return 0

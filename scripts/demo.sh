@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # `make demo`: one command that shows what training against hallucination does, on this machine.
 #
-# Two recipes (DEMO_RECIPE; what each gave on dev and test: docs/DEMO.md):
-#   grpo (default)  the RL recipe of `make train` (scripts/train.sh: an abstention-prior warm start, then RLOO
-#                   with TruthRL's ternary outcome reward through the reward service over HTTP); the RL-trained
-#                   policy answers and declines by itself, greedily, with no gate and no rule;
-#   gate            the earlier recipe, kept as a baseline: an R-Tuning gate decides when the BASE model declines
-#                   (closed book), a lexical grounding rule with the passage. DEMO_GATE_BASELINE=1 adds its row
-#                   to the grpo report (about 10 more minutes).
+# Two kinds of recipe (DEMO_RECIPE, a file in recipes/; `rlfh config --recipe NAME` shows its settings):
+#   main (default)  `make train`'s recipe, or any other training recipe by name: scripts/train.sh NAME (a warm
+#                   start, then RL through the reward service over HTTP); the RL-trained policy answers and
+#                   declines by itself, greedily, with no gate and no rule;
+#   gate            the baseline (recipes/gate.toml, not RL): an R-Tuning gate decides when the BASE model
+#                   declines (closed book), a lexical grounding rule with the passage. DEMO_GATE_BASELINE=1 adds its
+#                   row to a training recipe's report (about 10 more minutes).
 #
 #   2. evaluates, on the held-out test split (never trained on, never used for a choice), in closed-book and
 #      evidence modes:
@@ -21,10 +21,11 @@
 # Budget: under 30 minutes on a 2-core CPU (plus `make setup` once). Exit status 0 when the trained model is
 # selective in the DEMO_EXPECT_MODES modes (fewer incorrect answers than both baselines without fewer correct
 # ones, higher accuracy on the answers it gives than the base model, better than random abstention), 3 when
-# it is not. Every setting below is an environment variable, e.g.
-#   GATE_QUESTIONS=80 SELECT_LIMIT=100 EVAL_LIMIT=60 bash scripts/demo.sh   # a quick smoke run
+# it is not. Every setting below is an environment variable (the recipes' settings too: the environment beats
+# the recipe), e.g.
+#   DEMO_RECIPE=gate GATE_QUESTIONS=80 GATE_SELECT_LIMIT=100 EVAL_LIMIT=60 bash scripts/demo.sh  # a quick smoke run
 #   DEMO_RECIPE=gate DEMO_DIR=runs/demo2 bash scripts/demo.sh  # the gate recipe
-#   SEED=1 DEMO_DIR=runs/demo-seed1 bash scripts/demo.sh          # the RL recipe, another seed
+#   SEED=1 DEMO_DIR=runs/demo-seed1 bash scripts/demo.sh          # the main recipe, another seed
 #   DEMO_FRESH=0 bash scripts/demo.sh                  # keep an existing training run (resume / re-use it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,26 +45,36 @@ free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)
 
 DEMO_DIR="${DEMO_DIR:-runs/demo}"
 DEMO_FRESH="${DEMO_FRESH:-1}"
-DEMO_RECIPE="${DEMO_RECIPE:-grpo}"
+DEMO_RECIPE="${DEMO_RECIPE:-main}"
 DEMO_GATE_BASELINE="${DEMO_GATE_BASELINE:-0}"
-case "$DEMO_RECIPE" in
-  gate|grpo) ;;
-  *) echo "[demo] DEMO_RECIPE must be 'grpo' (default) or 'gate', got '$DEMO_RECIPE'" >&2; exit 2 ;;
-esac
+if [[ "$DEMO_RECIPE" == "grpo" ]]; then
+  echo "[demo] DEMO_RECIPE=grpo was renamed DEMO_RECIPE=main (recipes/main.toml, make train's recipe)" >&2; exit 2
+fi
+for old in SELECT_DATA SELECT_LIMIT; do
+  if [[ -n "${!old:-}" ]]; then
+    echo "[demo] $old was renamed GATE_$old (a setting of recipes/gate.toml): use GATE_$old instead" >&2; exit 2
+  fi
+done
 
 # ------------------------------------------------------------------ gate recipe settings (DEMO_RECIPE=gate)
-# R-Tuning on 320 train questions, 30% of them yes/no or either-or (where the model is sometimes right, so the
-# gate sees answers worth keeping), one epoch at lr 3e-5: attempt S in docs/DEMO.md.
-GATE_QUESTIONS="${GATE_QUESTIONS:-320}"
-GATE_TYPE_SHARE="${GATE_TYPE_SHARE:-0.3}"
-GATE_LR="${GATE_LR:-3e-5}"
-GATE_EPOCHS="${GATE_EPOCHS:-1}"
-SELECT_DATA="${SELECT_DATA:-halueval:dev}"
-SELECT_LIMIT="${SELECT_LIMIT:-200}"
+# recipes/gate.toml under the environment, validated by `rlfh config` (a bad value stops here, naming it)
+if ! gate_settings=$(RECIPE=gate "$RLFH" config --format env); then
+  echo "[demo] bad configuration (see above); \`rlfh config --recipe gate\` lists the settings" >&2
+  exit 2
+fi
+gate_setting() { sed -n "s/^$1=//p" <<<"$gate_settings" | head -n 1; }
+GATE_QUESTIONS=$(gate_setting GATE_QUESTIONS)
+GATE_TYPE_SHARE=$(gate_setting GATE_TYPE_SHARE)
+GATE_LR=$(gate_setting GATE_LR)
+GATE_EPOCHS=$(gate_setting GATE_EPOCHS)
+GATE_SELECT_DATA=$(gate_setting GATE_SELECT_DATA)
+GATE_SELECT_LIMIT=$(gate_setting GATE_SELECT_LIMIT)
+GATE_PROMPT_DATA=$(gate_setting PROMPT_DATA)
+GATE_SEED=$(gate_setting SEED)
 
-# ------------------------------------------------------------------ RL recipe settings (DEMO_RECIPE=grpo)
-# The recipe's settings live in one place, scripts/train.sh (the embedded default); anything set in the
-# environment wins. The demo runs its own, larger held-out evaluation, so train.sh's report is off here.
+# ------------------------------------------------------------------ training recipe (DEMO_RECIPE=main or another)
+# The recipe's settings live in its file in recipes/, read by scripts/train.sh; anything set in the environment
+# wins. The demo runs its own, larger held-out evaluation, so train.sh's report is off here.
 export SAVE_PATH="${SAVE_PATH:-$DEMO_DIR/train}"
 export HELDOUT_REPORT=0
 export USE_TENSORBOARD="${USE_TENSORBOARD:-false}"
@@ -82,8 +93,8 @@ EVAL_BATCH_SIZE="${EVAL_BATCH_SIZE:-64}"
 EVAL_MODES="${EVAL_MODES:-closed evidence}"
 # modes in which the demo must show the effect (the others are evaluated and reported too): in each, the trained
 # model must be *selective* (see the gate below).
-# grpo: the closed-book gate; with the passage the RL recipe must not lose right answers (checked below)
-if [[ "$DEMO_RECIPE" == "grpo" ]]; then DEMO_EXPECT_MODES="${DEMO_EXPECT_MODES:-closed}"
+# a training recipe: the closed-book gate; with the passage it must not lose right answers (checked below)
+if [[ "$DEMO_RECIPE" != "gate" ]]; then DEMO_EXPECT_MODES="${DEMO_EXPECT_MODES:-closed}"
 else DEMO_EXPECT_MODES="${DEMO_EXPECT_MODES:-closed evidence}"; fi
 EVAL_DIR="$DEMO_DIR/eval"
 REPORT_DIR="$DEMO_DIR/report"
@@ -105,15 +116,15 @@ if [[ -f "$GATE_DIR/config.json" ]]; then
   stamp "1/3 re-using the gate in $GATE_DIR (DEMO_FRESH=0)"
 else
   stamp "1/3 training the abstention gate: R-Tuning on $GATE_QUESTIONS closed-book train questions -> $GATE_DIR"
-  "$RLFH" --log-level WARNING baseline rtuning --model "${MODEL_PATH:-smollm2-135m-instruct}" \
-    --data "$PROMPT_DATA" --limit "$GATE_QUESTIONS" --type-share "$GATE_TYPE_SHARE" --mode closed \
-    --epochs "$GATE_EPOCHS" --lr "$GATE_LR" --batch-size 8 --micro-batch-size 8 --seed "${SEED:-0}" \
+  "$RLFH" --log-level WARNING baseline rtuning --model "$BASE_MODEL" \
+    --data "$GATE_PROMPT_DATA" --limit "$GATE_QUESTIONS" --type-share "$GATE_TYPE_SHARE" --mode closed \
+    --epochs "$GATE_EPOCHS" --lr "$GATE_LR" --batch-size 8 --micro-batch-size 8 --seed "$GATE_SEED" \
     --out "$GATE_DIR" --overwrite
 fi
-stamp "1/3 choosing the gate's threshold on $SELECT_DATA ($SELECT_LIMIT questions, closed book; never the test split)"
+stamp "1/3 choosing the gate's threshold on $GATE_SELECT_DATA ($GATE_SELECT_LIMIT questions, closed book; never the test split)"
 sel_rc=0
-"$RLFH" --log-level WARNING select "$GATE_DIR" --abstain-sweep --abstain-gate --mode closed --data "$SELECT_DATA" \
-  --limit "$SELECT_LIMIT" --base "${MODEL_PATH:-smollm2-135m-instruct}" --out "$SELECT_DIR" || sel_rc=$?
+"$RLFH" --log-level WARNING select "$GATE_DIR" --abstain-sweep --abstain-gate --mode closed \
+  --data "$GATE_SELECT_DATA" --limit "$GATE_SELECT_LIMIT" --base "$BASE_MODEL" --out "$SELECT_DIR" || sel_rc=$?
 if [[ $sel_rc -ne 0 && $sel_rc -ne 3 ]]; then
   echo "[demo] rlfh select failed (exit $sel_rc)" >&2
   exit $sel_rc
@@ -125,14 +136,14 @@ print(s["selected_path"], s["selected_abstain_threshold"])' "$SELECT_DIR/selecti
 [[ $sel_rc -eq 3 ]] && stamp "no threshold passed the gate on dev; evaluating the closest one ($GATE_TAU)"
 stamp "gate: $GATE_MODEL, threshold $GATE_TAU"
 fi
-if [[ "$DEMO_RECIPE" == "grpo" ]]; then
+if [[ "$DEMO_RECIPE" != "gate" ]]; then
 if [[ "$DEMO_FRESH" == "1" && -d "$SAVE_PATH" ]]; then
   stamp "removing the previous training run in $SAVE_PATH (DEMO_FRESH=0 keeps it)"
   rm -rf "$SAVE_PATH"
 fi
 mkdir -p "$SAVE_PATH"
-stamp "1/3 training: scripts/train.sh (warm start, then RL) -> $SAVE_PATH"
-bash scripts/train.sh
+stamp "1/3 training: scripts/train.sh $DEMO_RECIPE (warm start, then RL) -> $SAVE_PATH"
+bash scripts/train.sh "$DEMO_RECIPE"
 TRAINED="$SAVE_PATH/final"
 if [[ ! -f "$TRAINED/config.json" ]]; then
   echo "[demo] training finished without a final model at $TRAINED" >&2
@@ -179,12 +190,12 @@ stamp "3/3 comparing"
 EXPECT_ARGS=()
 for mode in $DEMO_EXPECT_MODES; do EXPECT_ARGS+=(--expect-mode "$mode"); done
 RUN_ARGS=()
-[[ "$DEMO_RECIPE" == "grpo" ]] && RUN_ARGS=(--run "$SAVE_PATH")
+[[ "$DEMO_RECIPE" != "gate" ]] && RUN_ARGS=(--run "$SAVE_PATH")
 rc=0
 "$RLFH" --log-level WARNING compare "${RUNS[@]}" --out "$REPORT_DIR" ${RUN_ARGS[@]+"${RUN_ARGS[@]}"} \
   --title "RLFH demo ($DEMO_RECIPE recipe): hallucination on the held-out HaluEval-QA split" \
   --expect "$SYSTEM_NAME" "${EXPECT_ARGS[@]}" || rc=$?
-if [[ "$DEMO_RECIPE" == "grpo" ]]; then
+if [[ "$DEMO_RECIPE" != "gate" ]]; then
   # the before/after table per mode with the random-abstention and question-type rows, and the evidence check
   "$PY" -m cluster.heldout_summary "$REPORT_DIR/report.json" || { [[ $rc -eq 0 ]] && rc=3; }
 fi
@@ -192,10 +203,10 @@ stamp "done in $(( (SECONDS - T0) / 60 )) min $(( (SECONDS - T0) % 60 )) s"
 echo
 echo "Report:        $REPORT_DIR/report.md"
 PLOTS="$REPORT_DIR/outcomes.png  $REPORT_DIR/tradeoff.png  $REPORT_DIR/risk_coverage.png"
-[[ "$DEMO_RECIPE" == "grpo" ]] && PLOTS="$PLOTS  $REPORT_DIR/training_curves.png"
+[[ "$DEMO_RECIPE" != "gate" ]] && PLOTS="$PLOTS  $REPORT_DIR/training_curves.png"
 echo "Plots:         $PLOTS"
 if [[ "$DEMO_RECIPE" == "gate" ]]; then
-  echo "Gate:          $GATE_MODEL (threshold $GATE_TAU, chosen on $SELECT_DATA: $SELECT_DIR/selection.json)"
+  echo "Gate:          $GATE_MODEL (threshold $GATE_TAU, chosen on $GATE_SELECT_DATA: $SELECT_DIR/selection.json)"
   echo "Use it:        rlfh eval --model $BASE_MODEL --abstain-model $GATE_MODEL --abstain-threshold $GATE_TAU ...  (closed book)"
   echo "               rlfh eval --model $BASE_MODEL --mode evidence --grounding-gate ...  (with passages)"
 else

@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
-# RLFH training launch, driven by environment variables (the RLFH paper's names).
+# RLFH training launch: a recipe (a file of settings in recipes/), then environment variables and flags on top.
 #
-#   bash scripts/train.sh                      # the embedded default: SmolLM2-135M-Instruct on HaluEval-QA
-#                                              # (train split), evidence verifier behind the Ray Serve reward
-#                                              # service, one replica per group on CPU, an embedded local Ray
+#   bash scripts/train.sh                      # recipe main (`make train`): the embedded SmolLM2-135M-Instruct on
+#                                              # HaluEval-QA (train split), on CPU with an embedded local Ray
+#   bash scripts/train.sh abstain-closed-book  # a recipe by name (recipes/NAME.toml) or a path to a .toml file
+#   RECIPE=main bash scripts/train.sh          # the same, from the environment (the first argument beats it)
 #   MODEL_PATH=/models/qwen SAVE_PATH=runs/q ACTOR_NUM_GPUS_PER_NODE=4 VLLM_NUM_ENGINES=2 bash scripts/train.sh
-#   bash scripts/train.sh --max-steps 5        # extra arguments go to `rlfh train` (flags beat the environment)
+#                                              # another model / GPUs / a Ray cluster: no recipe unless one is named
+#   bash scripts/train.sh main --max-steps 5   # further arguments go to `rlfh train` (flags beat the environment)
 #
-# Every setting is an environment variable; the ones RLFH's own train script uses:
-#   MODEL_PATH  SAVE_PATH  CKPT_PATH  PROMPT_DATA  PROMPT_MODE  MAX_SAMPLES  GENERATE_MAX_LEN
-#   GRANULARITY  REWARD_PLACEMENT  VERIFICATION_MAP  INFORMATIVE_MAP  INFO_WEIGHT  TRUTH_WEIGHT  REWARD_CLIP
-#   VERIFIER_BACKEND  MODEL_URL  ANNOTATE_MODEL  REWARD_URL  REDIS_URL
-#   ACTOR_LR  CRITIC_LR  KL_COEF  ADVANTAGE_ESTIMATOR  NUM_EPISODES  MAX_STEPS  MAX_EPOCHS
-#   ROLLOUT_BATCH_SIZE  N_SAMPLES_PER_PROMPT  TRAIN_BATCH_SIZE  MICRO_TRAIN_BATCH_SIZE  MICRO_ROLLOUT_BATCH_SIZE
-#   ACTOR_NUM_NODES  ACTOR_NUM_GPUS_PER_NODE  CRITIC_NUM_NODES  CRITIC_NUM_GPUS_PER_NODE
-#   REF_NUM_NODES  REF_NUM_GPUS_PER_NODE  VLLM_NUM_ENGINES  VLLM_TENSOR_PARALLEL_SIZE  COLOCATE_ALL_MODELS
-#   SAVE_STEP  MAX_CKPT_NUM  USE_TENSORBOARD  RAY_ADDRESS  DASHBOARD_PORT  SERVE_PORT
-# `rlfh config` lists all of them with their meaning; a bad value stops here with the variable named.
+# Precedence: a flag > an environment variable > the recipe > the config's default. This script sets no setting
+# itself: `rlfh config --recipe NAME` prints each value and where it came from, and a bad value stops here with the
+# variable named. Every setting is an environment variable (RLFH's own train script's names: MODEL_PATH,
+# PROMPT_DATA, ACTOR_LR, ...; `rlfh config` lists them all).
+#
+# With no recipe named, the recipe is main when MODEL_PATH is the embedded model, no GPU is asked for and no Ray
+# cluster is joined (what main is sized for), and none (every setting at its default) otherwise.
+#
+# The stages: 1. a warm start (WARM_START: an abstention SFT of the base model, cached per model and settings);
+# 2. RL (`rlfh train`); 3. a held-out report (HELDOUT_REPORT: base vs trained on test questions the run never saw).
+# Stages 1 and 3 read train.sh's own settings (WARM_START*, PROBE_RECOMPUTE, HELDOUT_*), typed and checked in
+# core/config.py (LauncherSettings) like the others, and set by recipes like the others. The only things this
+# script decides itself are launcher mechanics: the environment of the local embedded Ray (below), the warm start's
+# cache folder and its generation batch sizes, and where the held-out answers are written.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,71 +41,43 @@ export RAY_USAGE_STATS_ENABLED="${RAY_USAGE_STATS_ENABLED:-0}"
 export TOKENIZERS_PARALLELISM="${TOKENIZERS_PARALLELISM:-false}"
 if ! command -v nvidia-smi >/dev/null 2>&1; then export DS_ACCELERATOR="${DS_ACCELERATOR:-cpu}"; fi
 
-# The embedded default (SmolLM2-135M on CPU, local Ray) runs the abstention recipe (docs/DEMO.md: what it is,
-# how it was found, what each attempt gave, and how it did on held-out questions). On a 2-core AMD EPYC
-# (docs/DEMO.md "Sessions 23-31"), with AVX512-BF16 / with AVX2 only (fp32): the warm start once (cached) 10 / 12
-# min (the 3-epoch SFT; the base model's probe and greedy answers ship in evaluation/shipped/, making them again
-# takes 10 / 13 min), RL 60 / 105 s a step plus about 15 / 26 s per dev evaluation, 6 steps when it stops early,
-# the held-out report 2 / 3.1 min (the base model's answers ship too): about 21 / 29 min from a fresh clone
-# (W32's stages projected / W48 measured), 10 / 17 min once the warm start is cached:
-#   1. warm start (cached): a knowledge-boundary probe samples 8 answers per training question and grades them
-#      (shipped for this model and these questions; PROBE_RECOMPUTE=1 samples it again);
-#      SFT (3 epochs) on the model's own greedy answers, with "I don't know." as the target exactly where fewer
-#      than (1 + OUTCOME_ABSTAIN) / 2 of the samples were right (where answering does not pay under the reward
-#      below); its question mix leans on yes/no and two-option questions (WARM_START_TYPE_BALANCE), so the
-#      model sees both answers and declines of every type;
-#   2. RL: RLOO on its own samples plus one "I don't know." candidate per group, TruthRL's ternary outcome reward
-#      (right +1, declined -0.6, wrong -1; judged against the gold answer), a KL anchor to the warm start, 15% of
-#      the questions with their passage; greedy answers to 64 closed-book dev questions every DEV_EVAL_STEP steps,
-#      and the final model is the dev step with the most right answers among those with at most 25% wrong
-#      (FINAL_MODEL=best, DEV_SELECT_MAX_INCORRECT); training stops at the first dev evaluation that ranks below
-#      it (EARLY_STOP_PATIENCE);
-#   3. held-out report: base vs trained, greedy, on test questions the run never saw, HELDOUT_LIMIT (300) closed
-#      book and HELDOUT_EVIDENCE_LIMIT (100) with the passage: correct / incorrect / declined, accuracy on
-#      attempted, the random-abstention row, paired tests and the gate verdict (the base model's answers to
-#      them ship in evaluation/shipped/ too).
-# Only when MODEL_PATH is the embedded model and no GPU or remote cluster is asked for; a value set in the
-# environment (or a flag) always wins. Other models get the same steps with WARM_START=probed HELDOUT_REPORT=1.
+# The recipe: the first argument (unless it is a flag), else RECIPE, else main for the embedded model on this machine
 BASE_MODEL="${MODEL_PATH:-smollm2-135m-instruct}"
-recipe=none
-if [[ "$BASE_MODEL" == "smollm2-135m-instruct" && "${ACTOR_NUM_GPUS_PER_NODE:-0}" == "0" \
-      && -z "${RAY_ADDRESS:-}" ]]; then
-  recipe=embedded
-  export PROMPT_DATA="${PROMPT_DATA:-halueval:train}"
-  export PROMPT_MODE="${PROMPT_MODE:-mixed}" EVIDENCE_SHARE="${EVIDENCE_SHARE:-0.15}" TYPE_BALANCE="${TYPE_BALANCE:-0.25}"
-  export ADVANTAGE_ESTIMATOR="${ADVANTAGE_ESTIMATOR:-rloo}" KL_COEF="${KL_COEF:-0.1}" TEMPERATURE="${TEMPERATURE:-0.7}"
-  export OUTCOME_REWARD="${OUTCOME_REWARD:-ternary}" OUTCOME_JUDGE="${OUTCOME_JUDGE:-gold}"
-  export OUTCOME_ABSTAIN="${OUTCOME_ABSTAIN:--0.6}" TOKEN_REWARD_WEIGHT="${TOKEN_REWARD_WEIGHT:-0}"
-  export ABSTAIN_SAMPLES="${ABSTAIN_SAMPLES:-1}"
-  export ROLLOUT_BATCH_SIZE="${ROLLOUT_BATCH_SIZE:-16}" N_SAMPLES_PER_PROMPT="${N_SAMPLES_PER_PROMPT:-4}"
-  export TRAIN_BATCH_SIZE="${TRAIN_BATCH_SIZE:-64}" MICRO_TRAIN_BATCH_SIZE="${MICRO_TRAIN_BATCH_SIZE:-8}"
-  export ACTOR_LR="${ACTOR_LR:-5e-6}" MAX_STEPS="${MAX_STEPS:-12}" GENERATE_MAX_LEN="${GENERATE_MAX_LEN:-40}"
-  export DEV_EVAL_STEP="${DEV_EVAL_STEP:-2}" DEV_EVAL_SIZE="${DEV_EVAL_SIZE:-64}" DEV_EVAL_TYPE_SHARE="${DEV_EVAL_TYPE_SHARE:-0.25}"
-  # closed book only: the kept step is chosen on closed-book dev answers, and the passage half (prompts about five
-  # times longer) took 55 of each evaluation's 85 s on an AVX2 CPU; for W38 / W36 / W37 (seeds 42, 7, 1) it keeps
-  # and stops at the same steps as closed+evidence did (docs/DEMO.md "Session 27"); set closed+evidence to watch both
-  export DEV_EVAL_MODES="${DEV_EVAL_MODES:-closed}" FINAL_MODEL="${FINAL_MODEL:-best}"
-  export DEV_SELECT_MAX_INCORRECT="${DEV_SELECT_MAX_INCORRECT-0.25}"   # empty: by the ternary dev score
-  # stop at the first dev evaluation below the best (a tie does not count): replayed on the dev logs of W41 / W36 /
-  # W37 (seeds 42, 7, 1) it stops at steps 6 / 6 / 10 and keeps steps 4 / 4 / 8, the steps patience 2 kept at steps
-  # 8 / 8 / 12 (docs/DEMO.md "Session 28"): the same models, two RL steps and a dev evaluation sooner
-  export EARLY_STOP_PATIENCE="${EARLY_STOP_PATIENCE:-1}"
-  # train.sh's own steps (core/config.py, LauncherSettings): the warm start this recipe trains from, the report
-  export WARM_START="${WARM_START:-probed}" WARM_START_TYPE_BALANCE="${WARM_START_TYPE_BALANCE:-0.4}"
-  export WARM_START_EPOCHS="${WARM_START_EPOCHS:-3}" HELDOUT_REPORT="${HELDOUT_REPORT:-1}"
+if [[ $# -gt 0 && "$1" != -* ]]; then
+  RECIPE=$1
+  shift
+elif [[ -z "${RECIPE:-}" ]]; then
+  if [[ "$BASE_MODEL" == "smollm2-135m-instruct" && "${ACTOR_NUM_GPUS_PER_NODE:-0}" == "0" \
+        && -z "${RAY_ADDRESS:-}" ]]; then
+    RECIPE=main
+  else
+    RECIPE=none
+    echo "[train.sh] no recipe named: every setting at its default unless set (recipe main is sized for the" \
+         "embedded model on CPU; name a recipe as the first argument to use one)"
+  fi
 fi
+export RECIPE
+for arg in "$@"; do
+  if [[ "$arg" == --recipe || "$arg" == --recipe=* ]]; then
+    echo "[train.sh] give the recipe as train.sh's first argument (or RECIPE=...), not as --recipe: train.sh's" \
+         "own stages read it too" >&2
+    exit 2
+  fi
+done
 
 # The effective configuration: every setting whose value differs from its default. A bad value stops here, train.sh's
 # own settings (WARM_START*, PROBE_RECOMPUTE, HELDOUT_*) included: `rlfh config` checks and documents them all.
 if ! current=$("$RLFH" config --format env); then
-  echo "[train.sh] bad configuration (see above); \`rlfh config\` lists every setting and what it accepts" >&2
+  echo "[train.sh] bad configuration (see above); \`rlfh config --recipe $RECIPE\` lists every setting, its value" \
+       "and where it came from" >&2
   exit 2
 fi
 defaults=$(env -i PATH="$PATH" HOME="$HOME" "$RLFH" config --format env)
 changed=$(diff <(echo "$defaults") <(echo "$current") | sed -n 's/^> /  /p' \
   | sed -E 's/^(  (REWARD_API_TOKEN|MODEL_API_KEY)=).+/\1***/' || true)
-echo "[train.sh] effective configuration (settings that differ from the defaults):"
-echo "${changed:-  (none: the embedded default)}"
+echo "[train.sh] recipe $RECIPE; effective configuration (settings that differ from the defaults; where each" \
+     "came from: rlfh config --recipe $RECIPE):"
+echo "${changed:-  (none: every setting at its default)}"
 # a setting's validated value (its default where the environment does not set it): the defaults live in one place
 setting() { sed -n "s/^$1=//p" <<<"$current" | head -n 1; }
 WARM_START=$(setting WARM_START)
@@ -133,12 +111,13 @@ if [[ "$WARM_START" != "none" ]]; then
   WARM_DIR=$(setting WARM_START_DIR)
   WARM_DIR=${WARM_DIR:-$cache/warmstart/$(basename "$BASE_MODEL")-$WARM_START-q$questions-$share-t$types-ep$epochs$layers-e$evidence-seed$seed}
   echo "[train.sh] 1/3 warm start ($WARM_START -> \"I don't know.\") -> $WARM_DIR"
-  echo "[train.sh]     built once per model and settings, then cached (the embedded default: 10-12 min on 2 cores)"
-  if [[ "$recipe" == "embedded" ]]; then
-    # a 2-core AMD EPYC, docs/PERFORMANCE.md "make train": W32 (native bf16, projected), W48 and W45-W47's hours (fp32)
+  echo "[train.sh]     built once per model and settings, then cached"
+  if [[ "$RECIPE" == "main" && "$BASE_MODEL" == "smollm2-135m-instruct" ]]; then
+    # make train's time on a 2-core AMD EPYC, from a fresh clone / with the warm start cached: docs/PERFORMANCE.md,
+    # "The embedded default, end to end"
     if [[ "$isa" == "native bf16" ]]; then fresh=20 cached=10; else fresh=26-31 cached=17; fi
     [[ -f "$WARM_DIR/config.json" ]] && minutes=$cached || minutes=$fresh
-    echo "[train.sh]     the embedded default takes about $minutes min on 2 cores of a CPU like this one ($isa)"
+    echo "[train.sh]     make train takes about $minutes min on 2 cores of a CPU like this one ($isa)"
   fi
   "$RLFH" --log-level WARNING baseline warmstart --model "$BASE_MODEL" --data "$(setting PROMPT_DATA)" \
     --limit "$questions" --type-share "$types" --epochs "$epochs" --mode "$(setting PROMPT_MODE)" \

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from core.config import (DEFAULT_INFORMATIVE_MAP, DEFAULT_VERIFICATION_MAP, ConfigError, LauncherSettings,
-                         RLFHConfig, describe_settings, env_name)
+from core.config import (DEFAULT_INFORMATIVE_MAP, DEFAULT_VERIFICATION_MAP, ConfigError, DemoSettings,
+                         LauncherSettings, RLFHConfig, describe_settings, env_name)
 
 
 def test_defaults_load_from_empty_environment():
@@ -127,12 +127,16 @@ def test_every_setting_is_read_outside_the_config_module():
                 elif (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr"
                       and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)):
                     read.add(node.args[1].value)
-    # scripts/train.sh's own settings are read by train.sh, from `rlfh config`'s validated values
-    launcher = set(LauncherSettings.model_fields)
-    unread = [env_name(f) for f in RLFHConfig.model_fields if f not in launcher and READ_VIA.get(f, f) not in read]
+    # scripts/train.sh's own settings are read by train.sh, from `rlfh config`'s validated values; the gate
+    # baseline's by scripts/demo.sh, the same way
+    launcher, demo = set(LauncherSettings.model_fields), set(DemoSettings.model_fields)
+    unread = [env_name(f) for f in RLFHConfig.model_fields
+              if f not in launcher | demo and READ_VIA.get(f, f) not in read]
     assert unread == []
     sh = (root / "scripts" / "train.sh").read_text(encoding="utf-8")
     assert [env_name(f) for f in launcher if f"setting {env_name(f)})" not in sh] == []
+    demo_sh = (root / "scripts" / "demo.sh").read_text(encoding="utf-8")
+    assert [env_name(f) for f in demo if f"gate_setting {env_name(f)})" not in demo_sh] == []
 
 
 def test_cli_flag_beats_environment():

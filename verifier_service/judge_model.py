@@ -12,7 +12,7 @@ core, so the verifier stays a small share of an RL step.
 
 Input, as one sentence pair (the tokenizer's ``[CLS] a [SEP] b [SEP]``)::
 
-    a = statement                             (+ " || " + its sentence, when the statement is a fragment)
+    a = statement                             (+ " || " + its sentence, when the statement is a short fragment)
     b = "question: ... answer key: ... evidence: s1 s2 s3"      (answer key only when a gold answer is given)
 
 The evidence is the statement's top sentences by BM25 over the request's materials
@@ -37,7 +37,9 @@ from verifier_service.retrieval import MaterialIndex
 MAX_TOKENS = 160
 #: How many evidence sentences go into the pair.
 EVIDENCE_SENTENCES = 3
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: Statements of at most this many words are given their sentence as context (see :func:`pair_texts`).
+CONTEXT_MAX_WORDS = 4
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,10 @@ def select_evidence(inp: JudgeInput, idx: Optional[MaterialIndex] = None, k: int
 def pair_texts(inp: JudgeInput, evidence: Sequence[str]) -> tuple[str, str]:
     """The (a, b) texts of the judge's sentence pair (see the module docstring)."""
     st, sent = inp.statement.strip(), inp.sentence.strip()
-    a = st if (not sent or sent == st) else f"{st} || {sent}"
+    # a fragment too short to say anything alone ("September 23, 1959") is read in its sentence; a longer
+    # statement is read alone, so the other claims of its sentence neither help nor hurt it
+    short = len(st.split()) <= CONTEXT_MAX_WORDS
+    a = f"{st} || {sent}" if (short and sent and sent != st) else st
     b = f"question: {inp.question.strip()}"
     if inp.gold:
         b += f" answer key: {inp.gold.strip()}"

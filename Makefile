@@ -43,7 +43,7 @@ test-fast: setup  ## unit tests only (no Ray, no training)
 train: setup  ## train the embedded default (warm start + RL, SmolLM2-135M on HaluEval-QA), then a before/after table on held-out questions
 	bash scripts/train.sh
 
-demo: setup  ## the RL recipe (warm start + GRPO, as make train), evaluated against base / prompt-only on 300 held-out questions (DEMO_RECIPE=gate: the earlier gate recipe)
+demo: setup  ## make train's recipe (warm start + RLOO), evaluated against base / prompt-only on 300 held-out questions (DEMO_RECIPE=gate: the gate baseline, not RL)
 	bash scripts/demo.sh
 
 serve: setup  ## start the verifier + reward services on an embedded Ray

@@ -76,12 +76,3 @@ def is_actor_failure(exc: BaseException) -> bool:
         # an actor's task that failed because *another* actor died (an engine reading the policy's weights)
         exc = getattr(exc, "cause", None) if isinstance(exc, rx.RayTaskError) else exc.__cause__
     return False
-
-
-def dead_actor_id(exc: BaseException) -> str | None:
-    """The hex id of the actor an exception is about, when Ray says."""
-    for attr in ("actor_id", "_actor_id"):
-        v = getattr(exc, attr, None)
-        if v:
-            return v if isinstance(v, str) else getattr(v, "hex", lambda: str(v))()
-    return None

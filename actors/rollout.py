@@ -216,8 +216,8 @@ class _EngineBase:
 class HFRolloutEngine(_EngineBase):
     """transformers ``generate``: batched in MICRO_ROLLOUT_BATCH_SIZE, left padding, sdpa attention, seeded.
 
-    ``model`` / ``tokenizer`` / ``device``: already-loaded objects to share (e.g. the verifier's
-    :class:`actors.hf_chat.HFChat` over a model someone else holds); by default the engine loads
+    ``model`` / ``tokenizer`` / ``device``: already-loaded objects to share (e.g. the test
+    server's ``HFChat`` over a model someone else holds); by default the engine loads
     MODEL_PATH on :func:`actors.base.pick_device`. A shared model is put in eval mode but its
     ``requires_grad`` flags are left alone (generation runs under ``no_grad`` anyway).
     """

@@ -43,7 +43,7 @@ from __future__ import annotations
 import re
 import string
 import unicodedata
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Optional
 
 from core.questions import choice_options
@@ -392,9 +392,6 @@ class Grade:
     hedged: bool = False       # the answer expresses uncertainty
     abstained: bool = False    # explicit abstention without a guess
     f1: float = 0.0            # token F1 with the gold answer
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _stem(t: str) -> str:

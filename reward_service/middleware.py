@@ -92,10 +92,6 @@ def _header(scope, name: bytes) -> Optional[bytes]:
     return None
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class GuardMiddleware:
     """Auth, body limit and surrogate check before the app (see the module docstring)."""
 

@@ -1,8 +1,8 @@
 """A :data:`~verifier_service.core.ChatFn` over a transformers causal LM (``generate``, greedy).
 
-Used by the test/replay OpenAI server (:mod:`actors.openai_server`) and as the reference
-``self``-backend engine on CPU: the training cluster passes its own rollout engine instead, with the
-same signature ``list of conversations -> list of reply texts``.
+Used by the test OpenAI server's model mode (``tests/openai_server.py``); the training cluster's ``self``
+backend passes its own rollout engine instead, with the same signature ``list of conversations -> list of
+reply texts``.
 
 It is a thin, thread-safe wrapper around :meth:`actors.rollout.HFRolloutEngine.chat`, so the judge and the
 rollout engines share one implementation of batched greedy chat generation (chat template, left padding,

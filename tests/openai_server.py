@@ -1,4 +1,4 @@
-"""A small OpenAI-compatible chat server for exercising the ``llm`` verifier backend over real HTTP.
+"""A small OpenAI-compatible chat server for exercising the ``llm`` verifier backend over real HTTP (tests only).
 
 Modes:
 
@@ -14,7 +14,7 @@ answers the first N calls with ``--fail-status`` (default 500). ``GET /stats`` r
 
 Usage::
 
-    python -m actors.openai_server --mode model --port 8011
+    .venv/bin/python tests/openai_server.py --mode model --port 8011
     MODEL_URL=http://127.0.0.1:8011/v1 rlfh verify --backend llm --question ... --response ...
 """
 from __future__ import annotations
@@ -90,7 +90,7 @@ def create_app(mode: str = "model", *, model_path: str = "smollm2-135m-instruct"
 
     def get_chat():
         if engine["chat"] is None:
-            from actors.hf_chat import HFChat
+            from hf_chat import HFChat
             engine["chat"] = HFChat(model_path, max_new_tokens=max_new_tokens_cap)
         return engine["chat"]
 
@@ -188,7 +188,7 @@ class BackgroundServer:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m actors.openai_server", description=__doc__,
+    p = argparse.ArgumentParser(prog="tests/openai_server.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", choices=["model", "replay"], default="model",
                    help="model: generate with a transformers model; replay: answer from a JSONL of recordings.")

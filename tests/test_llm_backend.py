@@ -1,6 +1,6 @@
 """The `llm` and `self` verifier backends against a real OpenAI-compatible HTTP server.
 
-The server is actors.openai_server (FastAPI + uvicorn on a free loopback port): replay mode
+The server is tests/openai_server.py (FastAPI + uvicorn on a free loopback port): replay mode
 returns recorded completions (success path, malformed and invalid replies), fault injection gives HTTP
 500s and slow answers (retries, timeouts), model mode runs the real SmolLM2-135M-Instruct (slow tests).
 """
@@ -15,7 +15,7 @@ import pytest
 from core import metrics
 from core.config import RLFHConfig
 from conftest import HANG_S, free_port  # not tests.conftest: openrlhf installs a top-level "tests" package
-from actors.openai_server import BackgroundServer, create_app, load_replay, messages_key
+from openai_server import BackgroundServer, create_app, load_replay, messages_key
 from core.verify_schema import LABELS, VerifyRequest
 from verifier_service.align import align_statement
 from verifier_service.core import Verifier
@@ -326,7 +326,7 @@ def smol_chat():
     """
     import torch
 
-    from actors.hf_chat import HFChat
+    from hf_chat import HFChat
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

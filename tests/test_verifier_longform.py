@@ -287,7 +287,7 @@ def test_llm_backend_long_form_rows_over_http():
 
     from core.config import RLFHConfig
     from conftest import free_port
-    from actors.openai_server import BackgroundServer, create_app
+    from openai_server import BackgroundServer, create_app
 
     r = _case(1)
     truth = [st.label for st in r.statements]

@@ -137,7 +137,7 @@ def other_load(window_s: float = 0.2) -> float:
 #: Busy cores (other jobs) above which CPU_THREADS=0 uses one thread, and how long a probe's answer is kept.
 #: Most of a core: a CPU-bound job beside the run keeps at least one busy, while the run's own Ray processes
 #: (raylet, GCS, dashboard, the Serve replicas between calls) keep 0.3-0.6 of one busy on a quiet machine. At 0.5
-#: that noise alone sent whole phases to one thread (`make train` on 2 AVX2 cores, session 25: a 55 s train phase
+#: that noise alone sent whole phases to one thread (`make train` on 2 AVX2 cores, 2026-11-27: a 55 s train phase
 #: took 72 s, a 20 s reference forward 27 s). `rlfh eval` uses the same rule.
 BUSY_THRESHOLD = 0.9
 _PROBE_TTL_S = 30.0

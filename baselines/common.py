@@ -219,14 +219,14 @@ def train_last_layers(model, train_layers: int) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-# The SFT loop's numerics, in warm-start cache keys: 2 since session 30 (micro batches cut by least padding,
+# The SFT loop's numerics, in warm-start cache keys: 2 since commit fc76e72 (micro batches cut by least padding,
 # each weighted by its share of the step's response tokens, fused AdamW; 1 padded almost every step to its longest
 # prompt).
 SFT_LOOP_VERSION = 2
 
 # What one more micro batch costs, in tokens: the shared system prompt's pass (about 30 tokens for the embedded
 # model's chat template), the LM head's dense gradient and the gradient accumulation; about 0.7 s against 6 ms a
-# token for the embedded model on 2 AVX2 cores (session 30). The split is about as fast anywhere from 64 to 250.
+# token for the embedded model on 2 AVX2 cores (2026-11-28). The split is about as fast anywhere from 64 to 250.
 MICRO_BATCH_COST_TOKENS = 128
 
 
@@ -292,7 +292,7 @@ def train_loop(model, examples: Sequence, step_loss: Callable, *, epochs: int, l
         raise BaselineError("nothing to train on (no examples were built)")
     params = [p for p in model.parameters() if p.requires_grad]
     # torch's fused kernel where it runs (CPU, CUDA): one pass over the weights, 0.16 s a step for the embedded
-    # model on 2 AVX2 cores where the per-tensor loop takes 0.69 s (session 30)
+    # model on 2 AVX2 cores where the per-tensor loop takes 0.69 s (docs/PERFORMANCE.md)
     fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, fused=fused or None)
     lengths = [len(getattr(e, "prompt_token_ids", ())) + len(getattr(e, "response_token_ids", ())) for e in examples]

@@ -109,7 +109,7 @@ def probe_questions(model, tokenizer, items: Sequence, prompts: Sequence[str], *
         batch_size: rows per sampling call (``batch_size // k`` prompts x ``k`` samples).
         dtype: ``fp32`` samples with ``model`` as it is; ``bf16`` with a bfloat16 copy (what the trainer's
             rollout engines sample with on a CPU with native bf16, ROLLOUT_DTYPE=auto; with 64 rows a call it took
-            half the time of fp32 at 32 on 2 EPYC cores, docs/DEMO.md W33).
+            half the time of fp32 at 32 on 2 EPYC cores with native bf16).
         shipped_root: where shipped probes are looked up after the cache (None: never; compute instead).
     Returns:
         (N probes in input order, where they came from: ``"cache"``, ``"shipped"`` or ``"computed"``).

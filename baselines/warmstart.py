@@ -2,7 +2,7 @@
 
 A 135M instruct model never samples "I don't know." by itself, so on-policy RL has no abstention to weigh;
 injecting one off-policy candidate per group gives it a huge advantage in every all-wrong group and abstention
-spreads at random (docs/DEMO.md). This warm start makes abstention an ordinary on-policy action instead:
+spreads at random (experiments/2026-11-diary.md). This warm start makes abstention an ordinary on-policy action instead:
 
 1. The base model answers every training question greedily with the trainer's prompt.
 2. Closed-book questions get the abstention text as their target with probability ``abstain_share``, chosen

@@ -3,7 +3,7 @@
 On-policy RL can only reinforce what the policy samples. This counts, for each system prompt and prompt mode,
 how many of the model's own answers the training verifier reads as abstentions (pure "I don't know", no
 content left): greedy over ``--questions`` train questions, and sampled ``--samples`` times each at
-``--temperature``. When the sampled rate is near zero, train with ABSTAIN_SAMPLES=1 (see docs/DEMO.md).
+``--temperature``. When the sampled rate is near zero, train with ABSTAIN_SAMPLES=1 or a warm start (WARM_START).
 """
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "train's value). Default 0.")
     p.add_argument("--token-budget", default="0,2048",
                    help="Comma-separated values, each timed: 0 pads each step's micro batches to their longest "
-                        "prompt (the warm start until session 30); N > 0 cuts them by least padding, at most N "
+                        "prompt (the warm start before commit fc76e72); N > 0 cuts them by least padding, at most N "
                         "tokens each (the warm start: 2048). Default 0,2048.")
     p.add_argument("--evidence-share", type=float, default=0.15,
                    help="Share of the prompts with the passage (default 0.15, as make train's warm start).")

@@ -73,7 +73,7 @@ def verdicts(report: dict[str, Any], name: str = "trained") -> dict[str, tuple[b
     return out
 
 
-GATE_QUESTIONS = 300   # the size issue 26's gate is judged at (docs/DEMO.md); make train's default is 100
+GATE_QUESTIONS = 300   # the size the closed-book gate is judged at (HELDOUT_LIMIT's default; docs/EVALUATION.md)
 
 
 def small_sample_note(group: dict[str, Any], reference: str = "base") -> Optional[str]:

@@ -417,7 +417,7 @@ def apply_grounding_gate(gens: list, items: list, grounded: list[Optional[float]
     content word to the question, 0.0 when none of the words it adds is in the passage. Either way, for an
     open question the passage did not give the model its answer. Yes / no and either-or questions are never
     declined: their right answer adds nothing to the question. Answers that already abstain are left alone.
-    On the base model's 200 dev evidence answers this declines 17, of which 15 were wrong (docs/DEMO.md).
+    On the base model's 200 dev evidence answers this declines 17, of which 15 were wrong (experiments/2026-11-diary.md).
     Returns (generations, the replaced answer per item or None).
     """
     from core.questions import question_type

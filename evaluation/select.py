@@ -1,7 +1,7 @@
 """`rlfh select`: pick a training run's checkpoint on a dev split by the selectivity gate (early stopping).
 
 RL against hallucination sits on a knife edge: a few steps too few and the policy has learnt nothing, a few too
-many and it declines everything (docs/DEMO.md, attempt J). Which step is right differs from run to run, so the
+many and it declines everything (experiments/2026-11-diary.md). Which step is right differs from run to run, so the
 step is chosen by measurement, on data the run never trained on and that the final report never uses (the dev
 split; the test split stays untouched):
 

@@ -44,7 +44,7 @@ def test_selection_by_the_gate_terms_ranks_right_answers_within_the_incorrect_bo
     def dev(score, closed_c, closed_i, ev_c):
         return {"dev/score": score, "dev/closed/natural/correct": closed_c, "dev/closed/natural/incorrect": closed_i,
                 "dev/evidence/natural/correct": ev_c, "dev/evidence/natural/incorrect": 0.4}
-    # e24's steps 0, 2 and 6 (docs/DEMO.md, rounded)
+    # dev steps 0, 2 and 6 of a make train run (experiments/2026-11-diary.md, rounded)
     warm, answers_more, too_many_wrong = dev(-0.27, 0.035, 0.17, 0.53), dev(-0.32, 0.056, 0.18, 0.47), \
         dev(-0.26, 0.072, 0.34, 0.55)
     # the ternary score prefers the warm start and then the step with 34% wrong; the gate terms prefer more
@@ -65,7 +65,7 @@ def test_selection_by_the_gate_terms_ranks_right_answers_within_the_incorrect_bo
 
 
 def test_early_stopping_counts_evaluations_below_the_best_and_not_ties():
-    """W37 (make train's recipe, RL seed 1; docs/DEMO.md): the closed-book selection values of its dev steps 0-12,
+    """A make train run (RL seed 1; experiments/2026-11-diary.md): the closed-book selection values of its dev steps 0-12,
     rounded. Step 2 ties step 0 (RL had not changed a greedy answer yet); steps 10 and 12 are over the incorrect
     bound. Patience 1 must stop at step 10 with step 8 kept, as patience 2 kept it at step 12."""
     steps = [(0, (1.0, 0.0531, 0.0)), (2, (1.0, 0.0531, 0.0)), (4, (1.0, 0.0625, 0.0)), (6, (1.0, 0.0659, 0.0)),

@@ -10,6 +10,14 @@
   (:meth:`~ActorGroup.dispatch`).
 * :func:`create_groups` builds the whole cast of a run: policy, critic (GAE
   only), reference (KL_COEF > 0 only) and the rollout engines.
+
+Several nodes: ``ACTOR_NODE_RESOURCE`` / ``CRITIC_NODE_RESOURCE`` / ``REF_NODE_RESOURCE`` /
+``ROLLOUT_NODE_RESOURCE`` name a Ray custom resource a role's node must offer; each bundle then asks for
+:data:`NODE_RESOURCE_PER_ACTOR` of it per actor, so Ray can only reserve it on such a node, and
+``PLACEMENT_STRATEGY`` is the placement groups' strategy. A name no live node offers is a ConfigError naming
+the setting before any placement group is made (:func:`check_node_resources`): Ray would otherwise wait for a
+node that never comes. Which node each role's bundles landed on is kept (:meth:`Placement.nodes_of`), so that
+after a node dies the run can say which roles went with it (:func:`lost_nodes`).
 """
 from __future__ import annotations
 
@@ -25,6 +33,8 @@ import torch
 from actors import calls
 from actors.types import Batch, split_batch
 from core.config import RLFHConfig
+from core.placement import (NODE_RESOURCE_PER_ACTOR, NODE_RESOURCE_SETTINGS, check_node_resources,  # noqa: F401
+                            missing_node_resources, node_resource, wait_for_node_resources)
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +54,8 @@ class RolePlacement:
     placement_group: Any = None
     bundle_indices: Optional[list[int]] = None
     shared_with: tuple[str, ...] = ()
+    node_resource: str = ""             # the *_NODE_RESOURCE its bundles ask for ("" : any node)
+    node_ids: tuple[str, ...] = ()      # the nodes Ray reserved its bundles on (hex ids, bundle order)
 
 
 @dataclass
@@ -63,7 +75,16 @@ class Placement:
     def describe(self) -> list[dict]:
         return [{"role": r.role, "ranks": r.world_size, "gpus_per_actor": r.num_gpus_per_actor,
                  "cpus_per_actor": r.num_cpus_per_actor, "bundles": r.bundle_indices,
-                 "shared_with": list(r.shared_with)} for r in self.roles.values()]
+                 "shared_with": list(r.shared_with), "node_resource": r.node_resource,
+                 "nodes": list(r.node_ids)} for r in self.roles.values()]
+
+    def nodes_of(self) -> dict[str, list[str]]:
+        """node id (hex) -> the roles with a bundle there, for every node this placement reserved."""
+        out: dict[str, list[str]] = {}
+        for r in self.roles.values():
+            for node in dict.fromkeys(r.node_ids):
+                out.setdefault(node, []).append(r.role)
+        return out
 
     def remove(self) -> None:
         from ray.util.placement_group import remove_placement_group
@@ -110,6 +131,44 @@ def _colocation_sets(cfg: RLFHConfig, roles: Sequence[str]) -> list[tuple[str, .
     return sets
 
 
+def _shared_node_resource(cfg: RLFHConfig, group: Sequence[str], why: str) -> str:
+    """The one node resource of roles that share bundles (or a process); a ConfigError when they name two."""
+    named = {node_resource(cfg, r) for r in group} - {""}
+    if len(named) > 1:
+        from core.config import ConfigError, setting_label
+        detail = ", ".join(f"{setting_label(NODE_RESOURCE_SETTINGS[r])} = {node_resource(cfg, r)!r}"
+                           for r in group if node_resource(cfg, r))
+        raise ConfigError(f"{why} puts {' + '.join(group)} in the same bundles, so they run on one node, but their "
+                          f"node resources differ: {detail}. Give them the same resource, or clear {why}.")
+    return next(iter(named), "")
+
+
+def live_node_ids() -> set[str]:
+    import ray
+    return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+
+
+def lost_nodes(placement: Optional["Placement"]) -> list[dict]:
+    """The nodes ``placement`` reserved bundles on that are no longer alive: ``[{"node_id", "roles",
+    "resources"}]`` (the node's custom resources, as the GCS last knew them). Empty when none is lost."""
+    if placement is None or not placement.roles:
+        return []
+    import ray
+    try:
+        nodes = {n["NodeID"]: n for n in ray.nodes()}
+    except Exception as e:  # noqa: BLE001 - the GCS itself is unreachable: nothing can be said about nodes
+        log.warning("could not read the node table: %s", e)
+        return []
+    out = []
+    for node_id, roles in placement.nodes_of().items():
+        info = nodes.get(node_id, {})
+        if not info.get("Alive", False):
+            res = sorted(k for k in info.get("Resources", {}) if k not in ("CPU", "GPU", "memory",
+                         "object_store_memory") and not k.startswith("node:"))
+            out.append({"node_id": node_id, "roles": roles, "resources": res})
+    return out
+
+
 def _env_names(role: str) -> str:
     return {"policy": "ACTOR_NUM_NODES * ACTOR_NUM_GPUS_PER_NODE",
             "critic": "CRITIC_NUM_NODES * CRITIC_NUM_GPUS_PER_NODE",
@@ -132,12 +191,15 @@ def plan_placement(cfg: RLFHConfig, create: bool = True, timeout_s: Optional[flo
     gpu = any(g > 0 for _, _, g in sizes.values())
     cpu_each = cfg.num_cpus_per_actor
     placement = Placement(roles={}, gpu=gpu)
+    if create:      # a resource no node has: say so now, not after RLFH_PG_READY_TIMEOUT_S of pending
+        check_node_resources(cfg, list(sizes))
     for group in _colocation_sets(cfg, list(sizes)):
+        flag = "COLOCATE_ALL_MODELS" if cfg.colocate_all_models else "COLOCATE_ACTOR_REF"
+        node_res = _shared_node_resource(cfg, group, flag) if len(group) > 1 else node_resource(cfg, group[0])
         gpu_roles = [r for r in group if sizes[r][2] > 0]
         if len(group) > 1 and gpu_roles:
             ws = {r: sizes[r][0] for r in group}
             if len(set(ws.values())) != 1:
-                flag = "COLOCATE_ALL_MODELS" if cfg.colocate_all_models else "COLOCATE_ACTOR_REF"
                 detail = ", ".join(f"{_env_names(r)} = {n}" for r, n in ws.items())
                 raise ValueError(f"{flag}=true needs the same number of GPUs for every colocated role: {detail}")
         n_bundles = max(sizes[r][0] for r in group)
@@ -149,35 +211,49 @@ def plan_placement(cfg: RLFHConfig, create: bool = True, timeout_s: Optional[flo
             res = {"CPU": round(cpu_each * len(on_b), 4)}
             if any(sizes[r][2] > 0 for r in on_b):
                 res["GPU"] = 1.0
+            if node_res:
+                res[node_res] = round(NODE_RESOURCE_PER_ACTOR * len(on_b), 4)
             bundles.append(res)
-        pg = None
+        pg, on_nodes = None, ()
         if create:
-            pg = _make_pg(bundles, group, timeout_s)
+            pg = _make_pg(bundles, group, timeout_s, cfg.placement_strategy)
             placement.placement_groups.append(pg)
+            on_nodes = bundle_nodes(pg)
         for r in group:
             ws, nodes, gpn = sizes[r]
             gpus = 0.0 if gpn == 0 else (1.0 if share == 1 else frac)
             placement.roles[r] = RolePlacement(
                 role=r, world_size=ws, num_nodes=nodes, num_gpus_per_node=gpn, num_gpus_per_actor=gpus,
                 num_cpus_per_actor=cpu_each, placement_group=pg, bundle_indices=list(range(ws)),
-                shared_with=tuple(x for x in group if x != r))
+                shared_with=tuple(x for x in group if x != r), node_resource=node_res,
+                node_ids=tuple(on_nodes[:ws]))
     return placement
 
 
-def _make_pg(bundles: list[dict], roles: Sequence[str], timeout_s: float):
+def bundle_nodes(pg) -> tuple[str, ...]:
+    """The node (hex id) each bundle of a ready placement group is reserved on, in bundle order."""
+    from ray.util.placement_group import placement_group_table
+    where = placement_group_table(pg).get("bundles_to_node_id", {})
+    return tuple(str(where.get(i, "")) for i in range(len(where)))
+
+
+def _make_pg(bundles: list[dict], roles: Sequence[str], timeout_s: float, strategy: str = "PACK"):
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
-    pg = placement_group(bundles, strategy="PACK", name=f"rlfh-{'-'.join(roles)}-{os.getpid()}-{time.time_ns()}")
+    pg = placement_group(bundles, strategy=strategy, name=f"rlfh-{'-'.join(roles)}-{os.getpid()}-{time.time_ns()}")
     try:
         ray.get(pg.ready(), timeout=timeout_s)
     except Exception:
         remove_placement_group(pg)
         need_cpu = sum(b.get("CPU", 0) for b in bundles)
         need_gpu = sum(b.get("GPU", 0) for b in bundles)
+        node_res = "".join(f", on a node with {k}" for k in sorted({k for b in bundles for k in b} - {"CPU", "GPU"}))
         raise RuntimeError(
-            f"placement group for {'+'.join(roles)} ({len(bundles)} bundles: {need_cpu:g} CPU, {need_gpu:g} GPU) "
-            f"was not scheduled within {timeout_s:.0f}s; the cluster has {ray.available_resources()} available. "
-            "Lower NUM_CPUS_PER_ACTOR or *_NUM_GPUS_PER_NODE / VLLM_NUM_ENGINES, or add nodes.") from None
+            f"placement group for {'+'.join(roles)} ({len(bundles)} bundles: {need_cpu:g} CPU, {need_gpu:g} GPU"
+            f"{node_res}, PLACEMENT_STRATEGY={strategy}) was not scheduled within {timeout_s:.0f}s; the cluster has "
+            f"{ray.available_resources()} available. Lower NUM_CPUS_PER_ACTOR or *_NUM_GPUS_PER_NODE / "
+            "VLLM_NUM_ENGINES, add nodes (with the *_NODE_RESOURCE asked for), or choose another "
+            "PLACEMENT_STRATEGY.") from None
     return pg
 
 
@@ -398,6 +474,11 @@ def resolve_layout(cfg: RLFHConfig, backend: Optional[str] = None) -> str:
     if len(set(ranks.values())) > 1:
         problems.append("every role needs the same ranks and GPUs ("
                         + ", ".join(f"{_env_names(r)} = {ws}" for r, (ws, _) in ranks.items()) + ")")
+    if len({node_resource(cfg, r) for r in sizes} - {""}) > 1:
+        from core.config import env_name
+        problems.append("the roles are placed on different nodes ("
+                        + ", ".join(f"{env_name(NODE_RESOURCE_SETTINGS[r])} = {node_resource(cfg, r)!r}"
+                                    for r in sizes if node_resource(cfg, r)) + ")")
     if cfg.model_layout == "colocated":
         if problems:
             raise ConfigError("MODEL_LAYOUT=colocated: " + "; ".join(problems) + ". Use MODEL_LAYOUT=separate.")
@@ -525,11 +606,16 @@ def create_colocated_groups(cfg: RLFHConfig, init_models: bool = True) -> Groups
     from actors.colocated import ColocatedActor
     t0 = time.time()
     ws, nodes, gpn = _role_sizes(cfg)["policy"]
-    bundles = [{"CPU": cfg.num_cpus_per_actor, **({"GPU": 1.0} if gpn else {})} for _ in range(ws)]
-    pg = _make_pg(bundles, ["colocated"], cfg.pg_ready_timeout_s)
+    roles = list(_role_sizes(cfg))
+    node_res = _shared_node_resource(cfg, roles, "MODEL_LAYOUT=colocated")   # one process hosts every role
+    check_node_resources(cfg, roles)
+    bundles = [{"CPU": cfg.num_cpus_per_actor, **({"GPU": 1.0} if gpn else {}),
+                **({node_res: NODE_RESOURCE_PER_ACTOR} if node_res else {})} for _ in range(ws)]
+    pg = _make_pg(bundles, ["colocated"], cfg.pg_ready_timeout_s, cfg.placement_strategy)
     rp = RolePlacement(role="policy", world_size=ws, num_nodes=nodes, num_gpus_per_node=gpn,
                        num_gpus_per_actor=1.0 if gpn else 0.0, num_cpus_per_actor=cfg.num_cpus_per_actor,
-                       placement_group=pg, bundle_indices=list(range(ws)),
+                       placement_group=pg, bundle_indices=list(range(ws)), node_resource=node_res,
+                       node_ids=bundle_nodes(pg),
                        shared_with=tuple(r for r in ("critic", "reference", "rollout")
                                          if r != "critic" or needs_critic(cfg)
                                          if r != "reference" or needs_reference(cfg)))

@@ -10,6 +10,14 @@ restarts between two checkpoints (:class:`RestartBudget`; ``rlfh_actor_restarts_
 metrics.jsonl); past it the run stops with :class:`ActorGroupsFailed`, which says what failed and where a rerun
 resumes.
 
+A node that dies (its raylet gone: a machine lost, a KubeRay worker pod evicted) takes its actors with it; Ray
+reports them dead once its GCS has declared the node dead. The restart then also says which node and which roles
+went with it (:func:`actors.group.lost_nodes`, from where the placement groups had reserved each role's bundles),
+and when a ``*_NODE_RESOURCE`` setting names a resource only that node offered, waits up to
+``RLFH_PG_READY_TIMEOUT_S`` for a node offering it to (re)join before it starts the groups again; roles without
+one start again on the nodes that remain. Each restart is kept in :attr:`ActorRecovery.restarts` (what failed,
+the nodes lost, how long the restart took).
+
 Which role failed is read from what Ray's exceptions carry, most reliable first (:func:`failed_role`): the
 failed actor's id (an attribute of Ray's actor errors) matched against the run's actor handles; the call that
 timed out (``ActorCallTimeout.what``, set by :mod:`actors.calls`); and only then the ``class_name:`` field of
@@ -204,6 +212,9 @@ class ActorRecovery:
         self.cfg = cfg
         self.budget = RestartBudget(cfg.max_actor_restarts)
         self._create_groups = create_groups
+        #: one record per restart: step, role, reason, lost_nodes ([{node_id, roles, resources}]), at (the wall
+        #: time the failure reached the driver) and seconds (how long the restart took)
+        self.restarts: list[dict] = []
 
     def restart(self, err: BaseException, groups, step: int,
                 on_new_groups: Optional[Callable] = None) -> tuple[object, TrainerState]:
@@ -219,7 +230,9 @@ class ActorRecovery:
             from actors.group import create_groups as create
         cfg = self.cfg
         while True:
+            t0, noticed_at = time.monotonic(), time.time()
             failure = ActorFailure.of(err, groups)
+            lost = _lost_nodes(groups)
             within = self.budget.spend()
             metrics.inc("rlfh_actor_restarts_total", 1, {"role": failure.role, "reason": failure.reason})
             ckpt = latest_checkpoint(cfg.effective_ckpt_path)
@@ -229,20 +242,30 @@ class ActorRecovery:
                     kill_groups(groups)
                 raise ActorGroupsFailed(give_up_message(step, failure, self.budget.since_save - 1, self.budget.limit,
                                                         where), resume_step) from err
+            for node in lost:
+                log.error("step %d: node %s (%s) is lost, and with it the %s actor(s)", step, node["node_id"],
+                          ", ".join(node["resources"]) or "no custom resources", ", ".join(node["roles"]))
             log.error("step %d: the %s actor %s (%s: %s); restarting the actor groups from %s (restart %d of at "
                       "most %d before the next checkpoint)", step, failure.role, failure.reason, failure.error,
                       failure.detail, where, self.budget.since_save, self.budget.limit)
+            record = {"step": step, "role": failure.role, "reason": failure.reason, "lost_nodes": lost,
+                      "at": noticed_at}
+            self.restarts.append(record)
             if groups is not None:
                 kill_groups(groups)
             groups = None
             try:
+                if lost:
+                    self._wait_for_nodes(step, where, resume_step)
                 groups = create(cfg)
                 if on_new_groups is not None:
                     on_new_groups(groups)
                 if ckpt is None:
+                    record["seconds"] = round(time.monotonic() - t0, 2)
                     return groups, TrainerState()
                 state = load_checkpoint(ckpt, groups)
                 sync_weights(groups.policy, groups.rollout)
+                record["seconds"] = round(time.monotonic() - t0, 2)
                 return groups, state
             except Exception as e:
                 if not calls.is_actor_failure(e):
@@ -251,6 +274,29 @@ class ActorRecovery:
                     raise
                 log.error("restarting the actor groups failed: %s", e)
                 err = e
+
+    def _wait_for_nodes(self, step: int, where: str, resume_step: int) -> None:
+        """After a node loss: wait (up to RLFH_PG_READY_TIMEOUT_S) for a live node offering every *_NODE_RESOURCE
+        the roles name; :class:`ActorGroupsFailed` when none (re)joins in time."""
+        from core.config import ConfigError
+        from core.placement import NODE_RESOURCE_SETTINGS, wait_for_node_resources
+        try:
+            waited = wait_for_node_resources(self.cfg, list(NODE_RESOURCE_SETTINGS), self.cfg.pg_ready_timeout_s)
+        except ConfigError as e:
+            raise ActorGroupsFailed(f"step {step}: a node was lost and none took its place within "
+                                    f"RLFH_PG_READY_TIMEOUT_S={self.cfg.pg_ready_timeout_s:g}s: {e} Rerun the same "
+                                    f"command once it is back to resume from {where}.", resume_step) from None
+        if waited >= 1.0:
+            log.warning("a node offering the placement's resources is back after %.0fs", waited)
+
+
+def _lost_nodes(groups) -> list[dict]:
+    """The nodes ``groups``' placement groups had bundles on that are dead now (see actors.group.lost_nodes)."""
+    placement = getattr(groups, "placement", None)
+    if placement is None or not getattr(placement, "roles", None):
+        return []
+    from actors.group import lost_nodes
+    return lost_nodes(placement)
 
 
 # --------------------------------------------------------------------------------------

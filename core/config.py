@@ -64,6 +64,10 @@ def masked_value(env: str, value: str) -> str:
     return redact_url(value) if "://" in value else "***"
 
 
+#: What a *_NODE_RESOURCE setting may be: empty, or a Ray custom resource name (letters, digits, ``_ - . :``).
+NODE_RESOURCE_PATTERN = r"^[A-Za-z0-9_.:-]*$"
+
+
 class ConfigError(ValueError):
     """A setting has a bad value. The message names the variable and the fix."""
 
@@ -472,6 +476,10 @@ class ServiceSettings(Settings):
                                        group="service", gt=0)
     reward_num_cpus: float = setting(0.25, "CPUs each reward replica reserves.", env="REWARD_NUM_CPUS",
                                      group="service", gt=0)
+    service_node_resource: str = setting(
+        "", "Ray custom resource a node must have to host the verifier and reward replicas (see "
+        "ACTOR_NODE_RESOURCE). Empty: any node.", env="SERVICE_NODE_RESOURCE", group="service",
+        pattern=NODE_RESOURCE_PATTERN)
     max_batch_items: int = setting(512, "Largest /v1/rewards batch accepted (422 beyond).",
                                    env="MAX_BATCH_ITEMS", group="service", ge=1)
     reward_timeout_s: float = setting(120.0, "Trainer-side timeout of one reward HTTP call, seconds.",
@@ -898,6 +906,24 @@ class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings, DemoSetting
         120.0, "Longest the trainer waits for Ray to reserve an actor group's placement group (its bundles' CPUs "
         "and GPUs), seconds; then the start fails, naming what was asked for and what the cluster has free.",
         env="RLFH_PG_READY_TIMEOUT_S", group="placement", gt=0)
+    actor_node_resource: str = setting(
+        "", "Ray custom resource a node must have to host the policy group (e.g. rlfh_train; a node offers it "
+        "with `ray start --resources='{\"rlfh_train\": 1}'`, the Helm chart with its worker group's "
+        "nodeResource). Empty: any node. A name no node of the cluster has stops the start at once, naming this "
+        "setting.", env="ACTOR_NODE_RESOURCE", group="placement", pattern=NODE_RESOURCE_PATTERN)
+    critic_node_resource: str = setting(
+        "", "Ray custom resource a node must have to host the critic group (see ACTOR_NODE_RESOURCE). Empty: any "
+        "node.", env="CRITIC_NODE_RESOURCE", group="placement", pattern=NODE_RESOURCE_PATTERN)
+    ref_node_resource: str = setting(
+        "", "Ray custom resource a node must have to host the reference group (see ACTOR_NODE_RESOURCE). Empty: "
+        "any node.", env="REF_NODE_RESOURCE", group="placement", pattern=NODE_RESOURCE_PATTERN)
+    rollout_node_resource: str = setting(
+        "", "Ray custom resource a node must have to host the rollout engines (see ACTOR_NODE_RESOURCE). Empty: "
+        "any node.", env="ROLLOUT_NODE_RESOURCE", group="placement", pattern=NODE_RESOURCE_PATTERN)
+    placement_strategy: Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"] = setting(
+        "PACK", "Ray placement-group strategy of each actor group's bundles: PACK (as few nodes as fit), SPREAD "
+        "(over nodes where it can), STRICT_PACK (one node or fail), STRICT_SPREAD (one node per bundle or fail).",
+        env="PLACEMENT_STRATEGY", group="placement")
 
     # ---------------------------------------------------------------- checkpoints & logging
     save_step: int = setting(0, "Checkpoint every N steps (0: only at the end and on Ctrl-C).", env="SAVE_STEP",

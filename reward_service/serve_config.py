@@ -106,8 +106,12 @@ def scaling_options(replicas: int, max_replicas: int) -> dict[str, Any]:
                                    "target_ongoing_requests": TARGET_ONGOING_REQUESTS}}
 
 
-def _deployment(name: str, replicas: int, num_cpus: float, max_replicas: int) -> dict[str, Any]:
-    return {"name": name, **scaling_options(replicas, max_replicas), "ray_actor_options": {"num_cpus": num_cpus},
+def _deployment(name: str, replicas: int, num_cpus: float, max_replicas: int,
+                node_resource: str = "") -> dict[str, Any]:
+    # SERVICE_NODE_RESOURCE: the config's ray_actor_options replace the code's, so the resource is asked for here too
+    on_node = {"resources": {node_resource: 0.001}} if node_resource else {}
+    return {"name": name, **scaling_options(replicas, max_replicas),
+            "ray_actor_options": {"num_cpus": num_cpus, **on_node},
             "max_ongoing_requests": MAX_ONGOING_REQUESTS[name], **backpressure_options(), **shutdown_options()}
 
 
@@ -129,8 +133,10 @@ def serve_config(cfg: ServiceSettings, *, include_secrets: bool = False, route_p
             "import_path": IMPORT_PATH,
             "args": service_args(cfg, include_secrets=include_secrets),
             "deployments": [
-                _deployment(VERIFIER_DEPLOYMENT, cfg.verifier_replicas, cfg.verifier_num_cpus, cfg.max_replicas),
-                _deployment(REWARD_DEPLOYMENT, cfg.reward_replicas, cfg.reward_num_cpus, cfg.max_replicas),
+                _deployment(VERIFIER_DEPLOYMENT, cfg.verifier_replicas, cfg.verifier_num_cpus, cfg.max_replicas,
+                            cfg.service_node_resource),
+                _deployment(REWARD_DEPLOYMENT, cfg.reward_replicas, cfg.reward_num_cpus, cfg.max_replicas,
+                            cfg.service_node_resource),
             ],
         }],
     }

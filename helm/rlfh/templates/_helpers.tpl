@@ -148,6 +148,12 @@ Typed values -> env var name. Also the error messages' "set <path> instead".
 {{- $_ := set $e "COLOCATE_ACTOR_REF" (list $g.colocateActorRef "actorGroups.colocateActorRef") -}}
 {{- $_ := set $e "COLOCATE_ALL_MODELS" (list $g.colocateAllModels "actorGroups.colocateAllModels") -}}
 {{- $_ := set $e "NUM_CPUS_PER_ACTOR" (list $g.numCpusPerActor "actorGroups.numCpusPerActor") -}}
+{{- $_ := set $e "ACTOR_NODE_RESOURCE" (list ($g.actor.nodeResource | default "") "actorGroups.actor.nodeResource") -}}
+{{- $_ := set $e "CRITIC_NODE_RESOURCE" (list ($g.critic.nodeResource | default "") "actorGroups.critic.nodeResource") -}}
+{{- $_ := set $e "REF_NODE_RESOURCE" (list ($g.ref.nodeResource | default "") "actorGroups.ref.nodeResource") -}}
+{{- $_ := set $e "ROLLOUT_NODE_RESOURCE" (list ($g.rollout.nodeResource | default "") "actorGroups.rollout.nodeResource") -}}
+{{- $_ := set $e "PLACEMENT_STRATEGY" (list ($g.placementStrategy | default "PACK") "actorGroups.placementStrategy") -}}
+{{- $_ := set $e "SERVICE_NODE_RESOURCE" (list ($v.rewardService.workers.nodeResource | default "") "rewardService.workers.nodeResource") -}}
 {{- $_ := set $e "VERIFIER_REPLICAS" (list $v.rewardService.verifier.replicas "rewardService.verifier.replicas") -}}
 {{- $_ := set $e "VERIFIER_NUM_CPUS" (list $v.rewardService.verifier.numCpus "rewardService.verifier.numCpus") -}}
 {{- $_ := set $e "REWARD_REPLICAS" (list $v.rewardService.reward.replicas "rewardService.reward.replicas") -}}
@@ -472,11 +478,34 @@ spec:
 {{- if $p }}{{ toYaml $p }}{{ else }}{}{{ end -}}
 {{- end -}}
 
+{{/* `ray start --resources` of a worker group offering the custom resource NAME (its nodeResource), as JSON */}}
+{{- define "rlfh.nodeResourceParam" -}}
+{{- if . -}}{{- dict "resources" (printf "'%s'" (dict . 1 | toJson)) | toJson -}}{{- else -}}{}{{- end -}}
+{{- end -}}
+
+{{/*
+Each actorGroups.*.nodeResource must be offered by an enabled worker group: Ray would otherwise keep the role's
+placement group pending (the trainer refuses it too, naming the setting; this fails at install).
+*/}}
+{{- define "rlfh.placementCheck" -}}
+{{- $offered := list -}}
+{{- range $name, $w := .Values.ray.workerGroups -}}
+{{- if and $w.enabled $w.nodeResource -}}{{- $offered = append $offered $w.nodeResource -}}{{- end -}}
+{{- end -}}
+{{- range $role := list "actor" "critic" "ref" "rollout" -}}
+{{- $want := (index $.Values.actorGroups $role).nodeResource | default "" -}}
+{{- if and $want (not (has $want $offered)) -}}
+{{- fail (printf "actorGroups.%s.nodeResource = %s: no enabled ray.workerGroups entry has that nodeResource (enabled groups offer: %s); enable the group (e.g. ray.workerGroups.train.enabled=true) or clear the setting" $role $want (join ", " $offered | default "none")) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* spec of a RayCluster: the job/cluster shape (ray.*) */}}
 {{- define "rlfh.rayClusterSpec" -}}
 {{- $root := . -}}
 {{- $v := .Values -}}
 {{- include "rlfh.gpuCheck" . -}}
+{{- include "rlfh.placementCheck" . -}}
 rayVersion: {{ $v.rayVersion | quote }}
 enableInTreeAutoscaling: {{ $v.ray.enableInTreeAutoscaling }}
 {{- if eq $v.ray.auth "token" }}
@@ -489,17 +518,16 @@ headGroupSpec:
   template:
     {{- include "rlfh.podTemplate" (dict "root" $root "kind" "head" "group" $v.ray.head "component" "ray-head" "serve" false "gpus" 0) | nindent 4 }}
 workerGroupSpecs:
-{{- range $name := list "cpu" "gpu" }}
-{{- $w := index $v.ray.workerGroups $name }}
+{{- range $name, $w := $v.ray.workerGroups }}
 {{- if $w.enabled }}
   - groupName: {{ $name }}
     replicas: {{ $w.replicas }}
     minReplicas: {{ $w.minReplicas }}
     maxReplicas: {{ $w.maxReplicas }}
     rayStartParams:
-      {{- include "rlfh.rayStartParams" (dict "params" $w.rayStartParams) | nindent 6 }}
+      {{- include "rlfh.rayStartParams" (dict "extra" (include "rlfh.nodeResourceParam" $w.nodeResource | fromJson) "params" $w.rayStartParams) | nindent 6 }}
     template:
-      {{- include "rlfh.podTemplate" (dict "root" $root "kind" "worker" "group" $w "component" (printf "ray-worker-%s" $name) "serve" false "gpus" (ternary ($w.gpusPerWorker | default 0) 0 (eq $name "gpu")) "gpuResourceName" ($w.gpuResourceName | default "nvidia.com/gpu")) | nindent 6 }}
+      {{- include "rlfh.podTemplate" (dict "root" $root "kind" "worker" "group" $w "component" (printf "ray-worker-%s" $name) "serve" false "gpus" (ternary 0 ($w.gpusPerWorker | default 0) (eq $name "cpu")) "gpuResourceName" ($w.gpuResourceName | default "nvidia.com/gpu")) | nindent 6 }}
 {{- end }}
 {{- end }}
 {{- end -}}
@@ -531,6 +559,7 @@ settings (tests/test_helm.py renders both and compares).
 {{- $_ := set $d "num_replicas" $sz.replicas -}}
 {{- end -}}
 {{- $_ := set $d "ray_actor_options" (dict "num_cpus" $sz.numCpus) -}}
+{{- if get $env "SERVICE_NODE_RESOURCE" -}}{{- $_ := set $d.ray_actor_options "resources" (dict (get $env "SERVICE_NODE_RESOURCE") 0.001) -}}{{- end -}}
 {{- /* bounded queue: beyond it Serve answers 503 with Retry-After (reward_service.serve_config.backpressure_options) */ -}}
 {{- $_ := set $d "max_ongoing_requests" (index $serve.max_ongoing_requests (index $pair 0)) -}}
 {{- $_ := set $d "max_queued_requests" $serve.backpressure.max_queued_requests -}}

@@ -59,8 +59,17 @@ def _alive_actors() -> dict[str, list]:
 
 @pytest.fixture(scope="module")
 def cluster():
+    """Head + three worker nodes, every Ray port on 127.0.0.1: the node IP of every process is the loopback address
+    (core.ray_bootstrap binds the embedded Ray the same way; ``node_ip_address`` alone leaves the GCS address on the
+    machine's IP)."""
     import ray
+    from ray._private import ray_constants
     from ray.cluster_utils import Cluster
+    from core.ray_bootstrap import LOCAL_RAY_ENV, _bind_loopback
+    before = {k: os.environ.get(k) for k in LOCAL_RAY_ENV}
+    enabled = ray_constants.ENABLE_RAY_CLUSTER
+    os.environ.update(LOCAL_RAY_ENV)
+    _bind_loopback()
     c = Cluster(initialize_head=True, head_node_args=dict(
         NODE_ARGS, include_dashboard=True, dashboard_host="127.0.0.1", dashboard_port=free_port(),
         _system_config=FAST_NODE_DEATH))
@@ -71,6 +80,12 @@ def cluster():
         ray.shutdown()
     finally:
         c.shutdown()
+        ray_constants.ENABLE_RAY_CLUSTER = enabled
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @pytest.fixture(scope="module")

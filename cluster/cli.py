@@ -26,6 +26,7 @@ SUBCOMMANDS = [
     "core.config",            # config
     "cluster.submit",            # submit
     "cluster.chaos",             # chaos list|kill
+    "cluster.show",              # show (a run's samples.jsonl as an HTML page)
 ]
 
 

@@ -431,6 +431,20 @@ class ServiceSettings(Settings):
                                      group="verifier", gt=0)
     judge_max_retries: int = setting(2, "Retries of a failed judge call before the fallback label.",
                                      env="JUDGE_MAX_RETRIES", group="verifier", ge=0, le=10)
+    judge_max_rpm: int = setting(
+        0, "llm backend: requests per minute one verifier replica sends to MODEL_URL (0: no limit). For a hosted "
+        "judge: the account's limit divided by the verifier replicas.", env="JUDGE_MAX_RPM", group="verifier", ge=0)
+    judge_max_tpm: int = setting(
+        0, "llm backend: tokens per minute one verifier replica sends to MODEL_URL, estimated as prompt "
+        "characters / 4 + the reply's max_tokens and corrected by the reply's usage (0: no limit).",
+        env="JUDGE_MAX_TPM", group="verifier", ge=0)
+    judge_max_in_flight: int = setting(
+        8, "llm backend: judge calls one verifier replica has open at once (each holds a thread).",
+        env="JUDGE_MAX_IN_FLIGHT", group="verifier", ge=1, le=256)
+    judge_max_wait_s: float = setting(
+        30.0, "llm backend: the longest a judge call waits to be sent, for JUDGE_MAX_RPM / _TPM / _IN_FLIGHT or "
+        "for a 429 answer's Retry-After; a call that would wait longer fails (retried, then the fallback label).",
+        env="JUDGE_MAX_WAIT_S", group="verifier", ge=0)
     claim_judge_weights: str = setting(
         "", "VERIFIER_BACKEND=judge: folder of a trained claim judge (judge.json + adapter.safetensors, made by "
         "`rlfh judge train`). Empty: the judge shipped in verifier_service/judge_weights/.",

@@ -18,3 +18,25 @@ def backoff_delay(attempt: int, base_s: float, cap_s: float) -> float:
     if attempt < 0 or base_s <= 0:
         return 0.0
     return float(min(cap_s, base_s * (2.0 ** min(attempt, 62))))
+
+
+def retry_after_s(value, now: float | None = None) -> float | None:
+    """Seconds a ``Retry-After`` header asks to wait: delta-seconds (``"2"``) or an HTTP date
+    (``"Wed, 21 Oct 2015 07:28:00 GMT"``, counted from ``now``, epoch seconds, default the wall clock).
+    None when the header is absent or unreadable; a date in the past is 0."""
+    if not value:
+        return None
+    value = str(value).strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        pass
+    else:
+        return max(0.0, seconds) if seconds == seconds and seconds != float("inf") else None
+    try:
+        import time
+        from email.utils import parsedate_to_datetime
+        when = parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, OverflowError, IndexError):
+        return None
+    return max(0.0, when - (time.time() if now is None else now))

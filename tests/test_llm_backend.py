@@ -236,9 +236,10 @@ def test_llm_timeout_bounded_retries_then_fallback(fallback_spy):
     # the bound the reward service waits for a verifier chunk covers both stages' retries and back-off
     from verifier_service.llm_backend import judge_time_bound_s
     bound = judge_time_bound_s(v.cfg)
-    assert bound == pytest.approx(2 * (2 * 0.3 + 0.5))
+    assert bound == pytest.approx(2 * (2 * (0.3 + 30.0) + 0.5))   # + JUDGE_MAX_WAIT_S per attempt (default 30 s)
     assert elapsed < HANG_S                              # a hang guard, not a benchmark (a loaded runner is slow)
-    assert judge_time_bound_s(_cfg("http://x/v1", judge_timeout_s=60, judge_max_retries=2)) == 2 * (3 * 60 + 1.5)
+    assert judge_time_bound_s(_cfg("http://x/v1", judge_timeout_s=60, judge_max_retries=2)) == \
+        2 * (3 * (60 + 30) + 1.5)
 
 
 def test_llm_unreachable_endpoint_falls_back():

@@ -22,6 +22,11 @@ A failed attempt is a transport error, a timeout, an HTTP error status, an excep
 reply that :mod:`verifier_service.prompts` cannot parse strictly; each one is counted in
 ``rlfh_call_failures_total{target="judge_<backend>"}``. Attempts are retried with exponential backoff
 (:func:`core.retry.backoff_delay`, capped at 10 s); only the failed conversations of a batch are re-sent.
+
+Hosted judges limit their callers: ``llm`` sends under ``JUDGE_MAX_RPM``, ``JUDGE_MAX_TPM`` and
+``JUDGE_MAX_IN_FLIGHT`` (:mod:`verifier_service.rate_limit`, per replica), and a 429 answer's ``Retry-After``
+is waited out instead of the back-off (:class:`RetryAfter`), counted in ``rlfh_judge_rate_limited_total``. No
+call waits longer than ``JUDGE_MAX_WAIT_S`` to be sent; the retries stay ``JUDGE_MAX_RETRIES``.
 """
 from __future__ import annotations
 
@@ -31,12 +36,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from core.retry import backoff_delay
+from core.retry import backoff_delay, retry_after_s
 from core.verify_schema import Sentence, Statement, VerifyRequest, VerifyResult
 from verifier_service import text as T
 from verifier_service.align import align_statement, tokenize
 from verifier_service.prompts import (PROMPT_VERSION, JudgeFormatError, extract_messages, parse_extract,
                                       parse_verify, verify_messages)
+from verifier_service.rate_limit import RateLimiter, estimate_tokens
 from verifier_service.retrieval import MaterialIndex
 
 log = logging.getLogger(__name__)
@@ -58,41 +64,98 @@ def chat_completions_url(base: str) -> str:
     return base + "/chat/completions"
 
 
-def http_chat_fn(cfg, *, max_tokens: int = VERIFY_MAX_TOKENS, concurrency: int = 8,
-                 temperature: float = 0.0) -> Callable[[list[list[dict]]], list[Optional[str]]]:
+@dataclass(frozen=True)
+class RetryAfter:
+    """A reply slot of :func:`http_chat_fn`: the call failed with 429 and a ``Retry-After`` of ``seconds``.
+
+    ``too_long``: the server asked for more than ``JUDGE_MAX_WAIT_S``; the conversation is not retried in this
+    call (it gets the fallback label). Otherwise the chat function's limiter holds every call back until the
+    time is over, and :class:`LLMBackend` re-sends the conversation without its own back-off.
+    """
+
+    seconds: float
+    too_long: bool = False
+
+
+def http_chat_fn(cfg, *, max_tokens: int = VERIFY_MAX_TOKENS, temperature: float = 0.0,
+                 limiter: Optional[RateLimiter] = None) -> Callable[[list[list[dict]]], list]:
     """A batched ChatFn over an OpenAI-compatible ``/v1/chat/completions`` endpoint.
 
-    One POST per conversation (``concurrency`` in flight), each with ``timeout=JUDGE_TIMEOUT_S``. A failed
-    conversation (timeout, connection error, non-200 status, malformed body) yields ``None`` in its slot and
-    a warning in the log; the backend decides about retries. The API key (``MODEL_API_KEY``) is sent as a
-    bearer token and never logged.
+    One POST per conversation, each with ``timeout=JUDGE_TIMEOUT_S``, sent when ``limiter`` admits it (default:
+    :meth:`RateLimiter.from_config`, i.e. ``JUDGE_MAX_RPM``, ``JUDGE_MAX_TPM``, ``JUDGE_MAX_IN_FLIGHT``; one
+    limiter per chat function, i.e. per verifier replica). A call that the limits would hold longer than
+    ``JUDGE_MAX_WAIT_S`` is not sent. A failed conversation (not sent, timeout, connection error, non-200 status,
+    malformed body) yields ``None`` in its slot and a warning in the log; the backend decides about retries.
+
+    A 429 answer is counted in ``rlfh_judge_rate_limited_total{retry_after=...}``: with a ``Retry-After`` of at
+    most ``JUDGE_MAX_WAIT_S`` (``honoured``) the limiter admits nothing until that time is over and the slot is
+    a :class:`RetryAfter`; with a longer one (``too_long``) the limiter is paused as long as asked and the slot is
+    a :class:`RetryAfter` with ``too_long``; without one (``absent``) the slot is ``None`` (the back-off applies).
+    The API key (``MODEL_API_KEY``) is sent as a bearer token and never logged.
     """
     import httpx
+
+    from core import metrics
 
     url = chat_completions_url(cfg.model_url)
     headers = {"Authorization": f"Bearer {cfg.model_api_key}"} if cfg.model_api_key else {}
     client = httpx.Client(timeout=httpx.Timeout(cfg.judge_timeout_s), headers=headers)
-    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="judge-http")
+    limiter = limiter if limiter is not None else RateLimiter.from_config(cfg)
+    max_wait_s = float(cfg.judge_max_wait_s)
+    # each call in flight holds a thread; the limiter's in-flight limit also binds callers that share it
+    pool = ThreadPoolExecutor(max_workers=int(cfg.judge_max_in_flight), thread_name_prefix="judge-http")
     model = cfg.annotate_model or "default"
 
-    def one(messages: list[dict]) -> Optional[str]:
+    def one(messages: list[dict]):
         body = {"model": model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens}
+        ticket = limiter.acquire(estimate_tokens(messages, max_tokens), max_wait_s)
+        if ticket is None:
+            log.warning("judge call to %s not sent: the limits (JUDGE_MAX_RPM=%d, JUDGE_MAX_TPM=%d, "
+                        "JUDGE_MAX_IN_FLIGHT=%d, or a server's Retry-After) would hold it longer than "
+                        "JUDGE_MAX_WAIT_S=%g s", url, cfg.judge_max_rpm, cfg.judge_max_tpm, cfg.judge_max_in_flight,
+                        max_wait_s)
+            return None
+        used_tokens = None
         try:
-            r = client.post(url, json=body)
-        except httpx.HTTPError as e:
-            log.warning("judge call to %s failed: %s: %s", url, type(e).__name__, e)
-            return None
-        if r.status_code != 200:
-            log.warning("judge call to %s returned HTTP %d: %s", url, r.status_code, r.text[:200])
-            return None
-        try:
-            content = r.json()["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError) as e:
-            log.warning("judge reply from %s is not a chat completion (%s): %s", url, e, r.text[:200])
-            return None
-        return content if isinstance(content, str) else None
+            try:
+                r = client.post(url, json=body)
+            except httpx.HTTPError as e:
+                log.warning("judge call to %s failed: %s: %s", url, type(e).__name__, e)
+                return None
+            if r.status_code == 429:
+                return rate_limited(r)
+            if r.status_code != 200:
+                log.warning("judge call to %s returned HTTP %d: %s", url, r.status_code, r.text[:200])
+                return None
+            try:
+                reply = r.json()
+                content = reply["choices"][0]["message"]["content"]
+            except (ValueError, KeyError, IndexError, TypeError) as e:
+                log.warning("judge reply from %s is not a chat completion (%s): %s", url, e, r.text[:200])
+                return None
+            used_tokens = reported_tokens(reply)
+            return content if isinstance(content, str) else None
+        finally:
+            limiter.release(ticket, used_tokens)
 
-    def chat(convs: list[list[dict]]) -> list[Optional[str]]:
+    def rate_limited(r):
+        seconds = retry_after_s(r.headers.get("retry-after"))
+        if seconds is None:
+            metrics.inc("rlfh_judge_rate_limited_total", 1, {"retry_after": "absent"})
+            log.warning("judge call to %s: HTTP 429 without a readable Retry-After (%r); backing off", url,
+                        r.headers.get("retry-after"))
+            return None
+        limiter.pause(seconds)
+        too_long = seconds > max_wait_s
+        metrics.inc("rlfh_judge_rate_limited_total", 1, {"retry_after": "too_long" if too_long else "honoured"})
+        if too_long:
+            log.warning("judge call to %s: HTTP 429, Retry-After %.1f s is more than JUDGE_MAX_WAIT_S=%g s: "
+                        "not retried", url, seconds, max_wait_s)
+        else:
+            log.info("judge call to %s: HTTP 429, waiting the Retry-After of %.1f s", url, seconds)
+        return RetryAfter(seconds, too_long)
+
+    def chat(convs: list[list[dict]]) -> list:
         if len(convs) == 1:
             return [one(convs[0])]
         return list(pool.map(one, convs))
@@ -102,8 +165,16 @@ def http_chat_fn(cfg, *, max_tokens: int = VERIFY_MAX_TOKENS, concurrency: int =
         client.close()
 
     chat.model_name = model  # type: ignore[attr-defined]
+    chat.limiter = limiter  # type: ignore[attr-defined]
     chat.close = close  # type: ignore[attr-defined]
     return chat
+
+
+def reported_tokens(reply: dict) -> Optional[int]:
+    """``usage.total_tokens`` of a chat completion when the server reported a positive count, else None."""
+    usage = reply.get("usage") if isinstance(reply, dict) else None
+    total = usage.get("total_tokens") if isinstance(usage, dict) else None
+    return total if isinstance(total, int) and not isinstance(total, bool) and total > 0 else None
 
 
 # ----------------------------------------------------------------------------- time bound
@@ -115,12 +186,12 @@ BACKOFF_S, MAX_BACKOFF_S = 0.5, 10.0
 def judge_time_bound_s(cfg) -> float:
     """Upper bound of the judge time of one ``verify_many`` call, in seconds (for callers' timeouts).
 
-    Two stages (extract, verify), each at most ``1 + JUDGE_MAX_RETRIES`` attempts of ``JUDGE_TIMEOUT_S``
-    with the capped back-off between them. Calls queued behind other requests on the same endpoint can
-    still wait longer.
+    Two stages (extract, verify), each at most ``1 + JUDGE_MAX_RETRIES`` attempts of ``JUDGE_TIMEOUT_S``,
+    each held back at most ``JUDGE_MAX_WAIT_S`` by the rate limits or a 429's ``Retry-After``, with the capped
+    back-off between them. Calls queued behind other requests on the same endpoint can still wait longer.
     """
     retries = int(cfg.judge_max_retries)
-    per_stage = (retries + 1) * float(cfg.judge_timeout_s) + sum(
+    per_stage = (retries + 1) * (float(cfg.judge_timeout_s) + float(cfg.judge_max_wait_s)) + sum(
         backoff_delay(a, BACKOFF_S, MAX_BACKOFF_S) for a in range(retries))
     return 2.0 * per_stage
 
@@ -174,11 +245,13 @@ class LLMBackend:
         from core import metrics
         done: dict[int, object] = {}
         pending = list(convs)
+        backoff = False   # the last attempt had a failure that the back-off is for (not only 429 + Retry-After)
         for attempt in range(self.max_attempts):
             if not pending:
                 break
-            if attempt:
+            if attempt and backoff:
                 time.sleep(backoff_delay(attempt - 1, self.backoff_s, self.max_backoff_s))
+            backoff = True
             try:
                 replies = list(self.chat_fn([convs[k] for k in pending]))
                 if len(replies) != len(pending):
@@ -190,7 +263,14 @@ class LLMBackend:
                 continue
             still = []
             failed = 0   # no reply or an unparseable one (a partial parse is kept and re-asked, not a failure)
+            waits = 0    # 429s whose Retry-After the chat function's limiter waits out: no back-off on top
             for k, reply in zip(pending, replies):
+                if isinstance(reply, RetryAfter):
+                    failed += 1
+                    if not reply.too_long:    # too long: the server will not answer within JUDGE_MAX_WAIT_S
+                        still.append(k)
+                        waits += 1
+                    continue
                 if reply is None:
                     still.append(k)
                     failed += 1
@@ -207,6 +287,7 @@ class LLMBackend:
                 if not complete:
                     still.append(k)
             metrics.inc("rlfh_call_failures_total", failed, {"target": f"judge_{self.name}"})
+            backoff = len(still) > waits
             pending = still
         if pending:
             log.warning("%s judge: %d conversation(s) still failed after %d attempt(s)", self.name, len(pending),

@@ -42,7 +42,7 @@ def _data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy-repeats", type=int, default=d.policy_repeats,
                    help=f"Times the policy's graded answers are repeated. Default {d.policy_repeats}.")
     p.add_argument("--max-examples", type=int, default=t.max_examples,
-                   help="Train on the first N shuffled examples only (0: all). Default 0.")
+                   help=f"Train on the first N shuffled examples only (0: all). Default {t.max_examples}.")
     p.add_argument("--epochs", type=int, default=t.epochs, help=f"Passes over the examples. Default {t.epochs}.")
     p.add_argument("--lr", type=float, default=t.lr, help=f"AdamW learning rate (peak). Default {t.lr:g}.")
     p.add_argument("--batch-size", type=int, default=t.batch_size, help=f"Examples per step. Default {t.batch_size}.")

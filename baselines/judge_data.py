@@ -68,6 +68,14 @@ def swap_entity(sentence: str, pool: list[T.Entity], rng: random.Random) -> Opti
     return None
 
 
+def as_claim(answer: str) -> str:
+    """A short answer as the sentence a policy writes ("Delhi" -> "The answer is Delhi."). HaluEval's right
+    answers are mostly short phrases and its hallucinated ones whole sentences: without this, length alone
+    separates them and a judge learns that instead of reading the evidence."""
+    a = answer.strip()
+    return f"The answer is {a.rstrip('.')}." if len(a.split()) <= 5 else a
+
+
 def qa_examples(items, rng: random.Random, swaps_per_item: float = 1.0) -> list[Example]:
     """``qa`` and ``swap`` examples from HaluEval-QA items (pass only train-split items)."""
     out: list[Example] = []
@@ -75,16 +83,17 @@ def qa_examples(items, rng: random.Random, swaps_per_item: float = 1.0) -> list[
         mats = tuple(it.knowledge)
         gold = it.right_answer
         if it.right_answer:
-            out.append(Example(JudgeInput(it.right_answer, it.right_answer, it.question, mats,
-                                          _with_gold(rng, gold)), 1, "qa"))
+            c = as_claim(it.right_answer)
+            out.append(Example(JudgeInput(c, c, it.question, mats, _with_gold(rng, gold)), 1, "qa"))
         if it.hallucinated_answer:
-            out.append(Example(JudgeInput(it.hallucinated_answer, it.hallucinated_answer, it.question, mats,
-                                          _with_gold(rng, gold)), 0, "qa"))
-        if rng.random() < swaps_per_item:
+            c = as_claim(it.hallucinated_answer)
+            out.append(Example(JudgeInput(c, c, it.question, mats, _with_gold(rng, gold)), 0, "qa"))
+        n_swaps = int(swaps_per_item) + (rng.random() < swaps_per_item - int(swaps_per_item))
+        for _ in range(n_swaps):
             sents = [s.text for k in it.knowledge for s in T.split_sentences(k)]
             sents = [s for s in sents if 4 <= len(s.split()) <= 40]
             if not sents:
-                continue
+                break
             s = rng.choice(sents)
             pool = [e for k in it.knowledge for e in T.entities(k)]
             neg = swap_entity(s, pool, rng)
@@ -282,11 +291,11 @@ def summary_examples(limit: int, rng: random.Random) -> list[Example]:
 class DataSettings:
     """How much of each source goes into one training set (part of the judge's cache key)."""
 
-    qa_items: int = 1500
-    swaps_per_item: float = 1.0
-    dialogue_items: int = 600
-    summary_items: int = 500
-    hand_repeats: int = 3
+    qa_items: int = 1200
+    swaps_per_item: float = 2.0
+    dialogue_items: int = 300
+    summary_items: int = 200
+    hand_repeats: int = 2
     policy_repeats: int = 2
     policy_questions: int = 0           # train questions the policy samples answers to (0: none)
     policy_samples: int = 2             # answers per question

@@ -38,8 +38,8 @@ class TrainSettings:
     lr: float = 1e-3
     batch_size: int = 16
     warmup_steps: int = 30
-    max_examples: int = 0       # 0: every example of the training set
-    epochs: int = 1
+    max_examples: int = 4200    # the first N shuffled examples (0: all of them)
+    epochs: int = 2
     rank: int = 16
     alpha: float = 32.0
     seed: int = 0

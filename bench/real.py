@@ -372,8 +372,13 @@ def run_real(path: "str | Path" = DEFAULT_PATH, parts: Sequence[str] = PARTS, cf
     cfg = cfg or RLFHConfig.load()
     answers = load_real(path)
     backends = [("evidence", Verifier(cfg, backend="evidence"), None)]
+    judge_missing = None
     if with_judge:
-        backends.append(("judge", Verifier(cfg, backend="judge"), None))
+        from core.config import ConfigError
+        try:
+            backends.append(("judge", Verifier(cfg, backend="judge"), None))
+        except ConfigError as e:
+            judge_missing = f"not built ({e})"
     if with_llm and cfg.model_url:
         backends.append(("llm", Verifier(cfg, backend="llm"), llm_limit))
     from core.verify_schema import VerifyRequest
@@ -391,6 +396,10 @@ def run_real(path: "str | Path" = DEFAULT_PATH, parts: Sequence[str] = PARTS, cf
                 if limit and limit < len(subset):
                     m["note"] = f"first {limit} answers"
                 rows.append(m)
+        if judge_missing:
+            for gold in (False, True):
+                rows.append({"row": f"judge, {'with' if gold else 'no'} gold", "part": part, "backend": "judge",
+                             "gold": gold, "note": "not built: `rlfh judge train`, then CLAIM_JUDGE_WEIGHTS=<folder>"})
         if with_llm and not cfg.model_url:
             for gold in (False, True):
                 rows.append({"row": f"llm, {'with' if gold else 'no'} gold", "part": part, "backend": "llm",

@@ -36,7 +36,7 @@ def tiny_judge(tmp_path_factory, base_path):
     rng = random.Random(0)
     items = load_halueval("train")[:12]
     ex = D.qa_examples(items, rng)[:32]
-    judge, tok, metrics = J.train_judge(ex, base_path, J.TrainSettings(batch_size=8, rank=4, alpha=8.0),
+    judge, tok, metrics = J.train_judge(ex, base_path, J.TrainSettings(batch_size=8, rank=4, alpha=8.0, epochs=1),
                                         data_key="test", progress=False)
     out = M.save_judge(judge, tmp_path_factory.mktemp("judge"), metrics)
     return out, metrics
@@ -70,7 +70,10 @@ def test_qa_examples_label_the_right_answer_supported_and_the_hallucinated_one_n
     qa = [e for e in ex if e.source == "qa"]
     assert len(qa) == 60
     right = {it.right_answer for it in items}
-    assert all(e.label == (1 if e.inp.statement in right else 0) for e in qa)
+    assert all(e.label == (1 if e.inp.statement in {D.as_claim(r) for r in right} else 0) for e in qa)
+    # short answers are written as sentences, so length does not give the label away
+    assert D.as_claim("Delhi") == "The answer is Delhi." and D.as_claim("A long answer of several words.") == \
+        "A long answer of several words."
     # the gold answer goes into about half the pairs, never a wrong one
     golds = [e.inp.gold for e in qa if e.inp.gold]
     assert 10 < len(golds) < 50 and set(golds) <= right
@@ -131,7 +134,7 @@ def test_lora_starts_as_the_base_model(base_path):
     assert trainable and all(".lora_" in n or n.startswith("head.") for n in trainable)
 
 
-def test_training_lowers_the_loss_and_only_adapters_and_head_are_saved(tiny_judge, base_path):
+def test_training_runs_its_steps_and_only_adapters_and_head_are_saved(tiny_judge, base_path):
     out, metrics = tiny_judge
     assert metrics["examples"] == 32 and metrics["steps"] == 4
     from safetensors.torch import load_file
@@ -302,3 +305,19 @@ def test_calibrated_threshold_is_the_best_cut_off_on_the_given_examples(tiny_jud
     (out / "judge.json").write_text(json.dumps(meta))
     assert Verifier(judge_cfg(out)).backend.threshold == 0.35
     assert Verifier(judge_cfg(out, claim_judge_threshold=0.6)).backend.threshold == 0.6
+
+
+
+def test_real_bench_has_judge_rows_when_a_judge_is_given_and_says_how_to_build_one_when_not(tiny_judge, tmp_path):
+    from bench.real import DEFAULT_PATH, load_real, run_real
+    out, _ = tiny_judge
+    small = tmp_path / "real.jsonl"
+    lines = DEFAULT_PATH.read_text().splitlines()
+    small.write_text("\n".join(lines[:6]) + "\n")
+    assert len(load_real(small)) == 6
+    rows = run_real(small, parts=("tune", "heldout"), cfg=judge_cfg(out), with_llm=False)
+    judge_rows = [r for r in rows if r["backend"] == "judge"]
+    assert judge_rows and all("label_accuracy" in r or "note" not in r for r in judge_rows)
+    missing = run_real(small, parts=("tune",), cfg=judge_cfg(tmp_path), with_llm=False)
+    notes = [r["note"] for r in missing if r["backend"] == "judge"]
+    assert len(notes) == 2 and all("rlfh judge train" in n for n in notes)

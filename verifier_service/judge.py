@@ -30,7 +30,8 @@ from verifier_service import evidence as E
 from verifier_service import judge_model as M
 from verifier_service import text as T
 
-#: The judge trained by `rlfh judge train --ship` (adapter + spec, about 1 MB), on the embedded base.
+#: Where `rlfh judge train --ship` writes a judge (adapter + spec, about 1.3 MB) that the backend then uses when
+#: CLAIM_JUDGE_WEIGHTS is empty. None ships yet: no judge trained here beats the rules (docs/EVALUATION.md).
 SHIPPED_WEIGHTS = Path(__file__).resolve().parent / "judge_weights"
 BACKEND_VERSION = "judge-1"     # bump when the way labels are made from probabilities changes
 
@@ -61,8 +62,9 @@ class JudgeBackend:
         if not w.exists() or not (self.weights_dir / "judge.json").exists():
             from core.config import ConfigError
             raise ConfigError(f"CLAIM_JUDGE_WEIGHTS={self.weights_dir}: no trained judge there (expected "
-                              "judge.json and adapter.safetensors). Train one with `rlfh judge train`, or leave "
-                              "CLAIM_JUDGE_WEIGHTS empty for the shipped judge.")
+                              "judge.json and adapter.safetensors). Train one with `rlfh judge train` and set "
+                              "CLAIM_JUDGE_WEIGHTS to the folder it prints (no judge ships with the repo yet: "
+                              "docs/EVALUATION.md, 'The trained claim judge').")
         self._digest = _file_digest(w)
         threshold = getattr(cfg, "claim_judge_threshold", None)
         if threshold is None:           # the judge's own, calibrated when it was trained

@@ -283,8 +283,8 @@ def test_training_survives_the_reward_service_and_redis_dying(tmp_path, tiny_mod
 # checkpoint every 2 steps. The trainer process is SIGKILLed by PID after step 3 (checkpoint 2 is the last one),
 # then train.sh is run again with the same CKPT_PATH: it resumes at step 2 and the checkpoint's data position,
 # redoes step 3 on the same prompts, and metrics.jsonl continues the curve (the first run's lines are kept).
-# The rerun also ends the way `make train` does, with the held-out report (HELDOUT_REPORT=1), at a different size
-# per prompt mode (HELDOUT_LIMIT closed book, HELDOUT_EVIDENCE_LIMIT with the passage).
+# The rerun stops after RL: train.sh's held-out report is the same commands whatever came before it (`rlfh eval`,
+# `rlfh compare`, cluster.heldout_summary, each tested on its own), and here it cost a third of the rerun.
 
 def _train_env(tmp_path, tiny_model_path, **over) -> dict:
     from conftest import free_port
@@ -360,13 +360,12 @@ def test_trainer_sigkilled_resumes_at_checkpoint_step_and_data_position(tmp_path
     first_lost = before[ckpt_step]
     t_rerun = time.monotonic()
     resumed_s = None
-    env2 = dict(env, HELDOUT_REPORT="1", HELDOUT_LIMIT="6", HELDOUT_EVIDENCE_LIMIT="3")
     with open(log2, "wb") as fh:
-        proc2 = subprocess.Popen(["bash", "scripts/train.sh"], cwd=root, env=env2, stdout=fh, stderr=subprocess.STDOUT)
+        proc2 = subprocess.Popen(["bash", "scripts/train.sh"], cwd=root, env=env, stdout=fh, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 600
         while proc2.poll() is None:
-            assert time.monotonic() < deadline, "the rerun did not finish in 480 s:\n" + log2.read_text()[-4000:]
+            assert time.monotonic() < deadline, "the rerun did not finish in 600 s:\n" + log2.read_text()[-4000:]
             if resumed_s is None and any(r["step"] == ckpt_step + 1 and r != first_lost
                                          for r in _read_jsonl(metrics_path)):
                 resumed_s = time.monotonic() - t_rerun      # the lost step is done again
@@ -377,17 +376,8 @@ def test_trainer_sigkilled_resumes_at_checkpoint_step_and_data_position(tmp_path
             proc2.wait(timeout=30)
     rc = proc2.returncode
     out2 = log2.read_text()
-    # 3: the gate's verdict on a tiny random model may well be FAILED (train.sh exits 3 then); anything else is an error
-    assert rc in (0, 3), out2[-4000:]
-    assert "6 closed book, 3 with the passage" in out2, out2[-4000:]
-    report = json.loads((tmp_path / "run" / "heldout" / "report" / "report.json").read_text())
-    sizes = {g: sorted({m["metrics"]["n"] for m in grp["models"]}) for g, grp in report["groups"].items()}
-    assert len(sizes) == 2 and all(n == ([3] if "evidence" in g else [6]) for g, n in sizes.items()), sizes
-    assert "held-out, " in out2 and ("PASSED" in out2 or "FAILED" in out2), out2[-4000:]
+    assert rc == 0, out2[-4000:]
     assert f"-> {warm.group(1)}" in out2 and "re-using" in out2, out2[-4000:]   # the warm start from its cache
-    # the last line says where the time went
-    assert re.search(r"\[train\.sh\] time: warm start \d+ s, RL \d+ s, held-out report \d+ s; total \d+ s on "
-                     r"\d+ cores \(.*(native bf16|no native bf16: fp32)\)", out2), out2[-2000:]
     assert f"resuming at step {ckpt_step}" in out2, out2[-4000:]
     after = _read_jsonl(metrics_path)
     steps = [r["step"] for r in after]

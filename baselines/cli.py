@@ -131,7 +131,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "$RLFH_CACHE_DIR/probe are still re-used.")
     w.add_argument("--abstain-price", type=float, default=-0.5,
                    help="With --abstain-where probed: the reward of declining in the RL that follows "
-                        "(OUTCOME_ABSTAIN; right +1, wrong -1), which sets the threshold. Default -0.5 "
+                        "(ABSTAIN_OUTCOME_REWARD; right +1, wrong -1), which sets the threshold. Default -0.5 "
                         "(decline below 25%% right).")
     w.add_argument("--train-layers", type=int, default=0,
                    help="Train only the last N transformer layers: the input embeddings (and an LM head tied to "

@@ -215,7 +215,7 @@ def run(args) -> int:
         if not args.probe_temperature > 0:
             raise BaselineError(f"--probe-temperature must be > 0 (the probe samples), got {args.probe_temperature}")
         if not -1.0 <= args.abstain_price < 1.0:
-            raise BaselineError(f"--abstain-price must be in [-1, 1) (the trainer's OUTCOME_ABSTAIN), got "
+            raise BaselineError(f"--abstain-price must be in [-1, 1) (the trainer's ABSTAIN_OUTCOME_REWARD), got "
                                 f"{args.abstain_price}")
     settings = settings_of(args)
     out_path = Path(args.out)

@@ -7,7 +7,7 @@ either failure within a few steps.
 
 The set is fixed for the whole run (the same ``DEV_EVAL_SIZE`` dev questions by question hash, so runs pair item by
 item) and asked in each of ``DEV_EVAL_MODES``. The score that early stopping and the best-step choice read is the
-ternary outcome (right ``OUTCOME_CORRECT``, declined ``OUTCOME_ABSTAIN``, wrong ``OUTCOME_WRONG``) averaged
+ternary outcome (right ``OUTCOME_CORRECT``, declined ``ABSTAIN_OUTCOME_REWARD``, wrong ``OUTCOME_WRONG``) averaged
 over the modes: the reward the recipe trains on, measured on questions it never trains on. With the passage in
 the prompt the model is right about half the time, so a policy that declines everywhere loses there what it
 gains closed book.
@@ -79,7 +79,7 @@ def grade_dev(items: Sequence, modes: Sequence[str], answers: Sequence[str]) -> 
     return out
 
 
-def dev_metrics(graded: Sequence[DevAnswer], outcome_correct: float = 1.0, outcome_abstain: float = -0.5,
+def dev_metrics(graded: Sequence[DevAnswer], outcome_correct: float = 1.0, abstain_outcome_reward: float = -0.5,
                 outcome_wrong: float = -1.0, type_weights: Optional[dict[str, float]] = None) -> dict[str, float]:
     """Flat ``dev/...`` metrics of graded answers, per mode and per question type.
 
@@ -106,15 +106,15 @@ def dev_metrics(graded: Sequence[DevAnswer], outcome_correct: float = 1.0, outco
         out[f"dev/{m}/abstain"] = ab / n
         if c + w:
             out[f"dev/{m}/acc_attempted"] = c / (c + w)
-        out[f"dev/{m}/score"] = (outcome_correct * c + outcome_abstain * ab + outcome_wrong * w) / n
+        out[f"dev/{m}/score"] = (outcome_correct * c + abstain_outcome_reward * ab + outcome_wrong * w) / n
         by_type, shares = {}, {}   # per type: mean outcome; (correct share, incorrect share)
         for t in TYPES:
             sub = [a for a in rows if a.qtype == t]
             if sub:
                 out[f"dev/{m}/abstain/{t}"] = sum(a.abstained and not a.correct for a in sub) / len(sub)
                 out[f"dev/{m}/correct/{t}"] = sum(a.correct for a in sub) / len(sub)
-                by_type[t] = sum(outcome_correct if a.correct else outcome_abstain if a.abstained else outcome_wrong
-                                 for a in sub) / len(sub)
+                by_type[t] = sum(outcome_correct if a.correct else abstain_outcome_reward if a.abstained
+                                 else outcome_wrong for a in sub) / len(sub)
                 shares[t] = (sum(a.correct for a in sub) / len(sub),
                              sum(not a.correct and not a.abstained for a in sub) / len(sub))
         # the shares at the natural type mix (= the plain shares without type_weights): what the selection reads
@@ -209,7 +209,7 @@ class DevEvaluator:
         for s in samples:
             texts[s.prompt_index] = s.response_text
         graded = grade_dev([it for it, _ in self.asked], [m for _, m in self.asked], texts)
-        out = dev_metrics(graded, cfg.outcome_correct, cfg.outcome_abstain, cfg.outcome_wrong, self.type_weights)
+        out = dev_metrics(graded, cfg.outcome_correct, cfg.abstain_outcome_reward, cfg.outcome_wrong, self.type_weights)
         out["time/dev_eval"] = round(time.perf_counter() - t0, 3)
         score = out["dev/score"]
         value = selection_value(out, cfg.dev_select_max_incorrect)

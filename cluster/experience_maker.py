@@ -175,19 +175,19 @@ def score(reward_fn: Callable, rollout: Rollout, skips: SkipCounter) -> Optional
 
 def judge_outcomes(cfg: RLFHConfig, rollout: Rollout, scores: Scores, carried: dict) -> Optional[Outcomes]:
     """OUTCOME_REWARD=ternary: right / declined / wrong by OUTCOME_JUDGE (the gold grader, or the verifier), the
-    step's abstention price (ABSTAIN_PRICE, ABSTAIN_TARGET_RATE; ``carried``: the trainer state's controller
-    values, read only) and the outcome rewards. None for OUTCOME_REWARD=none."""
+    step's abstention price (ABSTAIN_OUTCOME_REWARD_MODE, ABSTAIN_TARGET_RATE; ``carried``: the trainer state's
+    controller values, read only) and the outcome rewards. None for OUTCOME_REWARD=none."""
     if cfg.outcome_reward != "ternary":
         return None
     correct, abstained = ((scores.is_correct, scores.abstained) if cfg.outcome_judge == "verifier"
                           else gold_outcomes(rollout.samples, rollout.prompts, scores.is_correct, scores.abstained))
     closed = rollout.in_mode("closed")
-    price = step_abstain_price(cfg.abstain_price, correct, abstained, rollout.sampled, closed,
-                               fixed_price=cfg.outcome_abstain, target_rate=cfg.abstain_target_rate,
-                               step_size=cfg.abstain_price_step, margin=cfg.abstain_price_margin,
+    price = step_abstain_price(cfg.abstain_outcome_reward_mode, correct, abstained, rollout.sampled, closed,
+                               fixed_price=cfg.abstain_outcome_reward, target_rate=cfg.abstain_target_rate,
+                               step_size=cfg.abstain_target_rate_step, margin=cfg.abstain_outcome_reward_margin,
                                correct_reward=cfg.outcome_correct, wrong_reward=cfg.outcome_wrong, carried=carried)
     rewards = outcome_rewards(correct, abstained, closed, price.price, correct_reward=cfg.outcome_correct,
-                              wrong_reward=cfg.outcome_wrong, evidence_price=cfg.outcome_abstain_evidence)
+                              wrong_reward=cfg.outcome_wrong, evidence_price=cfg.abstain_outcome_reward_evidence)
     return Outcomes(correct, abstained, price, rewards)
 
 

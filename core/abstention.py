@@ -67,7 +67,7 @@ def step_abstain_price(rule: str, correct: Tensor, abstained: Tensor, sampled: T
     """This step's abstention price, and the controller's value for the next step.
 
     Args:
-        rule: "fixed" or "answer-mean" (the ABSTAIN_PRICE setting).
+        rule: "fixed" or "answer-mean" (the ABSTAIN_OUTCOME_REWARD_MODE setting).
         correct, abstained: ``[N]`` bool, the outcome judge's verdicts on the step's responses.
         sampled: ``[N]`` bool, the policy's own samples (not injected abstention candidates).
         closed: ``[N]`` bool, the sample's prompt carries no passage. The rates and the answer mean are over the
@@ -104,7 +104,7 @@ def outcome_rewards(correct: Tensor, abstained: Tensor, closed: Tensor, price: f
                     wrong_reward: float, evidence_price: Optional[float] = None) -> Tensor:
     """``[N]`` ternary outcome rewards: ``correct_reward`` / the abstention price / ``wrong_reward``. Abstentions
     on prompts that carry their passage (``~closed``) earn ``evidence_price`` instead when it is set
-    (OUTCOME_ABSTAIN_EVIDENCE)."""
+    (ABSTAIN_OUTCOME_REWARD_EVIDENCE)."""
     abstain_value: float | Tensor = price
     if evidence_price is not None:
         abstain_value = torch.where(~closed, evidence_price, abstain_value)

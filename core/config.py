@@ -94,7 +94,14 @@ RECIPE_META_KEYS = ("description", "extends")
 
 #: Settings renamed so that each concept has one family of names (issue 49): old name -> new name. An old name in
 #: the environment, a recipe or a flag is refused with a ConfigError that names the new one.
-RENAMED_SETTINGS: dict[str, str] = {}
+RENAMED_SETTINGS: dict[str, str] = {
+    "OUTCOME_ABSTAIN": "ABSTAIN_OUTCOME_REWARD",
+    "OUTCOME_ABSTAIN_EVIDENCE": "ABSTAIN_OUTCOME_REWARD_EVIDENCE",
+    "ABSTAIN_PRICE": "ABSTAIN_OUTCOME_REWARD_MODE",            # a mode (fixed | answer-mean), not a price
+    "ABSTAIN_PRICE_MARGIN": "ABSTAIN_OUTCOME_REWARD_MARGIN",
+    "ABSTAIN_PRICE_STEP": "ABSTAIN_TARGET_RATE_STEP",          # the step of ABSTAIN_TARGET_RATE's controller
+    "ABSTAIN_REWARD": "ABSTAIN_TOKEN_REWARD",                  # the reward service's token-level one
+}
 
 
 def renamed_message(old: str, where: str) -> str:
@@ -190,8 +197,8 @@ def read_recipe(name: str) -> tuple[dict[str, tuple[Any, Path]], str]:
             if fields[key] in ProcessSettings.model_fields:
                 raise ConfigError(f"recipe file {path}: {key} cannot be set by a recipe: every process reads it "
                                   "from its own environment; set it there")
-            if isinstance(value, (list, dict)) and key not in ("VERIFICATION_MAP", "INFORMATIVE_MAP") or \
-                    not isinstance(value, (str, int, float, bool, dict)):
+            maps = ("VERIFICATION_MAP", "INFORMATIVE_MAP")     # JSON objects: a TOML table (or JSON text)
+            if not isinstance(value, (str, int, float, bool, dict) if key in maps else (str, int, float, bool)):
                 raise ConfigError(f"recipe file {path}: {key} = {value!r}: a value must be a string, a number or "
                                   "true/false")
             settings[key] = (value, path)
@@ -407,7 +414,8 @@ class ServiceSettings(Settings):
     reward_epsilon: reward_type("reward_epsilon") = reward_setting("reward_epsilon", env="REWARD_EPSILON")
     reward_mu: reward_type("reward_mu") = reward_setting("reward_mu", env="REWARD_MU")
     reward_clip: reward_type("reward_clip") = reward_setting("reward_clip", env="REWARD_CLIP")
-    abstain_reward: reward_type("abstain_reward") = reward_setting("abstain_reward", env="ABSTAIN_REWARD")
+    abstain_token_reward: reward_type("abstain_token_reward") = reward_setting("abstain_token_reward",
+                                                                               env="ABSTAIN_TOKEN_REWARD")
     empty_reward: reward_type("empty_reward") = reward_setting("empty_reward", env="EMPTY_REWARD")
     reward_tokenizer: str = setting(
         "", "Tokenizer the reward service uses when a caller sends no token offsets (empty: MODEL_PATH).",
@@ -551,13 +559,13 @@ class LauncherSettings(Settings):
     warm_start: Literal["probed", "graded", "random", "none"] = setting(
         "none", "scripts/train.sh: SFT an abstention warm start on the base model's own answers first, and train from "
         "it. 'probed': \"I don't know.\" where a knowledge-boundary probe (8 samples a question) says answering "
-        "does not pay at OUTCOME_ABSTAIN; 'graded': in place of a WARM_START_SHARE of the gold grader's wrong "
+        "does not pay at ABSTAIN_OUTCOME_REWARD; 'graded': in place of a WARM_START_SHARE of the gold grader's wrong "
         "answers; 'random': in place of a random WARM_START_SHARE of the closed-book targets; 'none': RL from "
         "MODEL_PATH as it is. Cached per model and settings (`rlfh baseline warmstart`).",
         env="WARM_START", group="launcher", cli=False)
     warm_start_share: float = setting(
         0.6, "WARM_START=graded: share of the wrong answers replaced by \"I don't know.\"; random: share of all "
-        "closed-book targets; probed: unused (the probe and OUTCOME_ABSTAIN decide).", env="WARM_START_SHARE",
+        "closed-book targets; probed: unused (the probe and ABSTAIN_OUTCOME_REWARD decide).", env="WARM_START_SHARE",
         group="launcher", cli=False, ge=0.0, le=1.0)
     warm_start_questions: int = setting(
         256, "Training questions the warm start answers and is fine-tuned on.", env="WARM_START_QUESTIONS",
@@ -571,9 +579,9 @@ class LauncherSettings(Settings):
     warm_start_train_layers: int = setting(
         0, "The warm start's SFT trains only the last N transformer layers (as CRITIC_TRAIN_LAYERS): the input "
         "embeddings (and an LM head tied to them) and the layers below stay frozen and the backward stops at the "
-        "lowest trained layer (the embedded model's SFT with 15 of 30: 680 s instead of 976 on 2 AVX2 cores). 0: "
-        "every parameter is trained (make train: a warm start of the last 15 layers made RL's second step fall below "
-        "it on dev; docs/DEMO.md, session 29).",
+        "lowest trained layer (what it saves: docs/PERFORMANCE.md, \"The warm start's SFT by trained layers\"). 0: "
+        "every parameter is trained (recipe main trains all: a warm start of the last 15 layers made RL's second "
+        "step fall below it on dev).",
         env="WARM_START_TRAIN_LAYERS", group="launcher", cli=False, ge=0)
     warm_start_dir: str = setting(
         "", "Where the warm start is built and cached (empty: a folder under RLFH_CACHE_DIR/warmstart/ named by the "
@@ -594,11 +602,12 @@ class LauncherSettings(Settings):
         group="launcher", cli=False)
     heldout_limit: int = setting(
         300, "Closed-book questions of the held-out report: the gate's size (at 100 its tests on right answers can "
-        "go either way by chance, docs/DEMO.md \"Session 24\").", env="HELDOUT_LIMIT", group="launcher",
+        "go either way by chance).", env="HELDOUT_LIMIT", group="launcher",
         cli=False, ge=1)
     heldout_evidence_limit: int = setting(
         100, "Questions of the held-out report asked with their passage (the no-regression check; these prompts "
-        "are about 5x longer).", env="HELDOUT_EVIDENCE_LIMIT", group="launcher", cli=False, ge=1)
+        "are several times longer than closed-book ones).", env="HELDOUT_EVIDENCE_LIMIT", group="launcher",
+        cli=False, ge=1)
     mkl_vendor_shim: Literal["auto", "on", "off"] = setting(
         "auto", "scripts/train.sh, demo.sh and run_tests.sh on an AMD CPU: preload a one-function library that makes "
         "Intel MKL (torch's fp32 matrix products) use the kernels it uses on Intel CPUs instead of its slower "
@@ -642,18 +651,17 @@ class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings, DemoSetting
     actor_train_layers: int = setting(
         0, "Policy: train only its last N transformer layers (as CRITIC_TRAIN_LAYERS); the embeddings (and an LM "
         "head tied to them) and the layers below keep the weights MODEL_PATH loaded. 0: train all. The backward "
-        "stops at the lowest trained layer and the frozen part has no gradients or AdamW moments (the embedded "
-        "model's RL step with 15 of 30: training 28-42 s instead of 40-59 s on 2 AVX2 cores). make train trains "
-        "all: 15 / 15 with WARM_START_TRAIN_LAYERS=15 lost more of the base's right answers on held-out questions "
-        "(docs/DEMO.md, session 29).",
+        "stops at the lowest trained layer and the frozen part has no gradients or AdamW moments (what it saves: "
+        "docs/PERFORMANCE.md, \"Trained layers of the policy and the critic\"). Recipe main trains all: 15 with "
+        "WARM_START_TRAIN_LAYERS=15 lost more of the base's right answers on held-out questions.",
         env="ACTOR_TRAIN_LAYERS", group="model", ge=0)
     critic_train_layers: int = setting(
         0, "Critic: train only its last N transformer layers (and the value head); the embeddings and the layers "
         "below stay at their initial weights. 0: train all. Saves the frozen part's gradients and AdamW moments "
         "(12 bytes a parameter in fp32) and its backward pass; in the colocated layout, when the critic and the "
         "reference start from the same weights (CRITIC_PRETRAIN empty, ZERO_STAGE < 3), the frozen part IS the "
-        "reference's (one copy in memory). The default GAE run of the embedded model with 4 of 30 layers peaks at "
-        "~1 GB less (`rlfh bench train`).", env="CRITIC_TRAIN_LAYERS", group="model", ge=0)
+        "reference's (one copy in memory). What it saves: docs/PERFORMANCE.md, \"Trained layers of the policy and "
+        "the critic\".", env="CRITIC_TRAIN_LAYERS", group="model", ge=0)
     save_path: str = setting("runs/rlfh", "Output folder: final model, checkpoints/, metrics, plots.",
                              env="SAVE_PATH", group="model")
     ckpt_path: str = setting("", "Checkpoint folder to save into and resume from (empty: SAVE_PATH/checkpoints).",
@@ -674,11 +682,12 @@ class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings, DemoSetting
         "it and to abstain when it does not).", env="PROMPT_MODE", group="data")
     evidence_share: float = setting(
         0.5, "PROMPT_MODE=mixed: share of the questions asked with their evidence in the prompt (fixed per question "
-        "by a stable hash); the rest are asked closed book. Closed-book prompts cost about a fifth of evidence "
-        "prompts, so a smaller share sees more questions per minute.", env="EVIDENCE_SHARE", group="data", ge=0, le=1)
+        "by a stable hash); the rest are asked closed book. Closed-book prompts are much shorter than evidence "
+        "prompts, so a smaller share sees more questions per minute.", env="EVIDENCE_SHARE", group="data", ge=0,
+        le=1)
     type_balance: float = setting(
         0.0, "Minimum share of each closed-form question type (yes/no, two-option \"A or B\") in the training "
-        "prompts; rarer types are repeated until they reach it (0: the data as given). HotpotQA-style data is ~85 percent "
+        "prompts; rarer types are repeated until they reach it (0: the data as given). HotpotQA-style data is mostly "
         "open questions that a small model rarely knows; without the contrast it learns to abstain everywhere. "
         "Types come from the question text only.", env="TYPE_BALANCE", group="data", ge=0, lt=0.5)
     system_prompt: str = setting(
@@ -700,9 +709,10 @@ class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings, DemoSetting
         env="ABSTAIN_TEXT", group="reward", min_length=1)
     outcome_reward: Literal["none", "ternary"] = setting(
         "none", "Outcome-level reward on each response's last token, added to the token rewards: 'ternary' (TruthRL, "
-        "arXiv 2509.25760) gives OUTCOME_CORRECT when the verifier finds every statement correct, OUTCOME_ABSTAIN to "
-        "an abstention and OUTCOME_WRONG to anything else, so a group prefers abstaining exactly where the model's "
-        "answers are mostly wrong. 'none': the token rewards alone.", env="OUTCOME_REWARD", group="reward")
+        "arXiv 2509.25760) gives OUTCOME_CORRECT when the verifier finds every statement correct, "
+        "ABSTAIN_OUTCOME_REWARD to an abstention and OUTCOME_WRONG to anything else, so a group prefers abstaining "
+        "exactly where the model's answers are mostly wrong. 'none': the token rewards alone.",
+        env="OUTCOME_REWARD", group="reward")
     outcome_judge: Literal["gold", "verifier"] = setting(
         "gold", "Who decides right / abstained / wrong for OUTCOME_REWARD: 'gold' (the gold-answer grader of "
         "`rlfh eval` against the item's right_answer: containment, yes/no and choice rules; items without a gold "
@@ -711,42 +721,47 @@ class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings, DemoSetting
         env="OUTCOME_JUDGE", group="reward")
     outcome_correct: float = setting(1.0, "OUTCOME_REWARD=ternary: reward of a correct response.",
                                      env="OUTCOME_CORRECT", group="reward")
-    outcome_abstain: float = setting(
-        0.0, "OUTCOME_REWARD=ternary: reward of an abstention. Between OUTCOME_WRONG and OUTCOME_CORRECT; answering "
-        "pays when p * OUTCOME_CORRECT + (1 - p) * OUTCOME_WRONG > OUTCOME_ABSTAIN (p: how often the model is "
-        "right on that question), so -0.5 with +1/-1 keeps answers that are right more than a quarter of the time.",
-        env="OUTCOME_ABSTAIN", group="reward")
-    abstain_target_rate: Optional[float] = setting(
-        None, "OUTCOME_REWARD=ternary: hold the share of sampled closed-book responses that decline near this rate "
-        "by adapting the abstention reward each step (dual ascent: the reward falls by ABSTAIN_PRICE_STEP x (rate - "
-        "target), starting from OUTCOME_ABSTAIN, kept inside (OUTCOME_WRONG, OUTCOME_CORRECT)). With a fixed reward "
-        "abstention drifts up or down on every question alike; holding the rate leaves RL the part that differs "
-        "between questions (decline where the answers are wrong). Empty: off, the fixed OUTCOME_ABSTAIN.",
-        env="ABSTAIN_TARGET_RATE", group="reward", ge=0, le=1)
-    abstain_price: Literal["fixed", "answer-mean"] = setting(
-        "fixed", "OUTCOME_REWARD=ternary: how each step's abstention reward is set. fixed: OUTCOME_ABSTAIN (or the "
-        "ABSTAIN_TARGET_RATE controller when that is set). answer-mean: the mean outcome reward of the step's own "
-        "closed-book answers (declines and injected candidates excluded) plus ABSTAIN_PRICE_MARGIN, so the "
-        "batch's advantages do not push abstention up or down on every question alike, only where a question's "
-        "answers are worse (decline) or better (answer) than the policy's answers in general "
-        "(core_algos.answer_mean_abstain_price). With ABSTAIN_TARGET_RATE as well, the controller moves the margin "
-        "instead of the price (starting from ABSTAIN_PRICE_MARGIN): the batch mean takes the fast common part, "
-        "the controller the slow drift of the level.", env="ABSTAIN_PRICE", group="reward")
-    abstain_price_margin: float = setting(
-        0.0, "ABSTAIN_PRICE=answer-mean: added to the mean answer reward (> 0 leans toward declining); with "
-        "ABSTAIN_TARGET_RATE, where the adapted margin starts.",
-        env="ABSTAIN_PRICE_MARGIN", group="reward")
-    abstain_price_step: float = setting(
-        1.0, "ABSTAIN_TARGET_RATE: how far the abstention reward moves per unit of rate error per step.",
-        env="ABSTAIN_PRICE_STEP", group="reward", ge=0)
     outcome_wrong: float = setting(-1.0, "OUTCOME_REWARD=ternary: reward of a wrong (not abstaining) response.",
                                    env="OUTCOME_WRONG", group="reward")
-    outcome_abstain_evidence: Optional[float] = setting(
+    # the outcome reward of an abstention: ABSTAIN_OUTCOME_REWARD*, and the rate controller ABSTAIN_TARGET_RATE*
+    # (ABSTAIN_TOKEN_REWARD, a reward service setting, is the token-level reward of an abstention)
+    abstain_outcome_reward: float = setting(
+        0.0, "OUTCOME_REWARD=ternary: reward of an abstention (on a closed-book prompt; see "
+        "ABSTAIN_OUTCOME_REWARD_EVIDENCE). Between OUTCOME_WRONG and OUTCOME_CORRECT; answering pays when "
+        "p * OUTCOME_CORRECT + (1 - p) * OUTCOME_WRONG > ABSTAIN_OUTCOME_REWARD (p: how often the model is right on "
+        "that question), so -0.5 with +1/-1 keeps answers that are right more than a quarter of the time. The "
+        "value every step uses with ABSTAIN_OUTCOME_REWARD_MODE=fixed, where ABSTAIN_TARGET_RATE's controller "
+        "starts otherwise.", env="ABSTAIN_OUTCOME_REWARD", group="reward")
+    abstain_outcome_reward_evidence: Optional[float] = setting(
         None, "OUTCOME_REWARD=ternary: reward of an abstention on a prompt that carries its evidence passage "
-        "(PROMPT_MODE=evidence, or the evidence share of mixed). Empty: OUTCOME_ABSTAIN. With the passage in the "
-        "prompt the model is right far more often than closed book, so the same abstention reward that teaches "
+        "(PROMPT_MODE=evidence, or the evidence share of mixed). Empty: ABSTAIN_OUTCOME_REWARD. With the passage in "
+        "the prompt the model is right far more often than closed book, so the same abstention reward that teaches "
         "closed-book caution almost never pays there; a higher value here asks the model to decline where the "
-        "passage did not help it.", env="OUTCOME_ABSTAIN_EVIDENCE", group="reward")
+        "passage did not help it.", env="ABSTAIN_OUTCOME_REWARD_EVIDENCE", group="reward")
+    abstain_outcome_reward_mode: Literal["fixed", "answer-mean"] = setting(
+        "fixed", "OUTCOME_REWARD=ternary: how each step's abstention reward is set. fixed: ABSTAIN_OUTCOME_REWARD "
+        "(or the ABSTAIN_TARGET_RATE controller when that is set). answer-mean: the mean outcome reward of the "
+        "step's own closed-book answers (declines and injected candidates excluded) plus "
+        "ABSTAIN_OUTCOME_REWARD_MARGIN, so the batch's advantages do not push abstention up or down on every "
+        "question alike, only where a question's answers are worse (decline) or better (answer) than the policy's "
+        "answers in general (core_algos.answer_mean_abstain_price). With ABSTAIN_TARGET_RATE as well, the "
+        "controller moves the margin instead of the reward (starting from ABSTAIN_OUTCOME_REWARD_MARGIN): the batch "
+        "mean takes the fast common part, the controller the slow drift of the level.",
+        env="ABSTAIN_OUTCOME_REWARD_MODE", group="reward")
+    abstain_outcome_reward_margin: float = setting(
+        0.0, "ABSTAIN_OUTCOME_REWARD_MODE=answer-mean: added to the mean answer reward (> 0 leans toward "
+        "declining); with ABSTAIN_TARGET_RATE, where the adapted margin starts.",
+        env="ABSTAIN_OUTCOME_REWARD_MARGIN", group="reward")
+    abstain_target_rate: Optional[float] = setting(
+        None, "OUTCOME_REWARD=ternary: hold the share of sampled closed-book responses that decline near this rate "
+        "by adapting the abstention reward each step (dual ascent: the reward falls by ABSTAIN_TARGET_RATE_STEP x "
+        "(rate - target), starting from ABSTAIN_OUTCOME_REWARD, kept inside (OUTCOME_WRONG, OUTCOME_CORRECT)). With "
+        "a fixed reward abstention drifts up or down on every question alike; holding the rate leaves RL the part "
+        "that differs between questions (decline where the answers are wrong). Empty: off, the fixed "
+        "ABSTAIN_OUTCOME_REWARD.", env="ABSTAIN_TARGET_RATE", group="reward", ge=0, le=1)
+    abstain_target_rate_step: float = setting(
+        1.0, "ABSTAIN_TARGET_RATE: how far the abstention reward (or, with ABSTAIN_OUTCOME_REWARD_MODE=answer-mean, "
+        "the margin) moves per unit of rate error per step.", env="ABSTAIN_TARGET_RATE_STEP", group="reward", ge=0)
     token_reward_weight: float = setting(
         1.0, "Weight of the verifier's token-level rewards in the total reward (0 with OUTCOME_REWARD=ternary: "
         "TruthRL's pure outcome reward; 1: statement-level rewards plus the outcome).", env="TOKEN_REWARD_WEIGHT",
@@ -801,12 +816,13 @@ class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings, DemoSetting
                                     group="optim", ge=1)
     micro_train_batch_size: int = setting(
         8, "Samples per forward/backward (per rank). With SHARE_PROMPT_FORWARD a micro batch runs each of its "
-        "prompts once, so larger micro batches share more: on 2 CPU cores (embedded model, 8 prompts x 4 samples) 8 "
-        "gave 0.75x the train time of 4 for +2% peak memory; 16 and 32 were no faster and cost 0.7-2.2 GB more.",
+        "prompts once, so larger micro batches share more, up to a point (the sizes measured: docs/PERFORMANCE.md, "
+        "\"Micro batch sizes\").",
         env="MICRO_TRAIN_BATCH_SIZE", group="optim", ge=1)
     micro_rollout_batch_size: int = setting(32, "Sequences per generate/log-prob forward (per rank). Decoding "
                                             "streams every weight once per step for the whole micro batch, so "
-                                            "on CPU 32 rows give ~1.4x the tokens/s of 16.",
+                                            "more rows give more tokens/s (docs/PERFORMANCE.md, \"Micro batch "
+                                            "sizes\").",
                                             env="MICRO_ROLLOUT_BATCH_SIZE", group="optim", ge=1)
     max_epochs: int = setting(1, "PPO epochs over each rollout batch.", env="MAX_EPOCHS", group="optim", ge=1)
     freezing_actor_steps: int = setting(0, "Train only the critic for the first N steps.",
@@ -819,25 +835,25 @@ class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings, DemoSetting
     train_autocast: Literal["auto", "off", "bf16"] = setting(
         "auto", "Mixed precision of the policy's, reference's and critic's forwards (training and log-probs): "
         "weights, gradients and optimizer state stay fp32, matmuls run in bf16 under torch.autocast. auto: bf16 "
-        "on a CPU with native bf16 (AVX512-BF16 / AMX) when DTYPE=fp32 (about 2.2x faster forward+backward on 2 "
-        "cores; `rlfh bench drift` prints the log-prob drift and the gradient's agreement with fp32), else off "
-        "(on GPUs set DTYPE=bf16 instead).", env="TRAIN_AUTOCAST", group="optim")
+        "on a CPU with native bf16 (AVX512-BF16 / AMX) when DTYPE=fp32 (faster; `rlfh bench drift` prints the "
+        "speed, the log-prob drift and the gradient's agreement with fp32; docs/PERFORMANCE.md, \"Mixed precision "
+        "on CPU\"), else off (on GPUs set DTYPE=bf16 instead).", env="TRAIN_AUTOCAST", group="optim")
     lora_rank: int = setting(0, "LoRA rank (0: full fine-tuning).", env="LORA_RANK", group="optim", ge=0)
     lora_alpha: int = setting(16, "LoRA alpha.", env="LORA_ALPHA", group="optim", ge=1)
     gradient_checkpointing: bool = setting(False, "Gradient checkpointing for policy and critic.",
                                            env="GRADIENT_CHECKPOINTING", group="optim")
     optim_state_dtype: Literal["auto", "fp32", "bf16"] = setting(
         "auto", "dtype of the AdamW moments of the policy and the critic. bf16 halves the optimizer state (8 -> 4 "
-        "bytes per parameter: 538 MB less per 135M-parameter model); parameters, gradients and the update "
-        "arithmetic stay fp32, and with betas (0.9, 0.95) every step moves a moment by 5-10%, far above bf16's "
-        "rounding (30 steps stay within 2% of the fp32 trajectory, tested). It costs 0.27 s per optimizer step "
-        "of the embedded model on 2 cores instead of 0.10 s. fp32 uses torch's fused AdamW. auto: bf16 when the "
-        "model trains on CPU, fp32 on GPUs.", env="OPTIM_STATE_DTYPE", group="optim")
+        "bytes per parameter); parameters, gradients and the update arithmetic stay fp32, and with betas (0.9, "
+        "0.95) every step moves a moment far more than bf16's rounding (tests/test_optim.py checks the trajectory "
+        "against fp32's). Its optimizer step is slower than torch's fused fp32 AdamW (docs/PERFORMANCE.md, "
+        "\"Optimizer state\"). auto: bf16 when the model trains on CPU, fp32 on GPUs.", env="OPTIM_STATE_DTYPE",
+        group="optim")
     share_prompt_forward: bool = setting(
         True, "Run the prompt once for all of its samples in every training and log-prob forward (policy, "
         "reference, critic): the n samples of a prompt share its keys and values, so a micro batch of n samples "
-        "of one prompt costs one prompt + n responses instead of n prompts + n responses (~45% fewer tokens for "
-        "closed-book prompts, ~60% with passages). The tokens all prompts of a micro batch start with (the chat "
+        "of one prompt costs one prompt + n responses instead of n prompts + n responses (docs/PERFORMANCE.md, "
+        "\"Prompt sharing\"). The tokens all prompts of a micro batch start with (the chat "
         "template's system prompt) run once for all of them, there and in the kv-buffer rollout loop's prefill. "
         "Same result as the full forward up to float rounding. Not used with GRADIENT_CHECKPOINTING "
         "(transformers drops the key/value cache under checkpointing).",
@@ -863,16 +879,16 @@ class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings, DemoSetting
                                       env="VLLM_ENABLE_SLEEP", group="placement")
     rollout_dtype: Literal["auto", "fp32", "bf16", "fp16"] = setting(
         "auto", "Weights dtype of the HF rollout engines (sampling only; log-probs for training use DTYPE). auto: "
-        "bf16 on a CPU with native bf16 (AVX512-BF16 / AMX; ~0.035 nats/token log-prob drift from fp32, "
-        "`rlfh bench drift`), else DTYPE.", env="ROLLOUT_DTYPE", group="placement")
+        "bf16 on a CPU with native bf16 (AVX512-BF16 / AMX; `rlfh bench drift` prints its log-prob drift from "
+        "fp32), else DTYPE.", env="ROLLOUT_DTYPE", group="placement")
     rollout_backend: Literal["auto", "hf", "vllm"] = setting(
         "auto", "Rollout engine: hf (transformers generate), vllm, or auto (vllm when importable and on GPU).",
         env="ROLLOUT_BACKEND", group="placement")
     hf_decode_loop: Literal["auto", "kv-buffer", "graph", "generate"] = setting(
         "auto", "Sampling loop of the hf rollout engine (training rollouts, `rlfh eval`, the self verifier). "
         "kv-buffer: the model's own forward with a preallocated KV buffer, grouped-query decode attention, "
-        "inverse-CDF sampling and finished rows dropped (actors/decode.py; 1.4x model.generate's tokens/s on "
-        "the default rollout, 2 CPU cores, `rlfh bench gen`). graph: the kv-buffer loop with the same shapes at "
+        "inverse-CDF sampling and finished rows dropped (actors/decode.py; faster than model.generate: "
+        "`rlfh bench gen`, docs/PERFORMANCE.md). graph: the kv-buffer loop with the same shapes at "
         "every step (finished rows are not dropped, the loop's state stays on the device), captured once per "
         "micro batch into a CUDA graph and replayed on a GPU, where the per-step kernel launches otherwise bound "
         "decoding (eager on a CPU; see docs/PERFORMANCE.md for what it measured). generate: transformers' "
@@ -904,8 +920,8 @@ class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings, DemoSetting
     actor_allocator: Literal["auto", "jemalloc", "system"] = setting(
         "auto", "Memory allocator of the model actors (policy, critic, reference, rollout engines), Linux only. "
         "jemalloc: preload libjemalloc (Debian/Ubuntu: apt install libjemalloc2) into them; glibc's malloc keeps "
-        "the freed activations of one train step fragmented and grows step by step (embedded model, 3 steps: "
-        "peak 4.5 GB with glibc, 3.7 GB with jemalloc, step time within 5%). auto: jemalloc for CPU actors when "
+        "the freed activations of one train step fragmented and grows step by step (jemalloc's lower peak: "
+        "docs/PERFORMANCE.md, \"Memory allocator\"). auto: jemalloc for CPU actors when "
         "the library is found on this machine, else the system allocator.",
         env="ACTOR_ALLOCATOR", group="placement")
     torch_threads: int = setting(
@@ -978,7 +994,7 @@ class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings, DemoSetting
                                     ge=1)
     early_stop_patience: int = setting(
         0, "Stop training when this many in-loop dev evaluations in a row ranked below the best one (by the dev "
-        "score: the ternary outcome OUTCOME_CORRECT / OUTCOME_ABSTAIN / OUTCOME_WRONG of the greedy answers, "
+        "score: the ternary outcome OUTCOME_CORRECT / ABSTAIN_OUTCOME_REWARD / OUTCOME_WRONG of the greedy answers, "
         "averaged over DEV_EVAL_MODES; DEV_SELECT_MAX_INCORRECT ranks them otherwise); an evaluation that ties the "
         "best does not count. "
         "Needs DEV_EVAL_STEP. 0: off.", env="EARLY_STOP_PATIENCE", group="ckpt", ge=0)
@@ -1013,27 +1029,28 @@ class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings, DemoSetting
             raise ValueError(
                 f"ADVANTAGE_ESTIMATOR={self.advantage_estimator} compares samples of a prompt: "
                 "set N_SAMPLES_PER_PROMPT >= 2")
-        if not self.outcome_wrong <= self.outcome_abstain <= self.outcome_correct:
+        if not self.outcome_wrong <= self.abstain_outcome_reward <= self.outcome_correct:
             raise ValueError(
-                f"OUTCOME_WRONG={self.outcome_wrong} <= OUTCOME_ABSTAIN={self.outcome_abstain} <= OUTCOME_CORRECT="
-                f"{self.outcome_correct} must hold: an abstention is worth less than a right answer and more than "
-                "a wrong one")
-        if self.outcome_abstain_evidence is not None and not (
-                math.isfinite(self.outcome_abstain_evidence)
-                and self.outcome_wrong <= self.outcome_abstain_evidence <= self.outcome_correct):
+                f"OUTCOME_WRONG={self.outcome_wrong} <= ABSTAIN_OUTCOME_REWARD={self.abstain_outcome_reward} <= "
+                f"OUTCOME_CORRECT={self.outcome_correct} must hold: an abstention is worth less than a right answer "
+                "and more than a wrong one")
+        if self.abstain_outcome_reward_evidence is not None and not (
+                math.isfinite(self.abstain_outcome_reward_evidence)
+                and self.outcome_wrong <= self.abstain_outcome_reward_evidence <= self.outcome_correct):
             raise ValueError(
-                f"OUTCOME_ABSTAIN_EVIDENCE={self.outcome_abstain_evidence} must be a finite number between "
-                f"OUTCOME_WRONG={self.outcome_wrong} and OUTCOME_CORRECT={self.outcome_correct} (or empty: "
-                "the same as OUTCOME_ABSTAIN)")
+                f"ABSTAIN_OUTCOME_REWARD_EVIDENCE={self.abstain_outcome_reward_evidence} must be a finite number "
+                f"between OUTCOME_WRONG={self.outcome_wrong} and OUTCOME_CORRECT={self.outcome_correct} (or empty: "
+                "the same as ABSTAIN_OUTCOME_REWARD)")
         if self.outcome_reward == "none" and self.token_reward_weight == 0 and not self.caution_reward:
             raise ValueError("TOKEN_REWARD_WEIGHT=0 with OUTCOME_REWARD=none leaves no reward at all; set "
                              "OUTCOME_REWARD=ternary or a positive TOKEN_REWARD_WEIGHT")
         if self.abstain_target_rate is not None and self.outcome_reward != "ternary":
             raise ValueError(f"ABSTAIN_TARGET_RATE={self.abstain_target_rate} adapts the abstention reward of "
                              "OUTCOME_REWARD=ternary, which is off; set OUTCOME_REWARD=ternary or unset it")
-        if self.abstain_price == "answer-mean" and self.outcome_reward != "ternary":
-            raise ValueError("ABSTAIN_PRICE=answer-mean sets the abstention reward of OUTCOME_REWARD=ternary each "
-                             "step, which is off; set OUTCOME_REWARD=ternary or ABSTAIN_PRICE=fixed")
+        if self.abstain_outcome_reward_mode == "answer-mean" and self.outcome_reward != "ternary":
+            raise ValueError("ABSTAIN_OUTCOME_REWARD_MODE=answer-mean sets the abstention reward of "
+                             "OUTCOME_REWARD=ternary each step, which is off; set OUTCOME_REWARD=ternary or "
+                             "ABSTAIN_OUTCOME_REWARD_MODE=fixed")
         if (self.early_stop_patience or self.final_model == "best") and not self.dev_eval_step:
             raise ValueError(
                 f"EARLY_STOP_PATIENCE={self.early_stop_patience} / FINAL_MODEL={self.final_model} read the in-loop "

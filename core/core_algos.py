@@ -697,7 +697,7 @@ def ternary_outcome_rewards(is_correct: Tensor, abstained: Tensor, correct: floa
     lo, hi = (float(abstain_t.min()), float(abstain_t.max())) if abstain_t.numel() else (wrong, correct)
     if not wrong <= lo <= hi <= correct:
         raise ValueError(f"ternary_outcome_rewards needs wrong <= abstain <= correct (OUTCOME_WRONG <= "
-                         f"OUTCOME_ABSTAIN[_EVIDENCE] <= OUTCOME_CORRECT), got {wrong} / {lo}..{hi} / {correct}")
+                         f"ABSTAIN_OUTCOME_REWARD[_EVIDENCE] <= OUTCOME_CORRECT), got {wrong} / {lo}..{hi} / {correct}")
     c = _as_bool(is_correct)
     a = _as_bool(abstained) & ~c
     out = torch.full(c.shape, float(wrong), dtype=torch.float32, device=c.device)

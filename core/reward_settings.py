@@ -99,8 +99,9 @@ class RewardSettings(BaseModel):
         5.0, gt=0,
         description="Per-token reward clip |r| <= this, applied once, by the reward service, to the verifier's "
         "token rewards (TOKEN_REWARD_WEIGHT, the outcome reward and the KL penalty come after it, unclipped).")
-    abstain_reward: float = Field(
-        0.0, description="Reward for an abstention (\"I don't know\"), placed on its last token.")
+    abstain_token_reward: float = Field(
+        0.0, description="Token-level reward for an abstention (\"I don't know\"), placed on its last token (the "
+        "trainer's ternary outcome reward has its own, ABSTAIN_OUTCOME_REWARD).")
     empty_reward: float = Field(
         -1.0, description="Reward for a response that does not abstain and makes no checkable statement (none, "
         "or only Vague ones such as \"Sure, the answer is\"); added to the Vague penalties, so filler never beats "

@@ -76,7 +76,7 @@ span (a response-level reward spreads over all tokens). A token overlaps
 tokens such as EOS, offsets ``(len, len)``) overlap no span.
 
 Then, on the response's LAST token (index ``T - 1``, usually EOS):
-``abstain_reward`` when the verifier says the response abstains ("I don't
+``abstain_token_reward`` when the verifier says the response abstains ("I don't
 know"); ``empty_reward`` when it does not abstain but makes no checkable statement
 (none at all, or only ``Vague`` ones: "Sure!", "The answer is" say nothing a
 verifier can check, and without this they would earn the mild Vague penalty
@@ -376,7 +376,7 @@ def compute_token_rewards(result: VerifyResult, offsets: Any, text_len: int,
     abstained = bool(result.abstained)
     checkable = bool(K) and bool(np.any(st_label_a != _LABEL_INDEX["Vague"]))
     if abstained:
-        rewards[end_tok] += settings.abstain_reward
+        rewards[end_tok] += settings.abstain_token_reward
     elif not checkable:  # says nothing checkable and does not abstain either
         rewards[end_tok] += settings.empty_reward
 

@@ -101,8 +101,8 @@ if [[ "$WARM_START" != "none" ]]; then
   # the warm start uses the RL's own prompts, seed, sampling temperature and abstention price
   share="s$(setting WARM_START_SHARE)" where=random
   [[ "$WARM_START" == "graded" ]] && where=wrong
-  # probed: k sampled answers per question decide; declining where answering does not pay at OUTCOME_ABSTAIN
-  [[ "$WARM_START" == "probed" ]] && where=probed share="p$(setting OUTCOME_ABSTAIN)"
+  # probed: k sampled answers per question decide; declining where answering does not pay at ABSTAIN_OUTCOME_REWARD
+  [[ "$WARM_START" == "probed" ]] && where=probed share="p$(setting ABSTAIN_OUTCOME_REWARD)"
   questions=$(setting WARM_START_QUESTIONS) epochs=$(setting WARM_START_EPOCHS) trained=$(setting WARM_START_TRAIN_LAYERS)
   layers=""   # every layer trained (0): no tag, so the folders cached before WARM_START_TRAIN_LAYERS existed still match
   if [[ "$trained" != 0 ]]; then layers="-l$trained"; fi
@@ -122,7 +122,7 @@ if [[ "$WARM_START" != "none" ]]; then
   "$RLFH" --log-level WARNING baseline warmstart --model "$BASE_MODEL" --data "$(setting PROMPT_DATA)" \
     --limit "$questions" --type-share "$types" --epochs "$epochs" --mode "$(setting PROMPT_MODE)" \
     --evidence-share "$evidence" --abstain-share "$(setting WARM_START_SHARE)" --seed "$seed" \
-    --abstain-where "$where" --abstain-price "$(setting OUTCOME_ABSTAIN)" --probe-temperature "$(setting TEMPERATURE)" \
+    --abstain-where "$where" --abstain-price "$(setting ABSTAIN_OUTCOME_REWARD)" --probe-temperature "$(setting TEMPERATURE)" \
     --gen-batch-size 32 --micro-batch-size 8 --train-layers "$trained" --out "$WARM_DIR" \
     $([[ "$(setting PROBE_RECOMPUTE)" == "true" ]] && echo --recompute-probe)   # progress bars: probe, answer, SFT
   export MODEL_PATH="$WARM_DIR"

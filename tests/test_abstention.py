@@ -50,7 +50,7 @@ def test_answer_mean_price_is_the_closed_book_answers_mean_plus_the_margin():
 
 
 def test_answer_mean_price_with_a_target_rate_adapts_the_margin_not_the_mean():
-    """ABSTAIN_PRICE=answer-mean + ABSTAIN_TARGET_RATE: this step's price is the closed-book answers' mean reward
+    """ABSTAIN_OUTCOME_REWARD_MODE=answer-mean + ABSTAIN_TARGET_RATE: this step's price is the closed-book answers' mean reward
     plus the carried margin; the margin then moves against the rate error."""
     kw = dict(target_rate=0.5, step_size=0.5, margin=0.1)
     p = _price("answer-mean", **kw)

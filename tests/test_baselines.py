@@ -567,6 +567,6 @@ def test_the_shipped_probe_and_answers_are_the_ones_make_trains_warm_start_looks
     assert '--gen-batch-size 32' in sh
     from core.config import RLFHConfig
     cfg = RLFHConfig.load({}, recipe="main")
-    assert (cfg.warm_start_type_balance, cfg.evidence_share, cfg.warm_start_epochs, cfg.outcome_abstain,
+    assert (cfg.warm_start_type_balance, cfg.evidence_share, cfg.warm_start_epochs, cfg.abstain_outcome_reward,
             cfg.temperature, cfg.prompt_mode, cfg.prompt_data) == (0.4, 0.15, 3, -0.6, 0.7, "mixed", "halueval:train")
     assert (cfg.warm_start_questions, cfg.warm_start_share, cfg.seed) == (256, 0.6, 42)

@@ -1,6 +1,7 @@
 """The typed config: env parsing, CLI precedence, and errors that name the variable and the fix."""
 import argparse
 import json
+import re
 
 import pytest
 
@@ -124,9 +125,9 @@ def test_every_setting_is_read_outside_the_config_module():
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Attribute):
                     read.add(node.attr)
-                elif (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "getattr"
-                      and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)):
-                    read.add(node.args[1].value)
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    read.add(node.value)    # getattr(cfg, "<name>"), or a table of names read with getattr
+                    #                         (core.placement.NODE_RESOURCE_SETTINGS)
     # scripts/train.sh's own settings are read by train.sh, from `rlfh config`'s validated values; the gate
     # baseline's by scripts/demo.sh, the same way
     launcher, demo = set(LauncherSettings.model_fields), set(DemoSettings.model_fields)
@@ -266,3 +267,48 @@ def test_process_settings_reach_the_code(monkeypatch, tmp_path):
     assert cache_dir() == tmp_path / "cache" and cache_dir().is_dir()
     monkeypatch.setenv("RLFH_FORCE_CPU", "true")
     assert default_device() == "cpu"
+
+
+@pytest.mark.parametrize("old,new,value", [
+    ("OUTCOME_ABSTAIN", "ABSTAIN_OUTCOME_REWARD", "-0.5"),
+    ("OUTCOME_ABSTAIN_EVIDENCE", "ABSTAIN_OUTCOME_REWARD_EVIDENCE", "-0.2"),
+    ("ABSTAIN_PRICE", "ABSTAIN_OUTCOME_REWARD_MODE", "fixed"),
+    ("ABSTAIN_PRICE_MARGIN", "ABSTAIN_OUTCOME_REWARD_MARGIN", "0.1"),
+    ("ABSTAIN_PRICE_STEP", "ABSTAIN_TARGET_RATE_STEP", "0.5"),
+    ("ABSTAIN_REWARD", "ABSTAIN_TOKEN_REWARD", "-0.3"),
+])
+def test_old_abstention_names_are_refused_naming_the_new_one(old, new, value):
+    """One name family per concept (issue 49): the abstention settings are ABSTAIN_*; an old name, as a variable or
+    a flag, stops with an error that names its new name (never silently ignored)."""
+    from core.config import RENAMED_SETTINGS, ServiceSettings, flag_name, field_of_env
+    assert RENAMED_SETTINGS[old] == new and new in {r["env"] for r in describe_settings()}
+    assert old not in {r["env"] for r in describe_settings()}
+    for section in (RLFHConfig, ServiceSettings):
+        with pytest.raises(ConfigError) as e:
+            section.load({old: value})
+        assert f"{old} (environment variable) was renamed {new}" in str(e.value)
+    assert RLFHConfig.load({new: value}).to_env()[new] in (value, str(float(value)) if value[-1].isdigit() else value)
+    parser = argparse.ArgumentParser()
+    RLFHConfig.add_cli_args(parser)
+    old_flag, new_flag = flag_name(old.lower()), flag_name(field_of_env(new))
+    assert old_flag not in parser.format_help()            # hidden: --help shows the new name only
+    with pytest.raises(ConfigError) as e:
+        RLFHConfig.from_args(parser.parse_args([old_flag, value]), environ={})
+    assert f"{old_flag} was renamed {new_flag}" in str(e.value)
+    assert RLFHConfig.from_args(parser.parse_args([new_flag, value]), environ={}) == RLFHConfig.load({new: value})
+
+
+def test_rlfh_serve_refuses_the_old_token_reward_flag(capsys):
+    from cluster.cli import main
+    assert main(["serve", "--abstain-reward", "0.2"]) == 2
+    assert "--abstain-reward was renamed --abstain-token-reward" in capsys.readouterr().err
+
+
+def test_no_setting_help_carries_a_measurement_or_a_run_tag():
+    """Setting help says what a setting does; what it measured lives in docs/PERFORMANCE.md (machine, date,
+    command), and run / session tags in no help at all."""
+    tag = re.compile(r"\b(W\d+|F\d+|e\d+|[Ss]ession \d+|[Ss]essions \d+)\b")
+    measured = re.compile(r"\d(\.\d+)?\s*(x|%|percent|s|ms|GB|MB|min|nats)(?!\w)")
+    for r in describe_settings():
+        assert not tag.search(r["help"]), (r["env"], tag.search(r["help"]).group(0))
+        assert not measured.search(r["help"]), (r["env"], measured.search(r["help"]).group(0))

@@ -122,10 +122,10 @@ def test_config_needs_dev_eval_for_early_stop_and_best():
     assert RLFHConfig(dev_eval_step=2, final_model="best", early_stop_patience=2).dev_eval_modes == "closed"
     with pytest.raises(ValueError, match="ABSTAIN_TARGET_RATE"):
         RLFHConfig(abstain_target_rate=0.5)
-    assert RLFHConfig(abstain_target_rate=0.5, outcome_reward="ternary").abstain_price_step == 1.0
-    with pytest.raises(ValueError, match="ABSTAIN_PRICE=answer-mean"):
-        RLFHConfig(abstain_price="answer-mean", outcome_reward="none", token_reward_weight=1.0)
-    both = RLFHConfig(abstain_price="answer-mean", abstain_target_rate=0.5, outcome_reward="ternary")
+    assert RLFHConfig(abstain_target_rate=0.5, outcome_reward="ternary").abstain_target_rate_step == 1.0
+    with pytest.raises(ValueError, match="ABSTAIN_OUTCOME_REWARD_MODE=answer-mean"):
+        RLFHConfig(abstain_outcome_reward_mode="answer-mean", outcome_reward="none", token_reward_weight=1.0)
+    both = RLFHConfig(abstain_outcome_reward_mode="answer-mean", abstain_target_rate=0.5, outcome_reward="ternary")
     assert both.abstain_target_rate == 0.5     # the controller moves the margin (core.abstention.step_abstain_price)
 
 
@@ -149,7 +149,7 @@ def test_trainer_evaluates_dev_in_the_loop_and_keeps_the_best_step(tmp_path, tin
         kl_coef=0.1, actor_lr=1e-3, max_steps=2, seed=3, use_tensorboard=False, rollout_backend="hf",
         dev_eval_step=1, dev_eval_size=4, dev_eval_modes="closed+evidence", dev_eval_max_len=4, final_model="best",
         prompt_mode="mixed", evidence_share=0.5, outcome_reward="ternary", outcome_judge="gold",
-        outcome_abstain=-0.5, abstain_samples=1, abstain_target_rate=0.5, abstain_price_step=0.2,
+        abstain_outcome_reward=-0.5, abstain_samples=1, abstain_target_rate=0.5, abstain_target_rate_step=0.2,
         dev_select_max_incorrect=0.5)
     handle = start_ray(cfg, num_cpus=4, include_dashboard=False)
     trainer = Trainer(cfg, reward_fn=KeywordReward("the"), show_progress=False)

@@ -204,7 +204,7 @@ def test_inject_abstentions_replaces_the_last_k_of_each_group(tokenizer):
             assert s.finish_reason == "stop" and len(s.token_offsets) == len(ids)
         else:
             assert s is samples[i]
-    # the candidate goes through the verifier's abstention path, so the reward service gives ABSTAIN_REWARD
+    # the candidate goes through the verifier's abstention path, so the reward service gives ABSTAIN_TOKEN_REWARD
     from verifier_service.text import is_abstention_text
     assert is_abstention_text(out[2].response_text)
     batch = make_batch(out, tokenizer.pad_token_id)
@@ -262,9 +262,9 @@ def test_gold_outcomes_use_the_gold_grader_and_fall_back_to_the_verifier():
 
 
 @pytest.mark.parametrize("env, fragment", [
-    ({"OUTCOME_ABSTAIN": "2"}, "OUTCOME_WRONG=-1.0 <= OUTCOME_ABSTAIN=2.0"),
-    ({"OUTCOME_ABSTAIN_EVIDENCE": "-3"}, "OUTCOME_ABSTAIN_EVIDENCE=-3.0 must be a finite number between"),
-    ({"OUTCOME_ABSTAIN_EVIDENCE": "nan"}, "OUTCOME_ABSTAIN_EVIDENCE"),
+    ({"ABSTAIN_OUTCOME_REWARD": "2"}, "OUTCOME_WRONG=-1.0 <= ABSTAIN_OUTCOME_REWARD=2.0"),
+    ({"ABSTAIN_OUTCOME_REWARD_EVIDENCE": "-3"}, "ABSTAIN_OUTCOME_REWARD_EVIDENCE=-3.0 must be a finite number between"),
+    ({"ABSTAIN_OUTCOME_REWARD_EVIDENCE": "nan"}, "ABSTAIN_OUTCOME_REWARD_EVIDENCE"),
     ({"TOKEN_REWARD_WEIGHT": "0"}, "leaves no reward"),
     ({"EVIDENCE_SHARE": "1.5"}, "EVIDENCE_SHARE"),
     ({"OUTCOME_REWARD": "binary"}, "OUTCOME_REWARD"),
@@ -287,13 +287,13 @@ def test_the_trainer_refuses_an_abstention_candidate_the_verifier_reads_as_an_an
     check_abstain_text(cfg.model_copy(update={"abstain_samples": 0}))               # unused: not checked
 
 
-def test_outcome_abstain_evidence_is_optional_and_round_trips_through_the_environment():
+def test_abstain_outcome_reward_evidence_is_optional_and_round_trips_through_the_environment():
     cfg = RLFHConfig.load(environ={})
-    assert cfg.outcome_abstain_evidence is None
-    assert RLFHConfig.load(environ=cfg.to_env()).outcome_abstain_evidence is None
-    cfg = RLFHConfig.load(environ={"OUTCOME_ABSTAIN_EVIDENCE": "-0.2"})
-    assert cfg.outcome_abstain_evidence == -0.2
-    assert RLFHConfig.load(environ=cfg.to_env()).outcome_abstain_evidence == -0.2
+    assert cfg.abstain_outcome_reward_evidence is None
+    assert RLFHConfig.load(environ=cfg.to_env()).abstain_outcome_reward_evidence is None
+    cfg = RLFHConfig.load(environ={"ABSTAIN_OUTCOME_REWARD_EVIDENCE": "-0.2"})
+    assert cfg.abstain_outcome_reward_evidence == -0.2
+    assert RLFHConfig.load(environ=cfg.to_env()).abstain_outcome_reward_evidence == -0.2
 
 
 def test_type_balance_repeats_closed_form_questions_deterministically():

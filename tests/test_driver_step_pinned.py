@@ -168,15 +168,16 @@ RECIPES = {
     # PPO with critic and reference, the ternary outcome judged by gold, answer-mean price + target rate,
     # mixed prompts, one injected abstention, FSPO, the variance filter, two epochs (group shuffle), the policy
     # frozen for step 1
-    "gae": dict(advantage_estimator="gae", kl_coef=0.05, outcome_reward="ternary", abstain_price="answer-mean",
-                abstain_target_rate=0.3, abstain_price_step=0.5, abstain_price_margin=0.1, prompt_mode="mixed",
+    "gae": dict(advantage_estimator="gae", kl_coef=0.05, outcome_reward="ternary",
+                abstain_outcome_reward_mode="answer-mean", abstain_target_rate=0.3, abstain_target_rate_step=0.5,
+                abstain_outcome_reward_margin=0.1, prompt_mode="mixed",
                 abstain_samples=1, fspo=True, filter_variance=0.5, max_epochs=2, advantage_whiten=True,
-                token_reward_weight=0.5, outcome_abstain_evidence=-0.5, log_samples=3, freezing_actor_steps=1),
+                token_reward_weight=0.5, abstain_outcome_reward_evidence=-0.5, log_samples=3, freezing_actor_steps=1),
     # a group estimator without critic or reference (the update's own log-probs), caution reward, the adaptive
     # fixed price pushed to its bound, verifier outcome judge, closed book
     "rloo": dict(advantage_estimator="rloo", kl_coef=0.0, outcome_reward="ternary", outcome_judge="verifier",
-                 abstain_target_rate=0.4, abstain_price_step=4.0, outcome_abstain=-0.2, caution_reward=True,
-                 abstain_samples=1, train_batch_size=16, log_samples=0),
+                 abstain_target_rate=0.4, abstain_target_rate_step=4.0, abstain_outcome_reward=-0.2,
+                 caution_reward=True, abstain_samples=1, train_batch_size=16, log_samples=0),
     # the plain token reward (no outcome), GRPO with a reference, the variance filter dropping every prompt of
     # step 1 and some of steps 2 and 3
     "grpo": dict(advantage_estimator="grpo", kl_coef=0.1, kl_estimator="k3", prompt_mode="evidence",

@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from core.config import (NO_RECIPE, ConfigError, DemoSettings, ProcessSettings, RLFHConfig, ServiceSettings,
-                         available_recipes, env_name, read_recipe)
+from core.config import (NO_RECIPE, RENAMED_SETTINGS, ConfigError, DemoSettings, ProcessSettings, RLFHConfig,
+                         ServiceSettings, available_recipes, env_name, read_recipe)
 
 ROOT = Path(__file__).resolve().parents[1]
 
 #: What scripts/train.sh exported for `make train` before recipes were files (its `${VAR:-...}` lines at commit
 #: c1e5b8a, applied when MODEL_PATH is the embedded model, no GPU is asked for and no Ray cluster is joined),
-#: captured by running that block of the script in an empty environment.
+#: captured by running that block of the script in an empty environment. The names are those of that commit
+#: (OUTCOME_ABSTAIN is ABSTAIN_OUTCOME_REWARD now).
 MAKE_TRAIN_BEFORE = {
     "PROMPT_DATA": "halueval:train", "PROMPT_MODE": "mixed", "EVIDENCE_SHARE": "0.15", "TYPE_BALANCE": "0.25",
     "ADVANTAGE_ESTIMATOR": "rloo", "KL_COEF": "0.1", "TEMPERATURE": "0.7",
@@ -36,13 +37,14 @@ GATE_BEFORE = {"GATE_QUESTIONS": 320, "GATE_TYPE_SHARE": 0.3, "GATE_LR": 3e-5, "
 
 def test_the_main_recipe_is_exactly_what_make_train_ran_before():
     """`make train` gets the same effective settings as when train.sh exported them: every setting, not only the 30."""
-    before = RLFHConfig.load(MAKE_TRAIN_BEFORE)
+    before = RLFHConfig.load({RENAMED_SETTINGS.get(k, k): v for k, v in MAKE_TRAIN_BEFORE.items()})
+    assert before.abstain_outcome_reward == -0.6
     assert RLFHConfig.load({}, recipe="main") == before
     assert RLFHConfig.load({"RECIPE": "main"}) == before            # RECIPE= in the environment, as train.sh sets it
     assert RLFHConfig.load({}, recipe="abstain-closed-book") == before   # main is the closed-book recipe today
     assert RLFHConfig.load({}, recipe="main") != RLFHConfig.load({})      # and it is not the defaults
     settings, description = read_recipe("main")
-    assert set(settings) == set(MAKE_TRAIN_BEFORE) and description
+    assert set(settings) == {RENAMED_SETTINGS.get(k, k) for k in MAKE_TRAIN_BEFORE} and description
 
 
 def test_the_gate_recipe_is_what_demo_sh_used_before():
@@ -200,3 +202,12 @@ def test_demo_sh_reads_the_gate_recipe_through_the_config():
     for f in DemoSettings.model_fields:
         assert f"gate_setting {env_name(f)})" in sh, env_name(f)
     assert not set(re.findall(r"\$\{(GATE_[A-Z_]+):?-", sh)), "demo.sh must not default the gate recipe's settings"
+
+
+def test_an_old_setting_name_in_a_recipe_names_the_new_one(tmp_path):
+    path = tmp_path / "old.toml"
+    path.write_text("OUTCOME_ABSTAIN = -0.5\n")
+    with pytest.raises(ConfigError) as e:
+        RLFHConfig.load({}, recipe=str(path))
+    assert str(path) in str(e.value) and "OUTCOME_ABSTAIN (a recipe key) was renamed ABSTAIN_OUTCOME_REWARD" in str(
+        e.value)

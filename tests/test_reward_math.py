@@ -71,7 +71,7 @@ def test_from_config_carries_every_reward_setting():
     from core.config import REWARD_FIELDS
     changed = RLFHConfig.load(environ={}, granularity="sentence", placement="spread", verification_map={"Wrong": -3},
                               informative_map={"5": 1.5}, info_weight=0.25, truth_weight=2.0, reward_epsilon=-0.5,
-                              reward_mu=1.5, reward_clip=3.0, abstain_reward=0.1, empty_reward=-0.4,
+                              reward_mu=1.5, reward_clip=3.0, abstain_token_reward=0.1, empty_reward=-0.4,
                               truth_confidence=0.6)
     s, plain = RewardSettings.from_config(changed), RewardSettings()
     for name in REWARD_FIELDS:
@@ -177,7 +177,7 @@ def test_reward_clip_is_applied_in_one_place():
 
 
 def test_abstain_and_empty(base):
-    s = base.with_overrides({"abstain_reward": 0.7, "empty_reward": -0.3})
+    s = base.with_overrides({"abstain_token_reward": 0.7, "empty_reward": -0.3})
     text = "I don't know."
     offs = word_offsets(text)
     abst = compute_token_rewards(VerifyResult(sentences=[Sentence(text=text, start=0, end=13)], abstained=True),

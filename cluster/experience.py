@@ -76,9 +76,11 @@ class ServiceReward:
         self.url = url
         self.client = RewardClient.from_config(cfg, url=url)
         self.overrides = cfg.reward_settings() if send_overrides else None
+        # the statements behind the rewards, for the rollouts samples.jsonl logs (LOG_SAMPLES; `rlfh show`)
+        self.return_verification = getattr(cfg, "log_samples", 0) > 0
 
     def __call__(self, items: list[dict[str, Any]]) -> Sequence[Any]:
-        return self.client.rewards(items, overrides=self.overrides)
+        return self.client.rewards(items, overrides=self.overrides, return_verification=self.return_verification)
 
     def close(self) -> None:
         close = getattr(self.client, "close", None)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cluster.recovery import rewind_jsonl, set_aside_old_logs
+from cluster.samples_log import sample_record
 from cluster.train_report import PHASES, format_mix
 from core import metrics
 from core.config import RLFHConfig
@@ -76,17 +77,15 @@ class RunLog:
             log.debug("step %d: %s", step, {k: v for k, v in row.items() if k != "prompts"})
 
     def write_samples(self, step: int, rollout: "Rollout", scores: "Scores") -> None:
-        """The step's first LOG_SAMPLES sampled responses (spread over prompts) to samples.jsonl."""
+        """The step's first LOG_SAMPLES sampled responses (spread over prompts) to samples.jsonl, with their tokens'
+        rewards and the verifier's statements (:func:`cluster.samples_log.sample_record`; `rlfh show` renders them)."""
         own = [i for i in range(len(rollout.samples)) if not bool(rollout.injected[i])]
         stride = max(1, len(own) // max(1, self.cfg.log_samples))
         with open(self.samples_path, "a", encoding="utf-8") as fh:
             for i in own[::stride][: self.cfg.log_samples]:
-                s, r = rollout.samples[i], scores.results[i]
-                p = rollout.prompts[s.prompt_index]
-                fh.write(json.dumps({"step": step, "question": p.question, "mode": rollout.modes[s.prompt_index],
-                                     "gold": p.right_answer, "response": s.response_text,
-                                     "score": round(float(r.score), 4), "abstained": bool(r.abstained),
-                                     "labels": dict(r.label_counts)}) + "\n")
+                s = rollout.samples[i]
+                fh.write(json.dumps(sample_record(step, rollout.prompts[s.prompt_index],
+                                                  rollout.modes[s.prompt_index], s, scores.results[i])) + "\n")
 
     def write_dev(self, step: int, dev: dict[str, Any]) -> None:
         """One in-loop dev evaluation: dev_eval.jsonl, TensorBoard and the dashboard's gauges."""

@@ -200,7 +200,7 @@ EXPECTED: dict[str, dict[str, str]] = {  # hashes of the driver before it was sp
         "3/2/critic.train_step": "43b9669ef458d45d",
         "3/3/policy.train_step": "1571a7644a52c646",
         "state.extra": "c2798c9209252261",
-        "samples.jsonl": "594e84f15be4e321",
+        "samples.jsonl": "2c4e87ff529515a3",
     },
     "grpo": {
         "1/row": "9c9ec5027940fccd",
@@ -209,7 +209,7 @@ EXPECTED: dict[str, dict[str, str]] = {  # hashes of the driver before it was sp
         "3/row": "09d4232d1162ba87",
         "3/0/policy.train_step": "7a1cd0675bf7511a",
         "state.extra": "44136fa355b3678a",
-        "samples.jsonl": "5476c1f3bd70cdfe",
+        "samples.jsonl": "bff3e0054d50a026",
     },
     "rloo": {
         "1/row": "4be1ae6792bd9791",

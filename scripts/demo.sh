@@ -75,6 +75,10 @@ GATE_SEED=$(gate_setting SEED)
 # ------------------------------------------------------------------ training recipe (DEMO_RECIPE=main or another)
 # The recipe's settings live in its file in recipes/, read by scripts/train.sh; anything set in the environment
 # wins. The demo runs its own, larger held-out evaluation, so train.sh's report is off here.
+if [[ "$DEMO_RECIPE" != "gate" ]] && ! RECIPE="$DEMO_RECIPE" "$RLFH" config --format env >/dev/null; then
+  echo "[demo] bad recipe or configuration (see above); \`ls recipes/\` lists the recipes" >&2
+  exit 2
+fi
 export SAVE_PATH="${SAVE_PATH:-$DEMO_DIR/train}"
 export HELDOUT_REPORT=0
 export USE_TENSORBOARD="${USE_TENSORBOARD:-false}"

@@ -148,10 +148,14 @@ def test_cli_real_writes_rows_per_part_and_backend(tmp_path, answers, capsys):
                 dst.write(line)
     out = tmp_path / "real.json"
     assert main(["bench", "verifier", "--real", str(small), "--no-llm", "--json", str(out)]) == 0
-    rows = json.loads(out.read_text())["rows"]
+    all_rows = json.loads(out.read_text())["rows"]
+    rows = [r for r in all_rows if r["backend"] == "evidence"]
     assert [(r["part"], r["gold"]) for r in rows] == [("tune", False), ("tune", True), ("heldout", False),
                                                       ("heldout", True)]
     assert all(r["answers"] == 1 for r in rows)
+    # no judge is built in a fresh checkout: its rows say how to build one
+    judge = [r for r in all_rows if r["backend"] == "judge"]
+    assert len(judge) == 4 and all("rlfh judge train" in r["note"] for r in judge)
     assert "Verifier on real policy answers" in capsys.readouterr().out
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "x"}\n')

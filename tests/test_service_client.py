@@ -228,7 +228,8 @@ def test_cli_help_explains_every_option(path, capsys):
     out = capsys.readouterr().out
     sub = _subparser(parser, *path)
     assert sub.description and len(sub.description) > 40, f"rlfh {' '.join(path)} has no description"
-    options = [a for a in sub._actions if a.option_strings and a.dest != "help"]
+    # renamed settings' old flags are hidden (argparse.SUPPRESS): they only exist to refuse the old name
+    options = [a for a in sub._actions if a.option_strings and a.dest != "help" and a.help != argparse.SUPPRESS]
     assert options
     for action in options:
         assert action.help and len(action.help) > 15, f"rlfh {' '.join(path)} {action.option_strings}: no help"

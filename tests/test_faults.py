@@ -400,8 +400,8 @@ def test_trainer_sigkilled_resumes_at_checkpoint_step_and_data_position(tmp_path
     print(f"\ntrainer SIGKILL (rlfh chaos): 6 steps planned, 1 kill after step {kill_step} (last checkpoint: "
           f"step {ckpt_step}); resumed at step {ckpt_step}, {kill_step - ckpt_step} step(s) redone on the same "
           f"prompts and rollout, 0 steps lost, 0 logged twice; Ray's leftovers gone "
-          f"{t_rerun - t_kill:.0f} s after the kill; the rerun redid step {ckpt_step + 1} {resumed_s:.0f} s after "
-          f"its start "
+          f"{t_rerun - t_kill:.0f} s after the kill; the rerun ran step {ckpt_step + 1} "
+          f"{'?' if resumed_s is None else f'{resumed_s:.0f}'} s after its start "
           f"(Ray, reward service, actors, checkpoint load) and finished in {time.monotonic() - t_rerun:.0f} s")
 
 

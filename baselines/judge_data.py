@@ -105,6 +105,25 @@ def qa_examples(items, rng: random.Random, swaps_per_item: float = 1.0) -> list[
     return out
 
 
+def _answer_example(answer: str, grade: str, it, rng: random.Random, look_past_first: bool) -> Optional[Example]:
+    """The ``policy`` example of one graded answer: its answer-carrying (first content) statement, supported when
+    the grader accepted the answer (and that statement alone carries the gold answer), else not.
+    ``look_past_first``: when a right answer's first statement does not carry the gold, try the next sentence's."""
+    from evaluation.graders import grade_answer
+    d = T.decompose(answer, it.question)
+    for sent, sts in zip(d.sentences, d.statements):
+        if not sts:
+            continue
+        st = sts[0]
+        if grade == "correct" and grade_answer(st.text, it.right_answer, it.question).grade != "correct":
+            if look_past_first:
+                continue
+            return None
+        return Example(JudgeInput(st.text, sent.text, it.question, tuple(it.knowledge),
+                                  _with_gold(rng, it.right_answer)), int(grade == "correct"), "policy")
+    return None
+
+
 def policy_examples(items_by_uid: dict, rng: random.Random, path: Path = SHIPPED_POLICY_ANSWERS) -> list[Example]:
     """``policy`` examples: the first content statement of each shipped greedy answer, labelled by the gold
     grader (correct: supported; incorrect: not), judged against the question's passage."""
@@ -118,18 +137,10 @@ def policy_examples(items_by_uid: dict, rng: random.Random, path: Path = SHIPPED
         if it is None or not rec.get("answer"):
             continue
         g = grade_answer(rec["answer"], it.right_answer, it.question).grade
-        if g not in ("correct", "incorrect"):
-            continue
-        d = T.decompose(rec["answer"], it.question)
-        for sent, sts in zip(d.sentences, d.statements):
-            if not sts:
-                continue
-            st = sts[0]
-            if g == "correct" and grade_answer(st.text, it.right_answer, it.question).grade != "correct":
-                continue
-            out.append(Example(JudgeInput(st.text, sent.text, it.question, tuple(it.knowledge),
-                                          _with_gold(rng, it.right_answer)), int(g == "correct"), "policy"))
-            break
+        if g in ("correct", "incorrect"):
+            ex = _answer_example(rec["answer"], g, it, rng, look_past_first=True)
+            if ex is not None:
+                out.append(ex)
     return out
 
 
@@ -175,23 +186,14 @@ def sample_policy_answers(items, n: int, temperature: float, evidence_share: flo
 def sampled_examples(recs: list[dict], items_by_uid: dict, rng: random.Random) -> list[Example]:
     """``policy`` examples from graded samples: the answer-carrying (first content) statement of each
     answer the grader judged; right: supported, wrong: not."""
-    from evaluation.graders import grade_answer
     out = []
     for rec in recs:
         it = items_by_uid.get(rec["uid"])
         if it is None or rec["grade"] not in ("correct", "incorrect") or not rec["answer"]:
             continue
-        d = T.decompose(rec["answer"], it.question)
-        for sent, sts in zip(d.sentences, d.statements):
-            if not sts:
-                continue
-            st = sts[0]
-            if rec["grade"] == "correct" and grade_answer(st.text, it.right_answer, it.question).grade != "correct":
-                break
-            out.append(Example(JudgeInput(st.text, sent.text, it.question, tuple(it.knowledge),
-                                          _with_gold(rng, it.right_answer)), int(rec["grade"] == "correct"),
-                               "policy"))
-            break
+        ex = _answer_example(rec["answer"], rec["grade"], it, rng, look_past_first=False)
+        if ex is not None:
+            out.append(ex)
     return out
 
 

@@ -150,7 +150,8 @@ def live_node_ids() -> set[str]:
 
 def lost_nodes(placement: Optional["Placement"]) -> list[dict]:
     """The nodes ``placement`` reserved bundles on that are no longer alive: ``[{"node_id", "roles",
-    "resources"}]`` (the node's custom resources, as the GCS last knew them). Empty when none is lost."""
+    "resources"}]`` (the node's custom resources: those the GCS still lists, and the *_NODE_RESOURCE its roles
+    were placed by). Empty when none is lost."""
     if placement is None or not placement.roles:
         return []
     import ray
@@ -163,9 +164,11 @@ def lost_nodes(placement: Optional["Placement"]) -> list[dict]:
     for node_id, roles in placement.nodes_of().items():
         info = nodes.get(node_id, {})
         if not info.get("Alive", False):
-            res = sorted(k for k in info.get("Resources", {}) if k not in ("CPU", "GPU", "memory",
-                         "object_store_memory") and not k.startswith("node:"))
-            out.append({"node_id": node_id, "roles": roles, "resources": res})
+            # the GCS forgets a dead node's resources: the *_NODE_RESOURCE its roles asked for say what it offered
+            res = {k for k in info.get("Resources", {}) if k not in ("CPU", "GPU", "memory", "object_store_memory")
+                   and not k.startswith("node:")}
+            res.update(placement.roles[r].node_resource for r in roles if placement.roles[r].node_resource)
+            out.append({"node_id": node_id, "roles": roles, "resources": sorted(res)})
     return out
 
 

@@ -5,6 +5,7 @@
     rlfh chaos kill rollout --pid 12345 --signal STOP   # freeze the rollout engine (the driver's timeout fires)
     rlfh chaos kill trainer --pid 12345 --after-step 3 --save-path runs/rlfh   # once step 3 is logged
     rlfh chaos kill node --pid 12345 --node rlfh_rollout   # the node offering that resource: raylet + workers
+    rlfh chaos soak --minutes 30 --every 120            # train on a local 4-node cluster under random faults
 
 ``--pid`` is the trainer's (or ``rlfh serve``'s) process; the roles are found among its descendants by the
 process titles Ray gives actors (``ray::PolicyActor``...). Roles: trainer (the process itself), policy,
@@ -191,6 +192,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                               "or its node id.")
     k.add_argument("--wait-s", type=float, default=600.0, help="Give up waiting after this long (default 600).")
     k.set_defaults(func=_cmd_kill)
+    from cluster import soak
+    so = csub.add_parser("soak", help="Train for a set time on a local multi-node cluster while killing a random "
+                                      "actor, replica, Redis or node every N seconds; print what it cost.",
+                         description=plain_doc(soak.__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
+    soak.add_arguments(so)
+    so.set_defaults(func=_cmd_soak)
+
+
+def _cmd_soak(args: argparse.Namespace) -> int:
+    from cluster import soak
+    from core.config import ConfigError
+    try:
+        soak.soak(args)
+    except (ValueError, ConfigError) as e:
+        print(f"rlfh chaos soak: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _cmd_list(args: argparse.Namespace) -> int:

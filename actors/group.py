@@ -72,12 +72,6 @@ class Placement:
     def get(self, role: str) -> Optional[RolePlacement]:
         return self.roles.get(role)
 
-    def describe(self) -> list[dict]:
-        return [{"role": r.role, "ranks": r.world_size, "gpus_per_actor": r.num_gpus_per_actor,
-                 "cpus_per_actor": r.num_cpus_per_actor, "bundles": r.bundle_indices,
-                 "shared_with": list(r.shared_with), "node_resource": r.node_resource,
-                 "nodes": list(r.node_ids)} for r in self.roles.values()]
-
     def nodes_of(self) -> dict[str, list[str]]:
         """node id (hex) -> the roles with a bundle there, for every node this placement reserved."""
         out: dict[str, list[str]] = {}

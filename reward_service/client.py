@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import httpx
 
 from core import metrics
-from core.retry import backoff_delay
+from core.retry import backoff_delay, retry_after_s
 from reward_service.schemas import ItemReward
 
 log = logging.getLogger(__name__)
@@ -65,22 +65,6 @@ def _item_dict(item: Any) -> dict:
     if off is not None and hasattr(off, "tolist"):
         d["token_offsets"] = off.tolist()
     return d
-
-
-def _retry_after_s(value: Optional[str]) -> Optional[float]:
-    """Seconds of a ``Retry-After`` header (delta-seconds or an HTTP date); None when absent or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        from email.utils import parsedate_to_datetime
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError, OverflowError):
-        return None
 
 
 class RewardClient:
@@ -157,7 +141,7 @@ class RewardClient:
                                              item_index=body.get("item_index") if isinstance(body, dict) else None,
                                              body=body)
                 if resp.status_code in (429, 503):
-                    retry_after = _retry_after_s(resp.headers.get("retry-after"))
+                    retry_after = retry_after_s(resp.headers.get("retry-after"))
                 reason = (body if resp.status_code < 400 else
                           f"HTTP {resp.status_code}: " + (body.get("error", "") if isinstance(body, dict)
                                                           else str(body)[:300]))

@@ -115,7 +115,7 @@ if [[ "$WARM_START" != "none" ]]; then
   if [[ "$RECIPE" == "main" && "$BASE_MODEL" == "smollm2-135m-instruct" ]]; then
     # make train's time on a 2-core AMD EPYC, from a fresh clone / with the warm start cached: docs/PERFORMANCE.md,
     # "The embedded default, end to end"
-    if [[ "$isa" == "native bf16" ]]; then fresh=20 cached=10; else fresh=26-31 cached=17; fi
+    if [[ "$isa" == "native bf16" ]]; then fresh=20 cached=10; else fresh=19-29 cached=10-17; fi
     [[ -f "$WARM_DIR/config.json" ]] && minutes=$cached || minutes=$fresh
     echo "[train.sh]     make train takes about $minutes min on 2 cores of a CPU like this one ($isa)"
   fi

@@ -94,7 +94,8 @@ class LocalCluster:
         from ray.cluster_utils import Cluster
 
         from core.ray_bootstrap import LOCAL_RAY_ENV, _bind_loopback
-        self._env_before = {k: os.environ.get(k) for k in LOCAL_RAY_ENV}
+        env = dict(os.environ)   # to put back on shutdown: the loopback variables as they were
+        self._env_before = {k: env.get(k) for k in LOCAL_RAY_ENV}
         self._enabled_before = ray_constants.ENABLE_RAY_CLUSTER
         os.environ.update(LOCAL_RAY_ENV)
         _bind_loopback()

@@ -508,9 +508,9 @@ class ServiceSettings(Settings):
     reward_timeout_s: float = setting(120.0, "Trainer-side timeout of one reward HTTP call, seconds.",
                                       env="REWARD_TIMEOUT_S", group="service", gt=0)
     reward_max_retries: int = setting(
-        8, "Trainer-side retries of a failed reward call before the batch is skipped. The back-off starts at 0.5 s "
-           "and doubles up to 10 s, so 8 retries wait about 45 s: long enough for Serve to replace a lost replica "
-           "or HTTP proxy (a skipped batch throws its rollouts away).",
+        10, "Trainer-side retries of a failed reward call before the batch is skipped (its rollouts thrown away), "
+           "with a doubling back-off. The default outlasts Serve replacing a lost replica or HTTP proxy "
+           "(docs/DEPLOY.md, 'When a node dies').",
         env="REWARD_MAX_RETRIES", group="service", ge=0, le=20)
 
     # ------------------------------------------------------------------ validators

@@ -49,6 +49,10 @@ NODES = {"rlfh_train": ("policy", "critic"), "rlfh_rollout": ("rollout", "refere
          "rlfh_service": ("verifier", "reward-service")}
 
 
+#: reruns after ActorGroupsFailed before the soak gives up (a run that keeps failing is the finding)
+MAX_RERUNS = 5
+
+
 @dataclass
 class Fault:
     kind: str
@@ -192,9 +196,11 @@ def _run(cfg, stop_after_s: Optional[float] = None, steps: Optional[int] = None)
             result = trainer.fit(stop_after_s=left)
             done = result.completed or stop_after_s is not None
         except ActorGroupsFailed as e:
-            log.error("soak: the run stopped (%s); rerunning from its checkpoint", e)
             summary["stops"].append(str(e)[:300])
             summary["reruns"] += 1
+            if summary["reruns"] > MAX_RERUNS:
+                raise
+            log.error("soak: the run stopped (%s); rerunning from its checkpoint", e)
             done = False
         finally:
             restarts = list(trainer.recovery.restarts)
@@ -216,6 +222,13 @@ def _run(cfg, stop_after_s: Optional[float] = None, steps: Optional[int] = None)
 def soak(args: argparse.Namespace) -> dict:
     from cluster.local_cluster import LocalCluster
     from core.ports import free_port
+    for flag, value, low in (("--minutes", args.minutes, 0), ("--every", args.every, 0)):
+        if not value > low:
+            raise ValueError(f"{flag} must be > {low}, got {value:g}")
+    for flag, value in (("--restore-s", args.restore_s), ("--baseline-steps", args.baseline_steps),
+                        ("--save-step", args.save_step), ("--max-actor-restarts", args.max_actor_restarts)):
+        if value < 0:
+            raise ValueError(f"{flag} must be >= 0, got {value:g}")
     kinds = [k.strip() for k in args.faults.split(",") if k.strip()]
     bad = [k for k in kinds if k not in FAULTS]
     if bad or not kinds:

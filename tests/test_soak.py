@@ -27,6 +27,11 @@ def test_an_unknown_fault_is_refused_before_anything_starts(tmp_path):
     with pytest.raises(ValueError, match=r"--faults: unknown nodes; choose from policy, .*node"):
         soak.soak(_args(tmp_path / "out", faults="policy,nodes"))
     assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="--every must be > 0, got 0"):
+        soak.soak(_args(tmp_path / "out", every=0.0))
+    with pytest.raises(ValueError, match="--restore-s must be >= 0, got -1"):
+        soak.soak(_args(tmp_path / "out", restore_s=-1.0))
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server (scripts/run_tests.sh installs it)")

@@ -320,12 +320,13 @@ def _actor_dead_on_live_node(actor_id: str) -> bool:
     """True when the GCS lists ``actor_id`` as DEAD while the node it ran on is alive."""
     if not actor_id:
         return False
-    import ray
     from ray._private import state
+
+    from actors.group import live_node_ids
     try:
         info = state.actors(actor_id=actor_id) or {}
         node_id = (info.get("Address") or {}).get("NodeID", "")
-        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        alive = live_node_ids()
     except Exception:  # noqa: BLE001 - the GCS unreachable: no verdict yet
         return False
     return info.get("State") == "DEAD" and node_id in alive

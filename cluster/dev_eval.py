@@ -67,13 +67,13 @@ def dev_items(spec: str, size: int, type_share: float = 0.0) -> tuple[list, dict
     return stratify_question_types(ranked, size, type_share), natural
 
 
-def grade_dev(items: Sequence, modes: Sequence[str], answers: Sequence[str]) -> list[DevAnswer]:
-    """Gold grades of ``answers[i]`` to ``items[i]`` asked in ``modes[i]`` (strict grader)."""
+def grade_dev(items: Sequence, modes: Sequence[str], answers: Sequence[str], scope: str = "whole") -> list[DevAnswer]:
+    """Gold grades of ``answers[i]`` to ``items[i]`` asked in ``modes[i]`` (strict grader; ``scope``: GRADE_SCOPE)."""
     from core.questions import question_type
     from evaluation.graders import CORRECT, grade_answer
     out = []
     for it, m, a in zip(items, modes, answers):
-        g = grade_answer(a, it.right_answer, it.question)
+        g = grade_answer(a, it.right_answer, it.question, scope=scope)
         out.append(DevAnswer(it.question, question_type(it.question), m, a, g.grade == CORRECT,
                              bool(g.abstained or g.reason == "empty")))
     return out
@@ -208,7 +208,7 @@ class DevEvaluator:
         texts = [""] * len(self.prompts)
         for s in samples:
             texts[s.prompt_index] = s.response_text
-        graded = grade_dev([it for it, _ in self.asked], [m for _, m in self.asked], texts)
+        graded = grade_dev([it for it, _ in self.asked], [m for _, m in self.asked], texts, cfg.grade_scope)
         out = dev_metrics(graded, cfg.outcome_correct, cfg.abstain_outcome_reward, cfg.outcome_wrong, self.type_weights)
         out["time/dev_eval"] = round(time.perf_counter() - t0, 3)
         score = out["dev/score"]

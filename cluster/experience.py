@@ -213,18 +213,18 @@ def reward_items(samples: Sequence[Any], prompts: Sequence[Any]) -> list[dict[st
 
 
 def gold_outcomes(samples: Sequence[Any], prompts: Sequence[Any], is_correct: torch.Tensor,
-                  abstained: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                  abstained: torch.Tensor, scope: str = "whole") -> tuple[torch.Tensor, torch.Tensor]:
     """(correct, abstained) per sample by the gold-answer grader, for the outcome reward (OUTCOME_JUDGE=gold).
 
     The grader compares the response with the item's ``right_answer`` (containment, yes/no and choice rules);
     samples whose prompt has no gold answer keep the verifier's verdicts ``is_correct`` / ``abstained``
-    (``[N]`` bool each). Returns two ``[N]`` bool tensors.
+    (``[N]`` bool each). ``scope``: what the grader reads (GRADE_SCOPE). Returns two ``[N]`` bool tensors.
     """
     correct, abst = is_correct.clone(), abstained.clone()
     for i, s in enumerate(samples):
         p = prompts[s.prompt_index]
         if (p.right_answer or "").strip():
-            g = grade_answer(s.response_text, p.right_answer, p.question)
+            g = grade_answer(s.response_text, p.right_answer, p.question, scope=scope)
             correct[i], abst[i] = g.grade == CORRECT, g.abstained or g.reason == "empty"
     return correct, abst
 

@@ -180,7 +180,8 @@ def judge_outcomes(cfg: RLFHConfig, rollout: Rollout, scores: Scores, carried: d
     if cfg.outcome_reward != "ternary":
         return None
     correct, abstained = ((scores.is_correct, scores.abstained) if cfg.outcome_judge == "verifier"
-                          else gold_outcomes(rollout.samples, rollout.prompts, scores.is_correct, scores.abstained))
+                          else gold_outcomes(rollout.samples, rollout.prompts, scores.is_correct, scores.abstained,
+                                             scope=cfg.grade_scope))
     closed = rollout.in_mode("closed")
     price = step_abstain_price(cfg.abstain_outcome_reward_mode, correct, abstained, rollout.sampled, closed,
                                fixed_price=cfg.abstain_outcome_reward, target_rate=cfg.abstain_target_rate,

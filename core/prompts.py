@@ -15,18 +15,26 @@ SYSTEM_MAY_ABSTAIN = (
     "You are a helpful assistant. Answer the question in one or two short sentences. "
     "If you are not sure of the answer, say \"I don't know\" instead of guessing.")
 
+# The grounded reply (PROMPT_MODE=evidence): the answer first, then the facts of the passage behind it, so a reply
+# holds several statements the verifier checks one by one and the gold grader reads the first sentence only
+# (GRADE_SCOPE=first-sentence).
+SYSTEM_GROUNDED = (
+    "You are a helpful assistant. Answer the question using the information given. First give the answer in one "
+    "short sentence. Then give one or two facts from the information that support it.")
+
 #: The abstention reply: the trainer's ABSTAIN_TEXT default, the baselines' and `rlfh eval --abstain-text`'s.
 ABSTAIN_TEXT = "I don't know."
 
 # Named system prompts (SYSTEM_PROMPT / `rlfh eval --system`); any other text is used as given.
-SYSTEM_PROMPTS = {"default": SYSTEM_DEFAULT, "may-abstain": SYSTEM_MAY_ABSTAIN}
+SYSTEM_PROMPTS = {"default": SYSTEM_DEFAULT, "may-abstain": SYSTEM_MAY_ABSTAIN, "grounded": SYSTEM_GROUNDED}
 PROMPT_MODES = ("closed", "evidence", "mixed")
 
 
 def resolve_system(spec: str) -> str:
-    """A system prompt from its name ('default', 'may-abstain') or the literal text itself."""
+    """A system prompt from its name (a key of SYSTEM_PROMPTS) or the literal text itself."""
     if not spec or not spec.strip():
-        raise ValueError("system prompt is empty; use 'default', 'may-abstain' or a literal prompt text")
+        raise ValueError(f"system prompt is empty; use {', '.join(repr(k) for k in SYSTEM_PROMPTS)} or a literal "
+                         "prompt text")
     return SYSTEM_PROMPTS.get(spec, spec)
 
 

@@ -77,9 +77,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         f"{EVAL_BATCH_SIZE}.")
     p.add_argument("--max-new-tokens", type=int, default=40,
                    help="Answer length cap in tokens (greedy decoding stops at EOS earlier). Default 40.")
-    p.add_argument("--system", choices=["default", "may-abstain"], default="default",
-                   help="System prompt: 'default' (the training prompt) or 'may-abstain' (the prompt-only "
-                        "baseline: the model is told it may answer \"I don't know\"). Default: default.")
+    p.add_argument("--system", choices=["default", "may-abstain", "grounded"], default="default",
+                   help="System prompt: 'default' (the training prompt), 'may-abstain' (the prompt-only "
+                        "baseline: the model is told it may answer \"I don't know\") or 'grounded' (the answer in "
+                        "one sentence, then the passage's facts behind it: SYSTEM_PROMPT=grounded). Default: default.")
+    p.add_argument("--grade-scope", choices=["whole", "first-sentence"], default="whole",
+                   help="What the gold grader reads: the whole answer, or its first sentence (the answer sentence "
+                        "of a grounded reply, GRADE_SCOPE). Default: whole.")
     p.add_argument("--dtype", choices=list(EVAL_DTYPES), default="fp32",
                    help="Inference precision: fp32, bf16 or fp16 weights, or autocast (fp32 weights, bf16 matmuls: "
                         "what a training rollout samples with; about 2x faster with passages in the prompt on a "
@@ -213,6 +217,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                      knowledge_temperature=args.knowledge_temperature,
                      abstain_threshold=args.abstain_threshold, abstain_text=args.abstain_text,
                      abstain_model=args.abstain_model, grounding_gate=args.grounding_gate,
+                     grade_scope=args.grade_scope,
                      answers_from=args.answers_from)
     try:
         cfg.check()

@@ -37,6 +37,10 @@ Rules, in order (each grade carries a ``reason`` code so a report can show why):
    correct by F1 when the answer's numbers differ.
 8. Otherwise ``incorrect``: ``partial`` when the answer has some of the gold's
    words (too few), ``mismatch`` when it has none.
+
+The scope (``GRADE_SCOPE``): ``whole`` grades the whole reply; ``first-sentence`` grades its first sentence only
+(the answer of a grounded reply, "answer, then the facts from the passage that support it"), so a reply cannot
+be right by naming more entities in its justification.
 """
 from __future__ import annotations
 
@@ -385,6 +389,21 @@ def answer_candidates(question: Optional[str], g_tok: list[str]) -> Optional[tup
 
 # ----------------------------------------------------------------------------- the grader
 
+GRADE_SCOPES = ("whole", "first-sentence")
+
+
+def graded_part(answer: str, scope: str = "whole") -> str:
+    """The part of ``answer`` the grader reads: all of it (``whole``) or its first sentence (``first-sentence``)."""
+    if scope == "whole":
+        return answer
+    if scope != "first-sentence":
+        raise ValueError(f"grade scope (GRADE_SCOPE, --grade-scope) must be one of {', '.join(GRADE_SCOPES)}, "
+                         f"got {scope!r}")
+    from verifier_service.text import split_sentences   # regex only: abbreviations and initials do not end it
+    sentences = split_sentences(answer)
+    return sentences[0].text if sentences else answer
+
+
 @dataclass
 class Grade:
     grade: str                 # correct | incorrect | not_attempted
@@ -446,7 +465,7 @@ def only_in_compounds(answer: str, gold: str) -> bool:
 
 
 def grade_answer(answer: Optional[str], gold: Optional[str], question: Optional[str] = None,
-                 strict: bool = True) -> Grade:
+                 strict: bool = True, scope: str = "whole") -> Grade:
     """Grade one answer against its gold answer (see the module docstring for the rules).
 
     Args:
@@ -457,11 +476,12 @@ def grade_answer(answer: Optional[str], gold: Optional[str], question: Optional[
             must address the question's predicate (else ``incorrect``, reason ``yes_no_unanswered``), and a gold
             found only inside a hyphenated compound ("Canadian-American" for "American") is ``incorrect``
             (``compound``). ``strict=False`` is the earlier, lenient reading; reports show both where they differ.
+        scope: ``whole`` (the whole answer) or ``first-sentence`` (its first sentence only: see the module docstring).
     """
     if gold is None or not str(gold).strip():
         raise ValueError("grade_answer: the gold answer ('right_answer') is missing or empty; "
                          "the gold grader needs it for every item")
-    answer = answer or ""
+    answer = graded_part(answer or "", scope)
     a_tok = normalize_tokens(answer)
     g_tok = normalize_tokens(gold)
     hedged = detect_hedge(answer)

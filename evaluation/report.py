@@ -61,9 +61,10 @@ def regrade(records: list[dict]) -> None:
         for k in ("question", "gold", "answer"):
             if k not in r:
                 raise CompareError(f"an answers.jsonl record has no {k!r} field; re-run `rlfh eval`")
-        gr = grade_answer(r["answer"], r["gold"], r["question"])
+        scope = r.get("grade_scope", "whole")   # what `rlfh eval --grade-scope` read (answers from before: whole)
+        gr = grade_answer(r["answer"], r["gold"], r["question"], scope=scope)
         r.update(grade=gr.grade, reason=gr.reason, hedged=gr.hedged, abstained=gr.abstained, f1=round(gr.f1, 4),
-                 grade_lenient=grade_answer(r["answer"], r["gold"], r["question"], strict=False).grade)
+                 grade_lenient=grade_answer(r["answer"], r["gold"], r["question"], strict=False, scope=scope).grade)
 
 
 def _unique_names(runs: list[dict]) -> None:
@@ -504,15 +505,18 @@ def render_markdown(report: dict[str, Any], out: Path) -> str:
                      f"{_diff(pr['diff']['not_attempted'])} | **{pr['verdict']}** |")
         if any(m["metrics"].get("verifier") for m in g["models"]):
             L += ["", "**The training verifier's statement metrics** (not independent of training):", "",
-                  "| model | statements per answer | Correct | Hedged correct | Vague | Hedged wrong | Wrong | "
-                  "fact precision | verifier abstention |", "|---|---|---|---|---|---|---|---|---|"]
+                  "| model | statements per answer | supported per answer | Correct | Hedged correct | Vague | "
+                  "Hedged wrong | Wrong | fact precision | verifier abstention |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
             for m in g["models"]:
                 v = m["metrics"].get("verifier")
                 if not v:
-                    L.append(f"| {m['name']} | - | - | - | - | - | - | - | - |")
+                    L.append(f"| {m['name']} | - | - | - | - | - | - | - | - | - |")
                     continue
                 ls = v["label_share"]
+                supported = v.get("supported_statements_per_answer")
                 L.append(f"| {m['name']} | {v['statements_per_answer']:.2f} | "
+                         + ("-" if supported is None else f"{supported:.2f}") + " | "
                          + " | ".join(pct(ls[lab]) for lab in VERIFIER_LABELS)
                          + f" | {pct(v['fact_precision'])} | {pct(v['abstain_rate'])} |")
         if g.get("examples"):

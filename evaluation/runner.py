@@ -32,11 +32,12 @@ from core.prompts import ABSTAIN_TEXT
 from core.verify_schema import LABELS as VERIFIER_LABELS
 from evaluation.answer_cache import weight_stamps
 from evaluation.generate import EVAL_BATCH_SIZE, EVAL_DTYPES, inference_precision, weights_dtype
-from evaluation.graders import CORRECT, GRADES, INCORRECT, NOT_ATTEMPTED, detect_abstention, grade_answer
+from evaluation.graders import (CORRECT, GRADE_SCOPES, GRADES, INCORRECT, NOT_ATTEMPTED, detect_abstention,
+                                grade_answer)
 
 log = logging.getLogger(__name__)
 
-SYSTEMS = ("default", "may-abstain")  # core.prompts.SYSTEM_PROMPTS names
+SYSTEMS = ("default", "may-abstain", "grounded")  # core.prompts.SYSTEM_PROMPTS names
 MODES = ("closed", "evidence")
 
 
@@ -66,6 +67,7 @@ class EvalConfig:
     abstain_model: str = ""
     grounding_gate: bool = False
     answers_from: str = ""
+    grade_scope: str = "whole"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def wants_confidence(self) -> bool:
@@ -77,6 +79,8 @@ class EvalConfig:
             raise ValueError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.system not in SYSTEMS:
             raise ValueError(f"--system must be one of {', '.join(SYSTEMS)}, got {self.system!r}")
+        if self.grade_scope not in GRADE_SCOPES:
+            raise ValueError(f"--grade-scope must be one of {', '.join(GRADE_SCOPES)}, got {self.grade_scope!r}")
         if self.limit < 0:
             raise ValueError(f"--limit must be >= 0 (0: all items), got {self.limit}")
         if self.batch_size < 1:
@@ -209,6 +213,8 @@ def summarise(records: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) 
             "judge": "the training verifier (not independent of training)",
             "answers": len(vs),
             "statements_per_answer": n_st / len(vs),
+            # informativeness next to precision: a reply can raise its precision by saying less
+            "supported_statements_per_answer": (tot["Correct"] + tot["Hedged correct"]) / len(vs),
             "label_share": {lab: (tot[lab] / n_st if n_st else 0.0) for lab in VERIFIER_LABELS},
             "fact_precision": ((tot["Correct"] + tot["Hedged correct"]) / n_st) if n_st else None,
             "fact_precision_mean_per_answer": float(np.mean(precs)) if precs else None,
@@ -307,8 +313,10 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
         gens, ungated = apply_grounding_gate(gens, items, grounded, cfg.abstain_text, tok)
         log.info("eval %s: the grounding gate declined %d of %d answers (open questions whose answer adds no "
                  "word from the passage)", name, sum(u is not None for u in ungated), len(items))
-    grades = [grade_answer(g.text, it.right_answer, it.question) for g, it in zip(gens, items)]
-    lenient = [grade_answer(g.text, it.right_answer, it.question, strict=False).grade for g, it in zip(gens, items)]
+    scope = cfg.grade_scope
+    grades = [grade_answer(g.text, it.right_answer, it.question, scope=scope) for g, it in zip(gens, items)]
+    lenient = [grade_answer(g.text, it.right_answer, it.question, strict=False, scope=scope).grade
+               for g, it in zip(gens, items)]
 
     vstats: list[Optional[dict]] = [None] * len(items)
     t_ver = 0.0
@@ -327,7 +335,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
             "answer": g.text, "grade": gr.grade, "grade_lenient": lg, "reason": gr.reason, "hedged": gr.hedged,
             "abstained": gr.abstained, "f1": round(gr.f1, 4), "answer_words": len(g.text.split()),
             "new_tokens": g.new_tokens, "prompt_tokens": g.prompt_tokens, "truncated": g.truncated,
-            "verifier": vs, "qtype": question_type(it.question),
+            "verifier": vs, "qtype": question_type(it.question), "grade_scope": scope,
             "confidence": None if conf is None or math.isnan(conf) else round(conf, 5),
             "known_rate": kn, "p_abstain": None if pa is None else float(f"{pa:.6g}"),
             "grounded_share": None if gs is None else round(gs, 4), "ungated_answer": ug,
@@ -347,7 +355,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
         "abstain_model": cfg.abstain_model or None,
         "abstain_model_fingerprint": _model_fingerprint(resolve_model_path(cfg.abstain_model))
         if cfg.abstain_model else None,
-        "grounding_gate": cfg.grounding_gate, "answers_from": cfg.answers_from or None,
+        "grounding_gate": cfg.grounding_gate, "answers_from": cfg.answers_from or None, "grade_scope": scope,
         "verifier_identity": verifier_identity,
         "metrics": summarise(records, cfg.n_boot, cfg.seed),
         "timing": {"answers": answers_source, "generate_s": round(gstats.seconds, 2), "new_tokens": gstats.new_tokens,
@@ -432,8 +440,8 @@ def apply_grounding_gate(gens: list, items: list, grounded: list[Optional[float]
 
 def system_prompt(cfg: EvalConfig) -> str:
     """The system prompt ``--system`` names."""
-    from core.prompts import SYSTEM_DEFAULT, SYSTEM_MAY_ABSTAIN
-    return SYSTEM_MAY_ABSTAIN if cfg.system == "may-abstain" else SYSTEM_DEFAULT
+    from core.prompts import SYSTEM_PROMPTS
+    return SYSTEM_PROMPTS[cfg.system]
 
 
 def eval_prompts(cfg: EvalConfig, tok, items: list) -> list[str]:
@@ -514,10 +522,10 @@ def reusable_summary(cfg: EvalConfig, model_dir: str, name: str) -> Optional[dic
             "knowledge_samples": cfg.knowledge_samples, "abstain_threshold": cfg.abstain_threshold,
             "abstain_text": cfg.abstain_text if cfg.abstain_threshold else None,
             "abstain_model_fingerprint": _model_fingerprint(resolve_model_path(cfg.abstain_model))
-            if cfg.abstain_model else None, "grounding_gate": cfg.grounding_gate}
+            if cfg.abstain_model else None, "grounding_gate": cfg.grounding_gate, "grade_scope": cfg.grade_scope}
     # summaries from before --knowledge-samples / --abstain-threshold existed
     for k, v in (("knowledge_samples", 0), ("abstain_threshold", 0.0), ("abstain_text", None),
-                 ("abstain_model_fingerprint", None), ("grounding_gate", False)):
+                 ("abstain_model_fingerprint", None), ("grounding_gate", False), ("grade_scope", "whole")):
         old.setdefault(k, v)
     if any(old.get(k) != v for k, v in want.items()) or (old.get("verifier_identity") is None) == cfg.verifier:
         return None
@@ -596,6 +604,8 @@ def print_summary(summary: dict[str, Any], console=None) -> None:
         t.add_section()
         t.add_row("[italic]training verifier (not independent)[/italic]", "")
         t.add_row("statements per answer", f"{v['statements_per_answer']:.2f}")
+        if "supported_statements_per_answer" in v:   # summaries from before it was counted have no such field
+            t.add_row("supported statements per answer", f"{v['supported_statements_per_answer']:.2f}")
         t.add_row("fact precision", pct(v["fact_precision"]))
         t.add_row("label share C / HC / V / HW / W",
                   " / ".join(pct(v["label_share"][lab]) for lab in VERIFIER_LABELS))

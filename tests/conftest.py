@@ -293,6 +293,23 @@ def pytest_runtest_teardown(item, nextitem):
         _stop_serve()
 
 
+def train_sh_env(tmp_path, tiny_model_path, **over) -> dict:
+    """The environment of a `scripts/train.sh` run on the tiny random Llama: its own embedded Ray and reward
+    service on free loopback ports, no Redis, steps of a few short samples; ``over`` beats every value."""
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)
+    env.update({
+        "MODEL_PATH": tiny_model_path, "SAVE_PATH": str(tmp_path / "run"), "CKPT_PATH": str(tmp_path / "ckpt"),
+        "PROMPT_DATA": "halueval:train", "MAX_SAMPLES": "32", "ROLLOUT_BATCH_SIZE": "2", "N_SAMPLES_PER_PROMPT": "2",
+        "GENERATE_MAX_LEN": "8", "PROMPT_MAX_LEN": "128", "TRAIN_BATCH_SIZE": "4", "MICRO_TRAIN_BATCH_SIZE": "4",
+        "MICRO_ROLLOUT_BATCH_SIZE": "4", "ADVANTAGE_ESTIMATOR": "rloo", "KL_COEF": "0", "MAX_STEPS": "6",
+        "SAVE_STEP": "2", "MAX_CKPT_NUM": "2", "ROLLOUT_BACKEND": "hf", "ROLLOUT_DTYPE": "fp32",
+        "NUM_CPUS_PER_ACTOR": "0.25", "VERIFIER_NUM_CPUS": "0.2", "REWARD_NUM_CPUS": "0.2", "REDIS_URL": "",
+        "SEED": "3", "SERVE_PORT": str(free_port()), "DASHBOARD_PORT": str(free_port()), "CPU_THREADS": "1"})
+    env.update(over)
+    return env
+
+
 @pytest.fixture(scope="session")
 def embedded_model_path() -> str:
     from core.model_loader import resolve_model_path

@@ -40,7 +40,7 @@ import httpx
 import psutil
 import pytest
 
-from conftest import HANG_S
+from conftest import HANG_S, train_sh_env
 
 pytestmark = pytest.mark.slow
 
@@ -286,22 +286,6 @@ def test_training_survives_the_reward_service_and_redis_dying(tmp_path, tiny_mod
 # The rerun stops after RL: train.sh's held-out report is the same commands whatever came before it (`rlfh eval`,
 # `rlfh compare`, cluster.heldout_summary, each tested on its own), and here it cost a third of the rerun.
 
-def _train_env(tmp_path, tiny_model_path, **over) -> dict:
-    from conftest import free_port
-    env = dict(os.environ)
-    env.pop("RAY_ADDRESS", None)
-    env.update({
-        "MODEL_PATH": tiny_model_path, "SAVE_PATH": str(tmp_path / "run"), "CKPT_PATH": str(tmp_path / "ckpt"),
-        "PROMPT_DATA": "halueval:train", "MAX_SAMPLES": "32", "ROLLOUT_BATCH_SIZE": "2", "N_SAMPLES_PER_PROMPT": "2",
-        "GENERATE_MAX_LEN": "8", "PROMPT_MAX_LEN": "128", "TRAIN_BATCH_SIZE": "4", "MICRO_TRAIN_BATCH_SIZE": "4",
-        "MICRO_ROLLOUT_BATCH_SIZE": "4", "ADVANTAGE_ESTIMATOR": "rloo", "KL_COEF": "0", "MAX_STEPS": "6",
-        "SAVE_STEP": "2", "MAX_CKPT_NUM": "2", "ROLLOUT_BACKEND": "hf", "ROLLOUT_DTYPE": "fp32",
-        "NUM_CPUS_PER_ACTOR": "0.25", "VERIFIER_NUM_CPUS": "0.2", "REWARD_NUM_CPUS": "0.2", "REDIS_URL": "",
-        "SEED": "3", "SERVE_PORT": str(free_port()), "DASHBOARD_PORT": str(free_port()), "CPU_THREADS": "1"})
-    env.update(over)
-    return env
-
-
 def _read_jsonl(path: Path) -> list[dict]:
     import json
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
@@ -311,7 +295,7 @@ def test_trainer_sigkilled_resumes_at_checkpoint_step_and_data_position(tmp_path
     root = Path(__file__).resolve().parents[1]
     # train.sh's own first stage too, as make train runs it: a warm start (4 questions, 1 epoch, every layer
     # trained), built by run 1 and re-used from its cache folder by run 2
-    env = _train_env(tmp_path, tiny_model_path, WARM_START="random", WARM_START_QUESTIONS="4",
+    env = train_sh_env(tmp_path, tiny_model_path, WARM_START="random", WARM_START_QUESTIONS="4",
                      WARM_START_EPOCHS="1", RLFH_CACHE_DIR=str(tmp_path / "cache"))
     metrics_path = tmp_path / "run" / "metrics.jsonl"
     latest = tmp_path / "ckpt" / "latest"

@@ -375,3 +375,23 @@ ABSTENTION_JUDGES = [
 def test_grader_and_verifier_abstention_differ_only_where_pinned(response, grader, verifier):
     from verifier_service.text import is_abstention_text
     assert (detect_abstention(response), is_abstention_text(response)) == (grader, verifier)
+
+
+def test_first_sentence_scope_grades_the_answer_sentence_only():
+    """GRADE_SCOPE=first-sentence (a grounded reply: the answer, then the passage's facts behind it): the
+    justification can neither make a wrong answer right nor a right one wrong; abbreviations do not end the answer."""
+    from evaluation.graders import graded_part
+    q = "Who directed the film Jaws?"
+    wrong_then_gold = "George Lucas directed it. The passage says Steven Spielberg made the film in 1975."
+    assert grade_answer(wrong_then_gold, "Steven Spielberg", q).grade == CORRECT           # whole: gold inside
+    g = grade_answer(wrong_then_gold, "Steven Spielberg", q, scope="first-sentence")
+    assert (g.grade, g.reason) == (INCORRECT, "mismatch")
+    right_then_other = "Steven Spielberg directed it. George Lucas was his friend."
+    assert grade_answer(right_then_other, "Steven Spielberg", q, scope="first-sentence").grade == CORRECT
+    assert graded_part("It was born in Washington, D.C. in 1990. Then more.", "first-sentence") == \
+        "It was born in Washington, D.C. in 1990."
+    assert grade_answer("I don't know. The passage does not say who.", "Steven Spielberg", q,
+                        scope="first-sentence").grade == NOT_ATTEMPTED
+    assert graded_part("  ", "first-sentence") == "  "        # nothing to split: graded as given (empty)
+    with pytest.raises(ValueError, match="GRADE_SCOPE"):
+        grade_answer("Spielberg.", "Steven Spielberg", q, scope="sentence")

@@ -112,6 +112,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "(cached under $RLFH_CACHE_DIR/probe); a question gets the abstention exactly when its "
                         "right-sample rate is below (1 + --abstain-price) / 2, where answering stops paying under "
                         "the ternary reward (--abstain-share then applies to nothing closed-book).")
+    w.add_argument("--support", action="store_true",
+                   help="The grounded reply format (WARM_START=grounded): every answer asked with its passage is "
+                        "kept and its first sentence is followed by the passage sentence sharing the most words "
+                        "with it, verbatim, so the model learns to give the answer, then the fact behind it.")
     w.add_argument("--probe-samples", type=int, default=8,
                    help="With --abstain-where probed: answers sampled per question. Default 8.")
     w.add_argument("--probe-temperature", type=float, default=0.7,

@@ -20,6 +20,11 @@ answers per closed-book question and declines exactly where the right-sample rat
 answering pays under the trainer's ternary reward, ``(1 + price) / 2``: the warm start is then the policy the RL
 reward prefers, as far as k samples can tell, and RL (with a KL anchor to it) refines it.
 
+``--support`` (WARM_START=grounded, the grounded recipe's format) keeps every answer asked with its passage and
+appends to its first sentence the passage sentence that shares the most words with it, verbatim: the model learns
+to write the answer, then the fact behind it, from its own answers (no gold answer is read); RL then learns which
+answers the passage supports.
+
 `rlfh eval` of the warm start alone is the row that shows what RL added. Results are cached: the same settings
 re-use the saved folder.
 """
@@ -42,7 +47,7 @@ log = logging.getLogger("baselines.warmstart")
 CACHE_KEYS = ("model", "data", "limit", "type_share", "mode", "evidence_share", "system", "abstain_text",
               "abstain_share", "abstain_share_evidence", "abstain_where", "epochs", "lr", "batch_size", "seed",
               "max_new_tokens", "probe_samples", "probe_temperature", "abstain_price", "probe_dtype",
-              "probe_batch_size", "train_layers")
+              "probe_batch_size", "train_layers", "support")
 
 
 @dataclass
@@ -52,7 +57,7 @@ class WarmTarget:
     prompt_mode: str   # closed | evidence
     prompt: str
     target: str        # what the model is trained to say
-    source: str        # "own" (its greedy answer) | "abstain" (the abstention text)
+    source: str        # "own" (its greedy answer) | "own+support" (its answer, then a passage sentence) | "abstain"
     answer: str        # the base model's own greedy answer
     probe_right: Optional[int] = None   # --abstain-where probed: right samples of the probe's k (closed book)
 
@@ -66,6 +71,27 @@ def abstains(question: str, share: float, seed: int) -> bool:
         return False
     h = hashlib.sha256(f"warmstart:{seed}:{question}".encode()).digest()
     return int.from_bytes(h[:8], "big") / 2 ** 64 < share
+
+
+def with_support(answer: str, question: str, passage: str) -> str:
+    """A grounded reply made from the model's own ``answer``: its first sentence, then the sentence of ``passage``
+    that shares the most content words with it, verbatim (the question's own words do not count: most passage
+    sentences repeat them; a tie goes to the earlier sentence). The first sentence alone where no passage sentence
+    shares a word with it or the passage is that sentence already. An answer made of the question's words only
+    (a two-option question's choice) is matched on all its words."""
+    from verifier_service.text import content_words, split_sentences, stem
+    spans = split_sentences(answer)
+    first = spans[0].text if spans else answer.strip()
+    asked = {stem(w) for w in content_words(question)}
+    said = ({stem(w) for w in content_words(first)} - asked) or {stem(w) for w in content_words(first)}
+    best, best_score = None, 0
+    for s in split_sentences(passage):
+        score = len(said & {stem(w) for w in content_words(s.text)})
+        if score > best_score:
+            best, best_score = s.text, score
+    if best is None or best.strip().lower() == first.strip().lower():
+        return first
+    return f"{first} {best}"
 
 
 def warmstart_targets(items: Sequence, prompts: Sequence[str], modes: Sequence[str], answers: Sequence[str],
@@ -119,7 +145,7 @@ PROBE_KEYS = ("probe_samples", "probe_temperature", "abstain_price", "probe_dtyp
 #: probe settings added later: compared only when they differ from these (so older caches stay valid)
 PROBE_DEFAULTS = {"probe_dtype": "fp32", "probe_batch_size": 32}
 #: settings left out of the cache key at these values, so warm starts cached before the setting existed still match
-KEY_DEFAULTS = {"train_layers": 0}
+KEY_DEFAULTS = {"train_layers": 0, "support": False}
 
 
 def probe_dtype(args) -> str:
@@ -281,11 +307,16 @@ def run(args) -> int:
                  "(price %g): %d", how, bucket_counts(found), len(found), threshold, args.abstain_price, sum(decline))
     targets = warmstart_targets(items, prompts, modes, answers, args.abstain_share, args.abstain_share_evidence,
                                 args.seed, args.abstain_text, right, decline)
+    if getattr(args, "support", False):   # the grounded format: the answer, then the passage sentence behind it
+        for it, t in zip(items, targets):
+            if t.source == "own" and t.prompt_mode == "evidence":
+                t.target, t.source = with_support(t.answer, it.question, it.knowledge_text), "own+support"
     for t in targets:
         if t.uid in probes:
             t.probe_right = probes[t.uid].right
     counts = {f"{m}/{s}": sum(t.prompt_mode == m and t.source == s for t in targets)
-              for m in ("closed", "evidence") for s in ("own", "abstain")}
+              for m in ("closed", "evidence")
+              for s in ("own", "abstain", *(("own+support",) if getattr(args, "support", False) else ()))}
     write_jsonl(out / "targets.jsonl", [asdict(t) for t in targets])
 
     log.info("step 2/2: SFT, %d epochs x %d examples, lr %g, batch %d", args.epochs, len(targets), args.lr,

@@ -560,12 +560,13 @@ class LauncherSettings(Settings):
     values ``rlfh config`` validated. A recipe sets them like any other setting (recipes/abstain-closed-book.toml:
     WARM_START=probed, HELDOUT_REPORT=true...)."""
 
-    warm_start: Literal["probed", "graded", "random", "none"] = setting(
-        "none", "scripts/train.sh: SFT an abstention warm start on the base model's own answers first, and train from "
+    warm_start: Literal["probed", "graded", "random", "grounded", "none"] = setting(
+        "none", "scripts/train.sh: SFT a warm start on the base model's own answers first, and train from "
         "it. 'probed': \"I don't know.\" where a knowledge-boundary probe (8 samples a question) says answering "
         "does not pay at ABSTAIN_OUTCOME_REWARD; 'graded': in place of a WARM_START_SHARE of the gold grader's wrong "
-        "answers; 'random': in place of a random WARM_START_SHARE of the closed-book targets; 'none': RL from "
-        "MODEL_PATH as it is. Cached per model and settings (`rlfh baseline warmstart`).",
+        "answers; 'random': in place of a random WARM_START_SHARE of the closed-book targets; 'grounded': no "
+        "abstention, each answer to a passage question followed by the passage sentence that shares the most words "
+        "with it (the grounded reply format); 'none': RL from MODEL_PATH as it is. Cached per model and settings (`rlfh baseline warmstart`).",
         env="WARM_START", group="launcher", cli=False)
     warm_start_share: float = setting(
         0.6, "WARM_START=graded: share of the wrong answers replaced by \"I don't know.\"; random: share of all "

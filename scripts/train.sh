@@ -103,6 +103,9 @@ if [[ "$WARM_START" != "none" ]]; then
   [[ "$WARM_START" == "graded" ]] && where=wrong
   # probed: k sampled answers per question decide; declining where answering does not pay at ABSTAIN_OUTCOME_REWARD
   [[ "$WARM_START" == "probed" ]] && where=probed share="p$(setting ABSTAIN_OUTCOME_REWARD)"
+  # grounded: no abstention; the model's own answers to passage questions, each followed by the passage's sentence
+  support=()
+  [[ "$WARM_START" == "grounded" ]] && share=s0 support=(--support --abstain-share 0)
   questions=$(setting WARM_START_QUESTIONS) epochs=$(setting WARM_START_EPOCHS) trained=$(setting WARM_START_TRAIN_LAYERS)
   layers=""   # every layer trained (0): no tag, so the folders cached before WARM_START_TRAIN_LAYERS existed still match
   if [[ "$trained" != 0 ]]; then layers="-l$trained"; fi
@@ -110,7 +113,9 @@ if [[ "$WARM_START" != "none" ]]; then
   evidence=$(setting EVIDENCE_SHARE) seed=$(setting SEED)
   WARM_DIR=$(setting WARM_START_DIR)
   WARM_DIR=${WARM_DIR:-$cache/warmstart/$(basename "$BASE_MODEL")-$WARM_START-q$questions-$share-t$types-ep$epochs$layers-e$evidence-seed$seed}
-  echo "[train.sh] 1/3 warm start ($WARM_START -> \"I don't know.\") -> $WARM_DIR"
+  what="$WARM_START -> \"I don't know.\""
+  [[ "$WARM_START" == "grounded" ]] && what="grounded: own answers, each with its passage sentence"
+  echo "[train.sh] 1/3 warm start ($what) -> $WARM_DIR"
   echo "[train.sh]     built once per model and settings, then cached"
   if [[ "$RECIPE" == "main" && "$BASE_MODEL" == "smollm2-135m-instruct" ]]; then
     # make train's time on a 2-core AMD EPYC, from a fresh clone / with the warm start cached: docs/PERFORMANCE.md,
@@ -124,6 +129,7 @@ if [[ "$WARM_START" != "none" ]]; then
     --evidence-share "$evidence" --abstain-share "$(setting WARM_START_SHARE)" --seed "$seed" \
     --abstain-where "$where" --abstain-price "$(setting ABSTAIN_OUTCOME_REWARD)" --probe-temperature "$(setting TEMPERATURE)" \
     --gen-batch-size 32 --micro-batch-size 8 --train-layers "$trained" --out "$WARM_DIR" \
+    --system "$(setting SYSTEM_PROMPT)" --max-new-tokens "$(setting GENERATE_MAX_LEN)" "${support[@]}" \
     $([[ "$(setting PROBE_RECOMPUTE)" == "true" ]] && echo --recompute-probe)   # progress bars: probe, answer, SFT
   export MODEL_PATH="$WARM_DIR"
   stage_times+=("warm start $((SECONDS - stage_start)) s"); stage_start=$SECONDS

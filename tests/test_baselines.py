@@ -260,6 +260,24 @@ def test_warmstart_targets_ignore_correctness_and_keep_evidence_answers():
     assert 0.35 < sum(replaced) / len(replaced) < 0.65 and all(x.source == "own" for x, ok in zip(g, right) if ok)
 
 
+def test_with_support_appends_the_passage_sentence_that_backs_the_own_answer():
+    """WARM_START=grounded's target: the model's own first sentence, then the passage sentence sharing the most of
+    its words beyond the question's, verbatim; no gold answer is read."""
+    from baselines.warmstart import with_support
+    passage = ("The Oberoi Group is a hotel company founded in 1934. Its head office is in Delhi, India. "
+               "It runs thirty hotels.")
+    q = "The Oberoi family is part of a hotel company that has a head office in what city?"
+    assert with_support("Delhi. It is big.", q, passage) == "Delhi. Its head office is in Delhi, India."
+    # a wrong own answer is kept as it is (RL learns which answers the passage backs)
+    assert with_support("Mumbai, 1934.", q, passage) == "Mumbai, 1934. The Oberoi Group is a hotel company founded in 1934."
+    # nothing shared: the answer alone; an answer of the question's words only is matched on all of them
+    assert with_support("Paris.", q, passage) == "Paris."
+    assert with_support("Arthur's Magazine.", "Which was first, Arthur's Magazine or First for Women?",
+                        "First for Women began in 1989. Arthur's Magazine was an American periodical.") == \
+        "Arthur's Magazine. Arthur's Magazine was an American periodical."
+    assert with_support("Delhi.", q, "Delhi.") == "Delhi."    # the passage is the answer already
+
+
 def test_warmstart_command_builds_then_reuses(tmp_path, tiny_model_path):
     out = tmp_path / "ws"
     args = ("baseline", "warmstart", "--model", tiny_model_path, "--limit", "6", "--mode", "mixed",
@@ -570,3 +588,6 @@ def test_the_shipped_probe_and_answers_are_the_ones_make_trains_warm_start_looks
     assert (cfg.warm_start_type_balance, cfg.evidence_share, cfg.warm_start_epochs, cfg.abstain_outcome_reward,
             cfg.temperature, cfg.prompt_mode, cfg.prompt_data) == (0.4, 0.15, 3, -0.6, 0.7, "mixed", "halueval:train")
     assert (cfg.warm_start_questions, cfg.warm_start_share, cfg.seed) == (256, 0.6, 42)
+    # train.sh passes the recipe's system prompt and answer length: the parser's defaults above
+    assert '--system "$(setting SYSTEM_PROMPT)" --max-new-tokens "$(setting GENERATE_MAX_LEN)"' in sh
+    assert (cfg.system_prompt, cfg.generate_max_len) == ("default", 40)

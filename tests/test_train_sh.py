@@ -27,12 +27,20 @@ def test_grounded_recipe_runs_to_its_report_and_only_strict_mode_fails_on_the_ga
     # four held-out questions per mode (too few for any gate to pass: the verdict fails, the job does not)
     env = train_sh_env(tmp_path, tiny_model_path, MAX_STEPS="1", SAVE_STEP="1", DEV_EVAL_STEP="0",
                        FINAL_MODEL="last", EARLY_STOP_PATIENCE="0", GENERATE_MAX_LEN="12", PROMPT_MAX_LEN="256",
-                       HELDOUT_LIMIT="4", HELDOUT_EVIDENCE_LIMIT="4", RLFH_CACHE_DIR=str(tmp_path / "cache"))
+                       HELDOUT_LIMIT="4", HELDOUT_EVIDENCE_LIMIT="4", RLFH_CACHE_DIR=str(tmp_path / "cache"),
+                       WARM_START_QUESTIONS="4", WARM_START_EPOCHS="1")
     log1 = tmp_path / "train1.log"
     rc = _train_sh(env, log1, "grounded")
     out = log1.read_text(errors="replace")
     assert rc == 0, out[-4000:]
     assert "[train.sh] recipe grounded" in out and "3/3 held-out report" in out
+    # the warm start: the model's own answers to passage questions, each followed by a passage sentence
+    warm = next((tmp_path / "cache" / "warmstart").iterdir())
+    meta = json.loads((warm / "baseline.json").read_text())
+    assert meta["settings"]["support"] is True and meta["settings"]["system"] == "grounded"
+    targets = [json.loads(x) for x in (warm / "targets.jsonl").read_text().splitlines()]
+    assert len(targets) == 4 and all(t["prompt_mode"] == "evidence" and t["source"] in ("own", "own+support")
+                                     for t in targets)
     assert "the held-out gate was not met" in out and "with HELDOUT_STRICT on, train.sh exits 3" in out
 
     # the rollouts were asked with their passage

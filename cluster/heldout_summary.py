@@ -12,7 +12,12 @@ question: selectivity that needs no training), then the paired tests and the ver
 - with the passage: no significant loss of correct answers (declining where the passage does not help is
   welcome, not required).
 
-    python -m cluster.heldout_summary SAVE_PATH/heldout/report/report.json
+With ``--gate grounded`` (HELDOUT_GATE=grounded, the grounded recipe) the roles swap: the gate is judged with the
+passage (:func:`evaluation.report.grounded_failures`: more right answers, fewer wrong ones, higher fact precision
+with no fewer supported statements), closed book must only keep its right answers, and each mode also gets the
+verifier's statement table.
+
+    python -m cluster.heldout_summary SAVE_PATH/heldout/report/report.json [--gate selective|grounded]
 """
 from __future__ import annotations
 
@@ -50,9 +55,28 @@ def mode_rows(group: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
-def verdicts(report: dict[str, Any], name: str = "trained") -> dict[str, tuple[bool, str]]:
-    """Per prompt mode: (passed, one line). Closed book: the gate; with the passage: correct answers kept."""
-    from evaluation.report import expectation_failures
+def statement_rows(group: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(row name, statements per answer, supported per answer, fact precision %) of one prompt mode, by the
+    training verifier (not independent of training)."""
+    rows = []
+    for m in group["models"]:
+        v = m["metrics"].get("verifier")
+        if v:
+            sup = v.get("supported_statements_per_answer")
+            rows.append((m["name"], f"{v['statements_per_answer']:.2f}", "-" if sup is None else f"{sup:.2f}",
+                         _pct(v.get("fact_precision"))))
+    return rows
+
+
+PASSED_LINES = {"selective": "PASSED: selective, fewer hallucinations, right answers kept. ",
+                "grounded": "PASSED: more right answers, fewer wrong ones, higher fact precision. "}
+
+
+def verdicts(report: dict[str, Any], name: str = "trained", gate: str = "selective") -> dict[str, tuple[bool, str]]:
+    """Per prompt mode: (passed, one line). The gated mode (closed book for ``selective``, with the passage for
+    ``grounded``): the gate; the other: correct answers kept."""
+    from evaluation.report import GATES
+    gated = "evidence" if gate == "grounded" else "closed"
     out = {}
     for gname, g in report["groups"].items():
         mode = "evidence" if "evidence" in gname else "closed"
@@ -62,10 +86,10 @@ def verdicts(report: dict[str, Any], name: str = "trained") -> dict[str, tuple[b
         mc, mi = pair["mcnemar_correct"], pair["mcnemar_incorrect"]
         tests = (f"incorrect {mi['a_only']} fewer / {mi['b_only']} more (p={mi['p_value']:.3g}); correct "
                  f"{mc['a_only']} lost / {mc['b_only']} gained (p={mc['p_value']:.3g})")
-        if mode == "closed":
-            fails = expectation_failures(report, name, ["closed"])
-            out[gname] = (not fails, ("PASSED: selective, fewer hallucinations, right answers kept. " if not fails
-                                      else "FAILED: " + "; ".join(fails) + ". ") + tests)
+        if mode == gated:
+            fails = GATES[gate](report, name, [gated])
+            out[gname] = (not fails, (PASSED_LINES[gate] if not fails else "FAILED: " + "; ".join(fails) + ". ")
+                          + tests)
         else:
             lost = mc["a_only"] > mc["b_only"] and mc["p_value"] < 0.05
             out[gname] = (not lost, ("FAILED: significantly fewer correct answers. " if lost
@@ -92,13 +116,13 @@ def small_sample_note(group: dict[str, Any], reference: str = "base") -> Optiona
             f"judged on {GATE_QUESTIONS} (set HELDOUT_LIMIT={GATE_QUESTIONS} before the run).")
 
 
-def print_summary(report: dict[str, Any], file=None) -> bool:
+def print_summary(report: dict[str, Any], file=None, gate: str = "selective") -> bool:
     """Print the tables and verdicts; True when every mode passed."""
     from rich.console import Console
     from rich.table import Table
     con = Console(file=file or sys.stdout, width=140)
     ok = True
-    v = verdicts(report)
+    v = verdicts(report, gate=gate)
     for gname, g in report["groups"].items():
         n = g["models"][0]["metrics"]["n"] if g["models"] else 0
         t = Table(title=f"held-out, {gname} ({n} questions, greedy, gold-answer grader, %)")
@@ -107,26 +131,37 @@ def print_summary(report: dict[str, Any], file=None) -> bool:
         for r in mode_rows(g):
             t.add_row(*r)
         con.print(t)
+        st = statement_rows(g) if gate == "grounded" else []
+        if st:
+            s = Table(title=f"held-out, {gname}: the verifier's statements (the training reward's judge)")
+            for col in ("model", "statements per answer", "supported per answer", "fact precision"):
+                s.add_column(col, justify="left" if col == "model" else "right")
+            for r in st:
+                s.add_row(*r)
+            con.print(s)
         if gname in v:
             passed, line = v[gname]
             ok &= passed
             con.print(f"[{'green' if passed else 'red'}]{line}[/]")
-            note = small_sample_note(g) if "evidence" not in gname else None
+            note = small_sample_note(g) if "evidence" not in gname and gate == "selective" else None
             if note:
                 con.print(f"[yellow]{note}[/]")
     return ok
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print("usage: python -m cluster.heldout_summary REPORT_JSON", file=sys.stderr)
-        return 2
-    path = Path(argv[0])
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m cluster.heldout_summary",
+                                description="The held-out tables and the gate's verdict of a `rlfh compare` report.")
+    p.add_argument("report", metavar="REPORT_JSON", help="SAVE_PATH/heldout/report/report.json")
+    p.add_argument("--gate", choices=["selective", "grounded"], default="selective",
+                   help="selective (closed book; default) or grounded (with the passage): HELDOUT_GATE.")
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    path = Path(args.report)
     if not path.is_file():
         print(f"{path}: no report (run `rlfh compare` first)", file=sys.stderr)
         return 2
-    return 0 if print_summary(json.loads(path.read_text())) else 3
+    return 0 if print_summary(json.loads(path.read_text()), gate=args.gate) else 3
 
 
 if __name__ == "__main__":

@@ -602,6 +602,12 @@ class LauncherSettings(Settings):
         "(greedy, closed book and with the passage) and print the before/after tables and the gate verdict "
         "(a failed gate ends the job normally unless HELDOUT_STRICT).", env="HELDOUT_REPORT", group="launcher",
         cli=False)
+    heldout_gate: Literal["selective", "grounded"] = setting(
+        "selective", "scripts/train.sh: the held-out report's gate. selective: closed book, significantly fewer wrong "
+        "answers without fewer right ones, better than declining at random (the abstention recipe); grounded: with "
+        "the passage, more right answers and fewer wrong ones by set margins, and a higher fact precision with no "
+        "fewer supported statements per answer (the grounded recipe; `rlfh compare --gate`).",
+        env="HELDOUT_GATE", group="launcher", cli=False)
     heldout_strict: bool = setting(
         False, "scripts/train.sh: exit with status 3 when the held-out report's gate fails (scripts/demo.sh always "
         "does). Off: a job that ran to the end exits 0 and its verdict line says whether the gate passed.",

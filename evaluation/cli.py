@@ -159,12 +159,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--n-boot", type=int, default=2000, help="Bootstrap resamples. Default 2000.")
     c.add_argument("--seed", type=int, default=0, help="Bootstrap seed. Default 0.")
     c.add_argument("--expect", default="", metavar="NAME",
-                   help="Gate (for CI and the demo): exit with status 3 unless the run named NAME (its --name) is "
-                        "selective in every gated mode: significantly fewer incorrect answers than every other run "
+                   help="Gate (for CI and the demo): exit with status 3 unless the run named NAME (its --name) "
+                        "passes --gate in every gated mode. selective: significantly fewer incorrect answers than "
+                        "every other run "
                         "without significantly fewer correct ones (exact McNemar), accuracy on its attempted answers "
                         "significantly above the mode's first run (paired bootstrap CI above 0), and more correct "
                         "answers than the first run would keep declining as many random questions (exact "
-                        "hypergeometric p < 0.05). The report is written either way.")
+                        "hypergeometric p < 0.05). grounded: see --gate. The report is written either way.")
+    c.add_argument("--gate", choices=["selective", "grounded"], default="selective",
+                   help="What --expect asks. selective (default; closed book): the abstention gate above. grounded "
+                        "(with the passage; default mode evidence): against the mode's first run, correct answers "
+                        "up 10 points and incorrect down 15, both significant (exact McNemar), and the verifier's "
+                        "fact precision up 15 points with supported statements per answer not lower.")
     c.add_argument("--expect-mode", action="append", choices=["closed", "evidence"], default=None,
                    metavar="MODE", help="With --expect: only these prompt modes are gated (repeatable; default: "
                                         "all). The other modes are still compared and reported.")
@@ -233,7 +239,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from evaluation.report import CompareError, compare_runs, expectation_failures, print_report
+    from evaluation.report import GATES, CompareError, compare_runs, print_report
     try:
         report = compare_runs(args.runs, args.out, run_dir=args.run_dir, n_boot=args.n_boot, seed=args.seed,
                               title=args.title)
@@ -244,7 +250,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     print(f"report: {args.out}/report.md")
     if args.expect:
         try:
-            failures = expectation_failures(report, args.expect, args.expect_mode)
+            failures = GATES[args.gate](report, args.expect, args.expect_mode)
         except CompareError as e:
             print(f"rlfh compare: {e}", file=sys.stderr)
             return 2
@@ -254,9 +260,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                 print(f"  - {f}")
             return 3
         where = f" ({', '.join(args.expect_mode)} mode)" if args.expect_mode else ""
-        print(f"EXPECTATION MET{where}: {args.expect!r} has significantly fewer incorrect answers than every other "
-              "run, with correct answers not significantly fewer, higher accuracy on its attempted answers than the "
-              "reference, and beats random abstention")
+        if args.gate == "grounded":
+            print(f"EXPECTATION MET{where}: {args.expect!r} answers significantly more questions right and fewer "
+                  "wrong than the reference, by the grounded gate's margins, with higher fact precision and no "
+                  "fewer supported statements per answer")
+        else:
+            print(f"EXPECTATION MET{where}: {args.expect!r} has significantly fewer incorrect answers than every "
+                  "other run, with correct answers not significantly fewer, higher accuracy on its attempted answers "
+                  "than the reference, and beats random abstention")
     return 0
 
 

@@ -198,6 +198,71 @@ def expectation_failures(report: dict[str, Any], name: str, modes: Optional[list
     return failures
 
 
+#: The grounded gate (HELDOUT_GATE=grounded, `rlfh compare --gate grounded`): what the trained model must gain over
+#: the reference with the passage in the prompt, in shares of the questions (precision: of the statements).
+GROUNDED_GATE = {"correct_gain": 0.10, "incorrect_drop": 0.15, "precision_gain": 0.15}
+
+
+def grounded_failures(report: dict[str, Any], name: str, modes: Optional[list[str]] = None) -> list[str]:
+    """Why run ``name`` does not pass the grounded gate in its groups (empty list: it does).
+
+    In every group (of the ``modes`` prompt modes; default: evidence, the passage in the prompt), against the
+    group's first run (the reference, e.g. the base model):
+
+    1. correct answers up by at least ``GROUNDED_GATE["correct_gain"]`` and significantly more (exact McNemar on
+       right answers, p < alpha);
+    2. incorrect answers down by at least ``incorrect_drop`` and significantly fewer (McNemar, p < alpha);
+    3. the verifier's fact precision up by at least ``precision_gain``, with supported statements per answer not
+       lower (a reply must not buy precision by saying less).
+    """
+    modes = modes or ["evidence"]
+    failures, found = [], False
+    for gname, g in report["groups"].items():
+        if not {m.get("mode") for m in g["models"]} & set(modes):
+            continue
+        ref = g["models"][0]["name"]
+        pair = next((p for p in g["pairs"] if {p["a"], p["b"]} == {ref, name}), None)
+        if pair is None or ref == name:
+            continue
+        found = True
+        side, other = ("b", "a") if pair["b"] == name else ("a", "b")
+        sign = 1 if side == "b" else -1
+        gain, drop = sign * pair["diff"]["correct"]["value"], -sign * pair["diff"]["incorrect"]["value"]
+        mc, mi = pair["mcnemar_correct"], pair["mcnemar_incorrect"]
+        if gain < GROUNDED_GATE["correct_gain"] or not significantly_fewer(mc, other):
+            failures.append(f"{gname}: {name}'s correct answers {100 * gain:+.1f} pts vs {ref} (needs "
+                            f"+{100 * GROUNDED_GATE['correct_gain']:.0f}, significant: {mc[side + '_only']} gained / "
+                            f"{mc[other + '_only']} lost, p={_p(mc['p_value'])})")
+        if drop < GROUNDED_GATE["incorrect_drop"] or not significantly_fewer(mi, side):
+            failures.append(f"{gname}: {name}'s incorrect answers {-100 * drop:+.1f} pts vs {ref} (needs "
+                            f"-{100 * GROUNDED_GATE['incorrect_drop']:.0f}, significant: {mi[other + '_only']} fewer / "
+                            f"{mi[side + '_only']} more, p={_p(mi['p_value'])})")
+        stats = {m["name"]: m["metrics"].get("verifier") for m in g["models"]}
+        v_ref, v_new = stats.get(ref), stats.get(name)
+        if not (v_ref and v_new and v_ref.get("fact_precision") is not None
+                and v_new.get("fact_precision") is not None):
+            failures.append(f"{gname}: no statement metrics for {ref} and {name} (run `rlfh eval` with the verifier)")
+            continue
+        p_gain = v_new["fact_precision"] - v_ref["fact_precision"]
+        if p_gain < GROUNDED_GATE["precision_gain"]:
+            failures.append(f"{gname}: {name}'s fact precision {100 * v_new['fact_precision']:.1f}% vs "
+                            f"{100 * v_ref['fact_precision']:.1f}% ({100 * p_gain:+.1f} pts, needs "
+                            f"+{100 * GROUNDED_GATE['precision_gain']:.0f})")
+        s_ref, s_new = (v.get("supported_statements_per_answer") for v in (v_ref, v_new))
+        if s_ref is not None and s_new is not None and s_new < s_ref:
+            failures.append(f"{gname}: {name} has fewer supported statements per answer ({s_new:.2f} vs "
+                            f"{ref}'s {s_ref:.2f}): precision bought by saying less")
+    if not found:
+        names = sorted({m["name"] for g in report["groups"].values() for m in g["models"]})
+        raise CompareError(f"--expect {name!r} --gate grounded: no {'/'.join(modes)} group pairs it with a reference; "
+                           f"the runs are {', '.join(names)}")
+    return failures
+
+
+#: The gates `rlfh compare --expect NAME --gate G` and the held-out report (HELDOUT_GATE) judge by.
+GATES = {"selective": expectation_failures, "grounded": grounded_failures}
+
+
 def group_runs(runs: list[dict]) -> dict[str, list[dict]]:
     groups: dict[str, list[dict]] = {}
     for r in runs:

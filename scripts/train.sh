@@ -184,10 +184,12 @@ if [[ "$HELDOUT_REPORT" == "true" ]]; then
     done
   done
   rc=0   # 3: the gate failed (rlfh compare --expect)
+  gate=$(setting HELDOUT_GATE) gated=closed
+  [[ "$gate" == "grounded" ]] && gated=evidence
   "$RLFH" --log-level WARNING compare "${RUNS[@]}" --out "$SAVE_PATH/heldout/report" --run "$SAVE_PATH" \
-    --title "RLFH: base vs RL-trained on held-out questions ($HELDOUT_LIMIT closed book, $HELDOUT_EVIDENCE_LIMIT with the passage)" --expect trained --expect-mode closed \
-    || rc=$?
-  "$PY" -m cluster.heldout_summary "$SAVE_PATH/heldout/report/report.json" || true
+    --title "RLFH: base vs RL-trained on held-out questions ($HELDOUT_LIMIT closed book, $HELDOUT_EVIDENCE_LIMIT with the passage)" \
+    --expect trained --gate "$gate" --expect-mode "$gated" || rc=$?
+  "$PY" -m cluster.heldout_summary "$SAVE_PATH/heldout/report/report.json" --gate "$gate" || true
   echo "[train.sh] report: $SAVE_PATH/heldout/report/report.md  curves: $SAVE_PATH/training_curves.png"
   stage_times+=("held-out report $((SECONDS - stage_start)) s")
   echo "[train.sh] time: $(IFS=,; echo "${stage_times[*]}" | sed 's/,/, /g'); total $SECONDS s on $(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN) cores" \

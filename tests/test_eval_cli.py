@@ -62,8 +62,18 @@ def test_compare_needs_eval_folders(tmp_path, capsys):
     assert r.returncode == 2 and "summary.json" in r.stderr
 
 
-def _write_run(folder: Path, name: str, mode: str, answers: list[tuple[str, str, str]]) -> Path:
-    """An eval folder as `rlfh eval` writes it, from hand-written (question, gold, answer) triples."""
+def _statements(correct: int, wrong: int) -> dict:
+    """An answer's verifier record (as `rlfh eval` writes it) with these numbers of Correct and Wrong statements."""
+    labels = {"Correct": correct, "Hedged correct": 0, "Vague": 0, "Hedged wrong": 0, "Wrong": wrong}
+    n = correct + wrong
+    return {"num_statements": n, "labels": labels, "abstained": False, "fact_precision": correct / n if n else None,
+            "num_unaligned": 0, "num_fallback": 0}
+
+
+def _write_run(folder: Path, name: str, mode: str, answers: list[tuple[str, str, str]],
+               statements=None) -> Path:
+    """An eval folder as `rlfh eval` writes it, from hand-written (question, gold, answer) triples; ``statements``
+    gives each answer's verifier record (:func:`_statements`), by its index."""
     from evaluation.graders import grade_answer
     from evaluation.runner import pair_key, summarise
     folder.mkdir(parents=True)
@@ -73,7 +83,7 @@ def _write_run(folder: Path, name: str, mode: str, answers: list[tuple[str, str,
         recs.append({"uid": q[:8], "key": pair_key(q), "question": q, "gold": gold, "answer": ans, "grade": gr.grade,
                      "reason": gr.reason, "hedged": gr.hedged, "abstained": gr.abstained, "f1": gr.f1,
                      "answer_words": len(ans.split()), "new_tokens": 5, "prompt_tokens": 50, "truncated": False,
-                     "verifier": None})
+                     "verifier": statements(len(recs)) if statements else None})
     (folder / "answers.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     (folder / "summary.json").write_text(json.dumps({"name": name, "mode": mode, "data": "hand.jsonl",
                                                      "metrics": summarise(recs, n_boot=100)}))
@@ -217,6 +227,43 @@ def test_heldout_summary_tables_and_verdicts(tmp_path, capsys):
     # 40 questions, 10 right for the base: the closed-book verdict says how little it can show at this size
     assert out.count("note: 40 questions, 10 of them answered right by base") == 1 and "HELDOUT_LIMIT=300" in out
     assert summary_main([str(tmp_path / "missing.json")]) == 2
+
+
+def test_grounded_gate_needs_more_right_fewer_wrong_and_precision_without_saying_less(tmp_path, capsys):
+    """HELDOUT_GATE=grounded on hand-built runs with the passage: a model that answers 16 more of 40 right and
+    states more supported facts passes; one whose precision rises only because it says less fails, naming it."""
+    from cluster.heldout_summary import main as summary_main
+    qs = [(f"Which city hosts museum number {i}?", f"City{i}") for i in range(40)]
+    base = [(q, g, "It is Wrongville." if i < 24 else f"It is {g}.") for i, (q, g) in enumerate(qs)]
+    better = [(q, g, f"It is {g}." if i < 16 or i >= 24 else a) for i, (q, g, a) in enumerate(base)]
+    runs = [_write_run(tmp_path / "be", "base", "evidence", base, lambda i: _statements(1, 1)),
+            _write_run(tmp_path / "te", "trained", "evidence", better, lambda i: _statements(2, 0)),
+            _write_run(tmp_path / "bc", "base", "closed", base), _write_run(tmp_path / "tc", "trained", "closed", base)]
+    rep = tmp_path / "rep"
+    r = rlfh("compare", *map(str, runs), "--out", str(rep), "--n-boot", "100", "--expect", "trained",
+             "--gate", "grounded", "--expect-mode", "evidence")
+    assert r.returncode == 0 and "EXPECTATION MET (evidence mode)" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    assert summary_main([str(rep / "report.json"), "--gate", "grounded"]) == 0
+    out = capsys.readouterr().out
+    assert "PASSED: more right answers, fewer wrong ones, higher fact precision" in out
+    assert "PASSED: correct answers not significantly fewer" in out    # closed book: only kept, not gated
+    assert "supported per answer" in out and "2.00" in out and "50.0" in out and "100.0" in out
+    # the same answers, but precision from saying less: one statement, half of what the base had supported
+    terse = tmp_path / "terse"
+    _write_run(terse, "trained", "evidence", better, lambda i: _statements(1, 0) if i % 2 else _statements(0, 0))
+    rep2 = tmp_path / "rep2"
+    r = rlfh("compare", str(runs[0]), str(terse), "--out", str(rep2), "--n-boot", "100", "--expect", "trained",
+             "--gate", "grounded")
+    assert r.returncode == 3 and "precision bought by saying less" in r.stdout, r.stdout[-2000:]
+    # too small a gain fails with the margin named; the selective gate is still the default
+    small = [(q, g, f"It is {g}." if i < 2 or i >= 24 else a) for i, (q, g, a) in enumerate(base)]
+    _write_run(tmp_path / "small", "trained", "evidence", small, lambda i: _statements(2, 0))
+    r = rlfh("compare", str(runs[0]), str(tmp_path / "small"), "--out", str(tmp_path / "rep3"), "--n-boot", "100",
+             "--expect", "trained", "--gate", "grounded")
+    assert r.returncode == 3 and "needs +10" in r.stdout and "needs -15" in r.stdout, r.stdout[-2000:]
+    r = rlfh("compare", str(runs[0]), str(tmp_path / "small"), "--out", str(tmp_path / "rep4"), "--n-boot", "100",
+             "--expect", "trained", "--gate", "closed-book")
+    assert r.returncode == 2 and "--gate" in r.stderr
 
 
 def test_heldout_summary_percent_never_prints_negative_zero():

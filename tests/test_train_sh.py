@@ -42,6 +42,8 @@ def test_grounded_recipe_runs_to_its_report_and_only_strict_mode_fails_on_the_ga
     assert len(targets) == 4 and all(t["prompt_mode"] == "evidence" and t["source"] in ("own", "own+support")
                                      for t in targets)
     assert "the held-out gate was not met" in out and "with HELDOUT_STRICT on, train.sh exits 3" in out
+    # judged by the grounded gate (HELDOUT_GATE=grounded): with the passage, and with the verifier's statement table
+    assert "EXPECTATION NOT MET" in out and "needs +10" in out and "the verifier's statements" in out
 
     # the rollouts were asked with their passage
     samples = [json.loads(x) for x in (tmp_path / "run" / "samples.jsonl").read_text().splitlines() if x.strip()]

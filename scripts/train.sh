@@ -142,62 +142,10 @@ echo "[train.sh] 2/3 RL: rlfh train -> $SAVE_PATH"
 "$RLFH" train "$@"
 stage_times+=("RL $((SECONDS - stage_start)) s"); stage_start=$SECONDS
 
-if [[ "$HELDOUT_REPORT" == "true" ]]; then
-  HELDOUT_DATA=$(setting HELDOUT_DATA) HELDOUT_LIMIT=$(setting HELDOUT_LIMIT)
-  HELDOUT_EVIDENCE_LIMIT=$(setting HELDOUT_EVIDENCE_LIMIT)
-  # asked and graded as in training: the recipe's system prompt (a named one; `rlfh eval --system` takes names),
-  # its answer length and what the gold grader reads
-  system=$(setting SYSTEM_PROMPT)
-  case "$system" in
-    default|may-abstain|grounded) ;;
-    *) echo "[train.sh]     SYSTEM_PROMPT is a literal text: the held-out report asks with the default prompt" >&2
-       system=default ;;
-  esac
-  ask=(--system "$system" --max-new-tokens "$(setting GENERATE_MAX_LEN)" --grade-scope "$(setting GRADE_SCOPE)")
-  TRAINED="$SAVE_PATH/final"
-  if [[ ! -f "$TRAINED/config.json" ]]; then
-    echo "[train.sh] no final model at $TRAINED: skipping the held-out report" >&2
-    exit 1
-  fi
-  echo "[train.sh] 3/3 held-out report: base vs trained, greedy, questions of $HELDOUT_DATA the run never trained on:" \
-       "$HELDOUT_LIMIT closed book, $HELDOUT_EVIDENCE_LIMIT with the passage"
-  RUNS=()
-  for mode in closed evidence; do
-    limit=$HELDOUT_LIMIT
-    [[ "$mode" == "evidence" ]] && limit=$HELDOUT_EVIDENCE_LIMIT
-    for spec in "base|$BASE_MODEL" "trained|$TRAINED"; do
-      IFS='|' read -r name model <<<"$spec"
-      out="$SAVE_PATH/heldout/${name}_${mode}"
-      # the base model's answers do not change between runs: cached (`rlfh eval --reuse` checks weights + settings;
-      # it reads greedy answers from $RLFH_CACHE_DIR/answers, or for the embedded model at these settings the
-      # shipped ones in evaluation/shipped/, which PROBE_RECOMPUTE=1 makes again)
-      reuse=--reuse
-      if [[ "$name" == "base" ]]; then
-        out="$cache/heldout/$(basename "$BASE_MODEL")-${HELDOUT_DATA//:/-}-${limit}-${mode}"
-        [[ "$system" != default ]] && out="$out-$system"
-        [[ "$(setting PROBE_RECOMPUTE)" == "true" ]] && reuse=
-      fi
-      echo "[train.sh]     $name, $mode: $model"
-      "$RLFH" --log-level WARNING eval --model "$model" --data "$HELDOUT_DATA" --mode "$mode" --name "$name" \
-        --limit "$limit" --confidence off "${ask[@]}" --out "$out" $reuse >/dev/null   # its progress bar: stderr
-      RUNS+=("$out")
-    done
-  done
-  rc=0   # 3: the gate failed (rlfh compare --expect)
-  gate=$(setting HELDOUT_GATE) gated=closed
-  [[ "$gate" == "grounded" ]] && gated=evidence
-  "$RLFH" --log-level WARNING compare "${RUNS[@]}" --out "$SAVE_PATH/heldout/report" --run "$SAVE_PATH" \
-    --title "RLFH: base vs RL-trained on held-out questions ($HELDOUT_LIMIT closed book, $HELDOUT_EVIDENCE_LIMIT with the passage)" \
-    --expect trained --gate "$gate" --expect-mode "$gated" || rc=$?
-  "$PY" -m cluster.heldout_summary "$SAVE_PATH/heldout/report/report.json" --gate "$gate" || true
-  echo "[train.sh] report: $SAVE_PATH/heldout/report/report.md  curves: $SAVE_PATH/training_curves.png"
-  stage_times+=("held-out report $((SECONDS - stage_start)) s")
-  echo "[train.sh] time: $(IFS=,; echo "${stage_times[*]}" | sed 's/,/, /g'); total $SECONDS s on $(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN) cores" \
-       "(${cpu:-CPU}, $isa)"
-  if [[ $rc -eq 3 && "$(setting HELDOUT_STRICT)" != "true" ]]; then
-    # the job ran to its end: the verdict above says the gate failed; HELDOUT_STRICT makes that an exit status
-    echo "[train.sh] done; the held-out gate was not met (the verdict above); with HELDOUT_STRICT on, train.sh exits 3 on it"
-    rc=0
-  fi
-  exit $rc
-fi
+echo "[train.sh] 3/3 held-out report: scripts/heldout_report.sh $BASE_MODEL"
+rc=0
+bash scripts/heldout_report.sh "$BASE_MODEL" || rc=$?
+stage_times+=("held-out report $((SECONDS - stage_start)) s")
+echo "[train.sh] time: $(IFS=,; echo "${stage_times[*]}" | sed 's/,/, /g'); total $SECONDS s on $(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN) cores" \
+     "(${cpu:-CPU}, $isa)"
+exit $rc

@@ -134,7 +134,7 @@ def test_every_setting_is_read_outside_the_config_module():
     unread = [env_name(f) for f in RLFHConfig.model_fields
               if f not in launcher | demo and READ_VIA.get(f, f) not in read]
     assert unread == []
-    sh = (root / "scripts" / "train.sh").read_text(encoding="utf-8")
+    sh = "".join((root / "scripts" / s).read_text(encoding="utf-8") for s in ("train.sh", "heldout_report.sh"))
     assert [env_name(f) for f in launcher if f"setting {env_name(f)})" not in sh] == []
     demo_sh = (root / "scripts" / "demo.sh").read_text(encoding="utf-8")
     assert [env_name(f) for f in demo if f"gate_setting {env_name(f)})" not in demo_sh] == []

@@ -363,7 +363,7 @@ def test_the_shipped_files_are_the_ones_make_train_looks_up(embedded_model_path)
     for mode, n in (("closed", 300), ("evidence", 100)):
         rows = [json.loads(line) for line in (SHIPPED_DIR / heldout[mode]).read_text().splitlines()]
         assert len(rows) == n and all(r["answer"].strip() and 0 < r["new_tokens"] <= 40 for r in rows)
-    sh = (REPO / "scripts" / "train.sh").read_text()
+    sh = (REPO / "scripts" / "heldout_report.sh").read_text()
     assert '--limit "$limit" --confidence off "${ask[@]}" --out "$out" $reuse' in sh
     # train.sh asks with the recipe's system prompt, answer length and grade scope: make train's are the defaults
     main = RLFHConfig.load({}, recipe="main")

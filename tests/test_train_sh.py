@@ -39,9 +39,10 @@ def test_grounded_recipe_runs_to_its_report_and_only_strict_mode_fails_on_the_ga
     meta = json.loads((warm / "baseline.json").read_text())
     assert meta["settings"]["support"] is True and meta["settings"]["system"] == "grounded"
     targets = [json.loads(x) for x in (warm / "targets.jsonl").read_text().splitlines()]
-    assert len(targets) == 4 and all(t["prompt_mode"] == "evidence" and t["source"] in ("own", "own+support")
-                                     for t in targets)
-    assert "the held-out gate was not met" in out and "with HELDOUT_STRICT on, train.sh exits 3" in out
+    assert len(targets) == 4 and all(t["prompt_mode"] == "evidence" for t in targets)
+    # the tiny random model may say nothing: an empty answer gets the abstention (no abstention otherwise)
+    assert all(t["source"] == ("abstain" if not t["answer"].strip() else "own+support") for t in targets), targets
+    assert "the held-out gate was not met" in out and "with HELDOUT_STRICT on, it exits 3" in out
     # judged by the grounded gate (HELDOUT_GATE=grounded): with the passage, and with the verifier's statement table
     assert "EXPECTATION NOT MET" in out and "needs +10" in out and "the verifier's statements" in out
 
@@ -60,9 +61,15 @@ def test_grounded_recipe_runs_to_its_report_and_only_strict_mode_fails_on_the_ga
     report = json.loads((tmp_path / "run" / "heldout" / "report" / "report.json").read_text())
     assert report["groups"]
 
-    # strict: the same finished run, the same report (answers re-used), now exit status 3
-    log2 = tmp_path / "train2.log"
-    rc = _train_sh({**env, "HELDOUT_STRICT": "1"}, log2, "grounded")
-    out2 = log2.read_text(errors="replace")
-    assert rc == 3, out2[-4000:]
-    assert "the held-out gate was not met" not in out2 and "3/3 held-out report" in out2
+    # strict: the same finished run's report again (scripts/heldout_report.sh, train.sh's stage 3 on its own; the
+    # answers are re-used), now exit status 3
+    answers = tmp_path / "run" / "heldout" / "trained_evidence" / "answers.jsonl"
+    stamp = answers.stat().st_mtime_ns
+    r = subprocess.run(["bash", "scripts/heldout_report.sh", tiny_model_path], cwd=ROOT, capture_output=True, text=True,
+                       env={**env, "RECIPE": "grounded", "HELDOUT_STRICT": "1"}, timeout=300)
+    assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "the held-out gate was not met" not in r.stdout and "EXPECTATION NOT MET" in r.stdout
+    assert answers.stat().st_mtime_ns == stamp          # re-used, not generated again
+    r = subprocess.run(["bash", "scripts/heldout_report.sh"], cwd=ROOT, capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert r.returncode == 2 and "usage: bash scripts/heldout_report.sh BASE_MODEL" in r.stderr

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The held-out report of a finished run (scripts/train.sh's stage 3): the base model and SAVE_PATH/final answer
+# held-out questions greedily, closed book and with the passage, then `rlfh compare` judges the trained model by
+# the recipe's gate and cluster.heldout_summary prints the before/after tables and the verdict.
+#
+#   bash scripts/heldout_report.sh BASE_MODEL              # the settings of the environment (RECIPE=..., SAVE_PATH=...)
+#   RECIPE=grounded SAVE_PATH=runs/g bash scripts/heldout_report.sh smollm2-135m-instruct
+#
+# Asked and graded as in training: the recipe's SYSTEM_PROMPT, GENERATE_MAX_LEN and GRADE_SCOPE. Its own settings
+# are HELDOUT_DATA, HELDOUT_LIMIT (closed book), HELDOUT_EVIDENCE_LIMIT (with the passage), HELDOUT_GATE and
+# HELDOUT_STRICT (`rlfh config` documents them). Answers are re-used where the weights and settings are unchanged.
+# Exit status: 0 once the report is written (its verdict line says whether the gate passed); 3 for a failed gate
+# with HELDOUT_STRICT on; 1 without a final model; 2 on a bad setting.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RLFH=.venv/bin/rlfh
+PY=.venv/bin/python
+if [[ $# -ne 1 || "$1" == -* ]]; then
+  echo "usage: bash scripts/heldout_report.sh BASE_MODEL   (the model the run started from: a path or the embedded name)" >&2
+  exit 2
+fi
+BASE_MODEL=$1
+if ! current=$("$RLFH" config --format env); then
+  echo "[heldout] bad configuration (see above)" >&2
+  exit 2
+fi
+setting() { sed -n "s/^$1=//p" <<<"$current" | head -n 1; }
+SAVE_PATH=$(setting SAVE_PATH)
+cache=$(setting RLFH_CACHE_DIR); cache=${cache:-$HOME/.cache/rlfh}
+HELDOUT_DATA=$(setting HELDOUT_DATA) HELDOUT_LIMIT=$(setting HELDOUT_LIMIT)
+HELDOUT_EVIDENCE_LIMIT=$(setting HELDOUT_EVIDENCE_LIMIT)
+# asked and graded as in training: the recipe's system prompt (a named one; `rlfh eval --system` takes names),
+# its answer length and what the gold grader reads
+system=$(setting SYSTEM_PROMPT)
+case "$system" in
+  default|may-abstain|grounded) ;;
+  *) echo "[heldout] SYSTEM_PROMPT is a literal text: the held-out report asks with the default prompt" >&2
+     system=default ;;
+esac
+ask=(--system "$system" --max-new-tokens "$(setting GENERATE_MAX_LEN)" --grade-scope "$(setting GRADE_SCOPE)")
+TRAINED="$SAVE_PATH/final"
+if [[ ! -f "$TRAINED/config.json" ]]; then
+  echo "[heldout] no final model at $TRAINED: no held-out report" >&2
+  exit 1
+fi
+echo "[heldout] base vs trained, greedy, questions of $HELDOUT_DATA the run never trained on:" \
+     "$HELDOUT_LIMIT closed book, $HELDOUT_EVIDENCE_LIMIT with the passage"
+RUNS=()
+for mode in closed evidence; do
+  limit=$HELDOUT_LIMIT
+  [[ "$mode" == "evidence" ]] && limit=$HELDOUT_EVIDENCE_LIMIT
+  for spec in "base|$BASE_MODEL" "trained|$TRAINED"; do
+    IFS='|' read -r name model <<<"$spec"
+    out="$SAVE_PATH/heldout/${name}_${mode}"
+    # the base model's answers do not change between runs: cached (`rlfh eval --reuse` checks weights + settings;
+    # it reads greedy answers from $RLFH_CACHE_DIR/answers, or for the embedded model at these settings the
+    # shipped ones in evaluation/shipped/, which PROBE_RECOMPUTE=1 makes again)
+    reuse=--reuse
+    if [[ "$name" == "base" ]]; then
+      out="$cache/heldout/$(basename "$BASE_MODEL")-${HELDOUT_DATA//:/-}-${limit}-${mode}"
+      [[ "$system" != default ]] && out="$out-$system"
+      [[ "$(setting PROBE_RECOMPUTE)" == "true" ]] && reuse=
+    fi
+    echo "[heldout]     $name, $mode: $model"
+    "$RLFH" --log-level WARNING eval --model "$model" --data "$HELDOUT_DATA" --mode "$mode" --name "$name" \
+      --limit "$limit" --confidence off "${ask[@]}" --out "$out" $reuse >/dev/null   # its progress bar: stderr
+    RUNS+=("$out")
+  done
+done
+rc=0   # 3: the gate failed (rlfh compare --expect)
+gate=$(setting HELDOUT_GATE) gated=closed
+[[ "$gate" == "grounded" ]] && gated=evidence
+"$RLFH" --log-level WARNING compare "${RUNS[@]}" --out "$SAVE_PATH/heldout/report" --run "$SAVE_PATH" \
+  --title "RLFH: base vs RL-trained on held-out questions ($HELDOUT_LIMIT closed book, $HELDOUT_EVIDENCE_LIMIT with the passage)" \
+  --expect trained --gate "$gate" --expect-mode "$gated" || rc=$?
+"$PY" -m cluster.heldout_summary "$SAVE_PATH/heldout/report/report.json" --gate "$gate" || true
+echo "[heldout] report: $SAVE_PATH/heldout/report/report.md  curves: $SAVE_PATH/training_curves.png"
+if [[ $rc -eq 3 && "$(setting HELDOUT_STRICT)" != "true" ]]; then
+  # the job ran to its end: the verdict above says the gate failed; HELDOUT_STRICT makes that an exit status
+  echo "[heldout] done; the held-out gate was not met (the verdict above); with HELDOUT_STRICT on, it exits 3"
+  rc=0
+fi
+exit $rc

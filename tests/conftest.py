@@ -230,7 +230,8 @@ MODULE_SECONDS = {
     "test_service_hostile.py": 89, "test_service_rewards.py": 79, "test_schemathesis.py": 71,
     "test_actors_inprocess.py": 59, "test_abstain_threshold.py": 47, "test_integrations_trl.py": 46,
     "test_verifier_cli.py": 42, "test_dev_eval.py": 41, "test_deploy.py": 40, "test_cpu_blas.py": 35,
-    "test_metrics_scrape.py": 34, "test_integrations_openrlhf.py": 32, "test_grounding_gate.py": 32}
+    "test_metrics_scrape.py": 34, "test_integrations_openrlhf.py": 32, "test_grounding_gate.py": 32,
+    "test_train_sh.py": 135}
 
 
 def _module_seconds(config) -> dict[str, float]:

@@ -166,8 +166,8 @@ def test_train_sh_stops_on_a_bad_value_of_its_own_settings_naming_what_it_takes(
     """scripts/train.sh's own settings (WARM_START, PROBE_RECOMPUTE, HELDOUT_*) are checked by `rlfh config` like
     every other: a bad value stops it before any work, naming the variable and what it accepts."""
     for var, value, says in (
-            ("WARM_START", "sometimes", "WARM_START = 'sometimes': Input should be 'probed', 'graded', 'random' or "
-                                        "'none'"),
+            ("WARM_START", "sometimes", "WARM_START = 'sometimes': Input should be 'probed', 'graded', 'random', "
+                                        "'grounded' or 'none'"),
             ("PROBE_RECOMPUTE", "maybe", "PROBE_RECOMPUTE = 'maybe': must be true/false (or 1/0)"),
             ("HELDOUT_EVIDENCE_LIMIT", "0", "HELDOUT_EVIDENCE_LIMIT = '0': Input should be greater than or equal to 1"),
             ("HELDOUT_LIMIT", "1e2", "HELDOUT_LIMIT = '1e2': Input should be a valid integer")):

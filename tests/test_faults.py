@@ -14,22 +14,18 @@ Training under faults (the driver, the tiny random Llama, the real service and a
 service's proxy and replica SIGKILLed mid-run (the batch is skipped and counted, nothing is trained on it, and
 training goes on once Serve has restarted them), then Redis SIGKILLed (training goes on, cache degraded).
 
-The trainer itself SIGKILLed between checkpoints (``scripts/train.sh``): the same command resumes at the last
-checkpoint's step and data position, redoes the lost step on the same prompts and rollout, and metrics.jsonl
-continues the curve; nothing the dead trainer's Ray started is left running.
-
 A policy / rollout actor's worker SIGKILLed or SIGSTOPped: the driver notices (at once, or after
 ACTOR_TIMEOUT_S), restarts the actor groups from the last checkpoint (counted), and when MAX_ACTOR_RESTARTS is
 used up stops with a clear ActorGroupsFailed; it never hangs. With one process per role and the rollout engines
 judging (VERIFIER_BACKEND=self), a SIGKILLed engine is restarted with every group and the verifier follows the
 new engines.
-Health and backpressure of the service itself are in ``tests/test_service_hostile.py``.
+Health and backpressure of the service itself are in ``tests/test_service_hostile.py``; the trainer SIGKILLed
+under ``scripts/train.sh`` and resumed is in ``tests/test_train_sh.py``.
 """
 from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -40,7 +36,8 @@ import httpx
 import psutil
 import pytest
 
-from conftest import HANG_S, train_sh_env
+from conftest import HANG_S
+from proc_tree import alive, kill_started, left_after, read_jsonl, tree
 
 pytestmark = pytest.mark.slow
 
@@ -48,47 +45,8 @@ LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 SIGTERM_BOUND_S = 90.0      # serve.shutdown + ray.shutdown on a busy 2-core machine take ~10-30 s
 
 
-def _tree(pid: int) -> list[psutil.Process]:
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-
-
-def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
-    out = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-def _left_after(procs: list[psutil.Process], timeout_s: float) -> list[tuple[int, str]]:
-    """(pid, name) of ``procs`` still alive after waiting up to ``timeout_s`` for them to go."""
-    deadline = time.monotonic() + timeout_s
-    while _alive(procs) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    return [(p.pid, p.name()) for p in _alive(procs)]
-
-
-def _kill_started(proc: subprocess.Popen, started: list[psutil.Process]) -> None:
-    """Kill the command and whatever it started that is still alive (only what this test started)."""
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait(timeout=30)
-    for p in _alive(started):
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-
-
-
 def _listening(procs: list[psutil.Process]) -> set[tuple[str, int, str]]:
-    pids = {p.pid: p for p in _alive(procs)}
+    pids = {p.pid: p for p in alive(procs)}
     out = set()
     for c in psutil.net_connections(kind="inet"):
         if c.status == psutil.CONN_LISTEN and c.pid in pids:
@@ -154,8 +112,8 @@ def test_rlfh_serve_loopback_ray_auth_and_clean_sigterm(tmp_path):
             except httpx.TransportError:
                 pass
             time.sleep(0.25)
-        started = _tree(proc.pid)
-        names = {p.name() for p in _alive(started)}
+        started = tree(proc.pid)
+        names = {p.name() for p in alive(started)}
         assert any("raylet" in n for n in names) and any("gcs_server" in n for n in names), names
 
         # loopback only
@@ -186,12 +144,12 @@ def test_rlfh_serve_loopback_ray_auth_and_clean_sigterm(tmp_path):
         out = log_path.read_text()
         assert rc == 0, out[-4000:]
         assert "stopping (SIGTERM)" in out and "Traceback" not in out.split("stopping (SIGTERM)")[-1], out[-4000:]
-        left = _left_after(started[1:], 20)
+        left = left_after(started[1:], 20)
         assert not left, f"processes left after SIGTERM: {left}"
         print(f"\nrlfh serve: SIGTERM -> exit 0 in {took:.1f} s, {len(started) - 1} child processes all gone; "
               f"{len(listening)} listening sockets on loopback but {len(replica_wildcards)} Serve replica gRPC port(s)")
     finally:
-        _kill_started(proc, started[1:])
+        kill_started(proc, started[1:])
 
 
 # ------------------------------------------------------------------------------ training under faults
@@ -200,7 +158,7 @@ def test_rlfh_serve_loopback_ray_auth_and_clean_sigterm(tmp_path):
 # SIGKILLed by PID: the service's HTTP proxy and reward replica (Serve brings them back), then Redis.
 
 def _tree_named(root_pid: int, prefix: str) -> list[psutil.Process]:
-    return [p for p in _alive(_tree(root_pid)) if p.name().startswith(prefix)]
+    return [p for p in alive(tree(root_pid)) if p.name().startswith(prefix)]
 
 
 def test_training_survives_the_reward_service_and_redis_dying(tmp_path, tiny_model_path, private_redis, embedded_ray):
@@ -278,117 +236,6 @@ def test_training_survives_the_reward_service_and_redis_dying(tmp_path, tiny_mod
         serve.shutdown()
 
 
-# ------------------------------------------------------------------------------ the trainer SIGKILLed
-# `scripts/train.sh` as a user runs it (its own embedded Ray and reward service), the tiny random Llama, a
-# checkpoint every 2 steps. The trainer process is SIGKILLed by PID after step 3 (checkpoint 2 is the last one),
-# then train.sh is run again with the same CKPT_PATH: it resumes at step 2 and the checkpoint's data position,
-# redoes step 3 on the same prompts, and metrics.jsonl continues the curve (the first run's lines are kept).
-# The rerun stops after RL: train.sh's held-out report is the same commands whatever came before it (`rlfh eval`,
-# `rlfh compare`, cluster.heldout_summary, each tested on its own), and here it cost a third of the rerun.
-
-def _read_jsonl(path: Path) -> list[dict]:
-    import json
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
-
-
-def test_trainer_sigkilled_resumes_at_checkpoint_step_and_data_position(tmp_path, tiny_model_path):
-    root = Path(__file__).resolve().parents[1]
-    # train.sh's own first stage too, as make train runs it: a warm start (4 questions, 1 epoch, every layer
-    # trained), built by run 1 and re-used from its cache folder by run 2
-    env = train_sh_env(tmp_path, tiny_model_path, WARM_START="random", WARM_START_QUESTIONS="4",
-                     WARM_START_EPOCHS="1", RLFH_CACHE_DIR=str(tmp_path / "cache"))
-    metrics_path = tmp_path / "run" / "metrics.jsonl"
-    latest = tmp_path / "ckpt" / "latest"
-
-    # run 1: SIGKILLed once step 3 is logged (the last checkpoint is step 2's)
-    log1 = tmp_path / "train1.log"
-    with open(log1, "wb") as fh:
-        proc = subprocess.Popen(["bash", "scripts/train.sh"], cwd=root, env=env, stdout=fh, stderr=subprocess.STDOUT)
-    tree: list[psutil.Process] = []
-    rlfh = Path(sys.executable).with_name("rlfh")
-    try:
-        deadline = time.monotonic() + 420
-        while not _read_jsonl(metrics_path):            # Ray, the service and the actors are up
-            assert proc.poll() is None, "train.sh ended before step 1:\n" + log1.read_text()[-4000:]
-            assert time.monotonic() < deadline, "no step 1 in 420 s:\n" + log1.read_text()[-4000:]
-            time.sleep(0.2)
-        tree = _tree(proc.pid)
-        assert "train" in " ".join(psutil.Process(proc.pid).cmdline()), "train.sh must exec the trainer"
-        # the trainer itself (train.sh exec'd it) SIGKILLed by PID as soon as step 3 is logged
-        chaos = subprocess.run([str(rlfh), "chaos", "kill", "trainer", "--pid", str(proc.pid), "--after-step", "3",
-                                "--save-path", str(tmp_path / "run"), "--wait-s", "300"],
-                               capture_output=True, text=True, timeout=360)
-        t_kill = time.monotonic()
-        assert chaos.returncode == 0, (chaos.stdout, chaos.stderr, log1.read_text()[-3000:])
-        injected = json.loads(chaos.stdout.strip().splitlines()[-1])
-        assert injected["pids"] == [proc.pid] and injected["signal"] == "KILL", injected
-        proc.wait(timeout=30)
-        assert proc.returncode == -signal.SIGKILL
-        before = _read_jsonl(metrics_path)
-        kill_step = before[-1]["step"]
-        ckpt_step = int(latest.read_text().strip().rsplit("_", 1)[1])
-        assert [r["step"] for r in before] == list(range(1, kill_step + 1)), before
-        # killed between checkpoints (steps lost, redone below) or, when `rlfh chaos` lands late, right after the
-        # checkpoint of the step it waited for (nothing lost): both must resume at the checkpoint's step and data
-        assert 2 <= ckpt_step <= kill_step, (ckpt_step, kill_step)
-        out1 = log1.read_text()
-        warm = re.search(r"\[train\.sh\] 1/3 warm start \(random -> \"I don't know\.\"\) -> (\S+)", out1)
-        assert warm and warm.group(1).endswith("-random-q4-s0.6-t0.0-ep1-e0.5-seed3"), out1[-4000:]
-        assert (Path(warm.group(1)) / "config.json").exists()
-        # the embedded Ray shares the trainer's fate: nothing it started is left holding ports and memory
-        left = _left_after(tree[1:], 60)
-        assert not left, f"processes left after the trainer was SIGKILLed: {left}"
-    finally:
-        _kill_started(proc, tree[1:])
-
-    # run 2: the same command, the same CKPT_PATH
-    log2 = tmp_path / "train2.log"
-    first_lost = before[ckpt_step] if ckpt_step < kill_step else None   # None: the kill lost no step
-    t_rerun = time.monotonic()
-    resumed_s = None
-    with open(log2, "wb") as fh:
-        proc2 = subprocess.Popen(["bash", "scripts/train.sh"], cwd=root, env=env, stdout=fh, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 600
-        while proc2.poll() is None:
-            assert time.monotonic() < deadline, "the rerun did not finish in 600 s:\n" + log2.read_text()[-4000:]
-            if resumed_s is None and any(r["step"] == ckpt_step + 1 and r != first_lost
-                                         for r in _read_jsonl(metrics_path)):
-                resumed_s = time.monotonic() - t_rerun      # the lost step is done again
-            time.sleep(0.2)
-    finally:
-        if proc2.poll() is None:
-            proc2.kill()
-            proc2.wait(timeout=30)
-    rc = proc2.returncode
-    out2 = log2.read_text()
-    assert rc == 0, out2[-4000:]
-    assert f"-> {warm.group(1)}" in out2 and "re-using" in out2, out2[-4000:]   # the warm start from its cache
-    assert f"resuming at step {ckpt_step}" in out2, out2[-4000:]
-    after = _read_jsonl(metrics_path)
-    steps = [r["step"] for r in after]
-    assert steps == [1, 2, 3, 4, 5, 6], steps                 # the curve goes on: no step lost, none twice
-    assert after[:ckpt_step] == before[:ckpt_step], "the first run's lines must be kept as they were"
-    for redo, lost in zip(after[ckpt_step:kill_step], before[ckpt_step:kill_step]):
-        # a redone step starts from the checkpoint's data position: the same prompts, epoch and index
-        for k in ("prompts", "epoch", "data_index"):
-            assert redo[k] == lost[k], (k, redo[k], lost[k])
-        # ... and from the checkpoint's weights and RNG: the same rollout
-        assert redo["rollout_digest"] == lost["rollout_digest"], (redo, lost)
-    assert latest.read_text().strip() == "global_step_00006"
-    assert (tmp_path / "run" / "final" / "config.json").exists()
-    samples = _read_jsonl(tmp_path / "run" / "samples.jsonl")
-    assert sorted({s["step"] for s in samples}) == [1, 2, 3, 4, 5, 6]
-    assert len([s for s in samples if s["step"] == 3]) == len([s for s in samples if s["step"] == 1]), \
-        "samples of a lost step must not be kept twice"
-    print(f"\ntrainer SIGKILL (rlfh chaos): 6 steps planned, 1 kill after step {kill_step} (last checkpoint: "
-          f"step {ckpt_step}); resumed at step {ckpt_step}, {kill_step - ckpt_step} step(s) redone on the same "
-          f"prompts and rollout, 0 steps lost, 0 logged twice; Ray's leftovers gone "
-          f"{t_rerun - t_kill:.0f} s after the kill; the rerun ran step {ckpt_step + 1} "
-          f"{'?' if resumed_s is None else f'{resumed_s:.0f}'} s after its start "
-          f"(Ray, reward service, actors, checkpoint load) and finished in {time.monotonic() - t_rerun:.0f} s")
-
-
 # ------------------------------------------------------------------------------ actors dying or hanging
 # The driver in this process over real actor groups (the tiny random Llama; whatever layout MODEL_LAYOUT picks
 # here: one process per role, or policy + rollout in one process) and an in-process reward. A checkpoint every
@@ -403,7 +250,7 @@ ROLLOUT_PROCS = ("ray::HFRolloutEngine", "ray::ColocatedActor")
 
 
 def _actor_procs(prefixes) -> list[psutil.Process]:
-    return [p for p in _alive(_tree(os.getpid())) if p.name().startswith(prefixes)]
+    return [p for p in alive(tree(os.getpid())) if p.name().startswith(prefixes)]
 
 
 def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_when_bounded(tmp_path,
@@ -436,7 +283,7 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
     gates = {(3, 0): threading.Event(), (5, 1): threading.Event(), (7, 2): threading.Event()}
 
     def logged_steps() -> list[int]:
-        return [r["step"] for r in _read_jsonl(metrics_path)] if metrics_path.exists() else []
+        return [r["step"] for r in read_jsonl(metrics_path)] if metrics_path.exists() else []
 
     def wait_for(cond, what, limit=300.0):
         t_end = time.monotonic() + limit
@@ -446,7 +293,7 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
             time.sleep(0.1)
 
     def redone(step, restarts) -> bool:   # ``step`` logged again by the groups of restart number ``restarts``
-        return any(r["step"] == step and r["actor_restarts"] == restarts for r in _read_jsonl(metrics_path))
+        return any(r["step"] == step and r["actor_restarts"] == restarts for r in read_jsonl(metrics_path))
 
     def one_victim(prefixes, exclude=()):
         procs = [p for p in _actor_procs(prefixes) if p.pid not in exclude]
@@ -460,7 +307,7 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
             assert v is not None, [p.name() for p in _actor_procs(POLICY_PROCS + ROLLOUT_PROCS)]
             assert inject(os.getpid(), "policy", "KILL")["pids"] == [v.pid]        # rlfh chaos kill policy
             events.append({"fault": "SIGKILL", "role": "policy", "pid": v.pid, "t": time.monotonic(),
-                           "steps_logged": logged_steps(), "rows": _read_jsonl(metrics_path)})
+                           "steps_logged": logged_steps(), "rows": read_jsonl(metrics_path)})
             gates[(3, 0)].set()
             wait_for(lambda: redone(3, 1), "step 3 redone")
             events[-1]["recovered_s"] = time.monotonic() - events[-1]["t"]
@@ -471,7 +318,7 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
             stopped.append(v.pid)
             assert inject(os.getpid(), "rollout", "STOP")["pids"] == [v.pid]       # rlfh chaos kill rollout --signal STOP
             events.append({"fault": "SIGSTOP", "role": "rollout", "pid": v.pid, "t": time.monotonic(),
-                           "steps_logged": logged_steps(), "rows": _read_jsonl(metrics_path)})
+                           "steps_logged": logged_steps(), "rows": read_jsonl(metrics_path)})
             gates[(5, 1)].set()
             wait_for(lambda: redone(5, 2), "step 5 redone")
             events[-1]["recovered_s"] = time.monotonic() - events[-1]["t"]
@@ -520,7 +367,7 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
         # bounded: it gave up (the count of restarts below), and in hang-guard time, not a benchmark
         assert t_stop - events[-1]["t"] < 10 * HANG_S, "the driver took too long to give up"
         assert trainer.actor_restarts == 4
-        rows = _read_jsonl(metrics_path)
+        rows = read_jsonl(metrics_path)
         steps = [r["step"] for r in rows]
         assert steps == list(range(1, 7)), steps        # rewound to the last checkpoint; nothing twice
         # each restart went back to the checkpoint: the lost steps were redone on the same data and rollout
@@ -587,15 +434,15 @@ def test_separate_layout_dead_rollout_engine_restarted_and_the_self_judge_follow
             # what the run started with (read before the kill's wait, so the kill follows step 3 at once)
             seen["engines"] = [e._actor_id.hex() for e in trainer.reward_source.self_judge.engines]
             seen["verifier_pid"] = trainer.reward_source.service.client.stats()["verifier"]["pid"]
-            while not any(r["step"] == 3 for r in _read_jsonl(metrics_path)):
+            while not any(r["step"] == 3 for r in read_jsonl(metrics_path)):
                 if done.is_set():
                     return
                 time.sleep(0.1)
             engines = _actor_procs(("ray::HFRolloutEngine",))
             policies = _actor_procs(("ray::PolicyActor",))
-            assert len(engines) == 1 and len(policies) == 1, [p.name() for p in _alive(_tree(os.getpid()))]
+            assert len(engines) == 1 and len(policies) == 1, [p.name() for p in alive(tree(os.getpid()))]
             assert inject(os.getpid(), "rollout", "KILL")["pids"] == [engines[0].pid]   # the engine, not the policy
-            seen["t"], seen["rows"], seen["policy_pid"] = time.monotonic(), _read_jsonl(metrics_path), policies[0].pid
+            seen["t"], seen["rows"], seen["policy_pid"] = time.monotonic(), read_jsonl(metrics_path), policies[0].pid
         except Exception as e:  # noqa: BLE001 - reported by the main thread
             seen["error"] = repr(e)
 
@@ -611,7 +458,7 @@ def test_separate_layout_dead_rollout_engine_restarted_and_the_self_judge_follow
         th.join(timeout=30)
         assert "error" not in seen and "t" in seen, seen
         assert result.completed and trainer.actor_restarts == 1
-        rows = _read_jsonl(metrics_path)
+        rows = read_jsonl(metrics_path)
         assert [r["step"] for r in rows] == [1, 2, 3, 4] and not any(r["skipped"] for r in rows), rows
         # restarted from step 2's checkpoint: step 3 redone on the same prompts and rollout
         lost = next(r for r in seen["rows"] if r["step"] == 3)

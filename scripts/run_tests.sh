@@ -16,7 +16,17 @@ if [[ -z "${REDIS_URL:-}" ]]; then
   REDIS_DIR=$(mktemp -d)
   redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$REDIS_DIR" --daemonize yes \
     --pidfile "$REDIS_DIR/redis.pid" --logfile "$REDIS_DIR/redis.log"
-  trap 'kill "$(cat "$REDIS_DIR/redis.pid" 2>/dev/null)" 2>/dev/null || true; rm -rf "$REDIS_DIR"' EXIT
+  # stop it and wait until it is gone before removing its folder: a server still shutting down writes its log
+  # there again, and the removal (which decides nothing about the tests) must not fail the run
+  stop_redis() {
+    local pid; pid=$(cat "$REDIS_DIR/redis.pid" 2>/dev/null) || pid=""
+    if [[ -n "$pid" ]]; then
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    fi
+    rm -rf "$REDIS_DIR" 2>/dev/null || true
+  }
+  trap stop_redis EXIT
   for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
   export REDIS_URL="redis://127.0.0.1:$PORT/0"
   # Tests that stop and restart Redis need to know how it was started.

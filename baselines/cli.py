@@ -116,6 +116,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="The grounded reply format (WARM_START=grounded): every answer asked with its passage is "
                         "kept and its first sentence is followed by the passage sentence sharing the most words "
                         "with it, verbatim, so the model learns to give the answer, then the fact behind it.")
+    w.add_argument("--support-answers", choices=["own", "right", "gold"], default="own",
+                   help="With --support: the answer sentence each target starts with. own (default): the model's "
+                        "greedy answer (no gold answer read). right: the same, but the targets of answers the gold "
+                        "grader rejects (answer sentence only) are dropped: fine-tuning on the model's own right "
+                        "answers. gold: the data set's right answer (supervised); the support sentence is chosen "
+                        "the same way for each.")
     w.add_argument("--probe-samples", type=int, default=8,
                    help="With --abstain-where probed: answers sampled per question. Default 8.")
     w.add_argument("--probe-temperature", type=float, default=0.7,

@@ -47,7 +47,7 @@ log = logging.getLogger("baselines.warmstart")
 CACHE_KEYS = ("model", "data", "limit", "type_share", "mode", "evidence_share", "system", "abstain_text",
               "abstain_share", "abstain_share_evidence", "abstain_where", "epochs", "lr", "batch_size", "seed",
               "max_new_tokens", "probe_samples", "probe_temperature", "abstain_price", "probe_dtype",
-              "probe_batch_size", "train_layers", "support")
+              "probe_batch_size", "train_layers", "support", "support_answers")
 
 
 @dataclass
@@ -92,6 +92,37 @@ def with_support(answer: str, question: str, passage: str) -> str:
     if best is None or best.strip().lower() == first.strip().lower():
         return first
     return f"{first} {best}"
+
+
+def grounded_targets(items: Sequence, targets: list[WarmTarget], answers: str = "own") -> list[WarmTarget]:
+    """``targets`` in the grounded format (``--support``): each question asked with its passage gets an answer
+    sentence followed by the passage sentence behind it (:func:`with_support`). ``answers`` picks the answer sentence:
+
+    - ``own``: the model's greedy answer (no gold answer is read);
+    - ``right``: the same, but only where the gold grader accepts the answer sentence; a wrong answer's target is
+      dropped (``source`` "dropped": kept in targets.jsonl, not trained on). Rejection-sampling fine-tuning on the
+      model's own right answers: the gold outcome RL is rewarded by, applied once offline;
+    - ``gold``: the data set's right answer as the answer sentence (supervised), its support chosen the same way.
+    """
+    if answers not in SUPPORT_ANSWERS:
+        raise BaselineError(f"--support-answers must be one of {', '.join(SUPPORT_ANSWERS)}, got {answers!r}")
+    right = None
+    if answers == "right":
+        from baselines.common import grade_all
+        from evaluation.graders import CORRECT
+        right = [g.grade == CORRECT for g in grade_all(items, [t.answer for t in targets], scope="first-sentence")]
+    for i, (it, t) in enumerate(zip(items, targets)):
+        if t.source != "own" or t.prompt_mode != "evidence":
+            continue
+        if answers == "gold":
+            gold = it.right_answer.strip()
+            sentence = gold if gold.endswith((".", "!", "?")) else gold + "."
+            t.target, t.source = with_support(sentence, it.question, it.knowledge_text), "gold+support"
+        elif right is not None and not right[i]:
+            t.source = "dropped"
+        else:
+            t.target, t.source = with_support(t.answer, it.question, it.knowledge_text), "own+support"
+    return targets
 
 
 def warmstart_targets(items: Sequence, prompts: Sequence[str], modes: Sequence[str], answers: Sequence[str],
@@ -145,7 +176,9 @@ PROBE_KEYS = ("probe_samples", "probe_temperature", "abstain_price", "probe_dtyp
 #: probe settings added later: compared only when they differ from these (so older caches stay valid)
 PROBE_DEFAULTS = {"probe_dtype": "fp32", "probe_batch_size": 32}
 #: settings left out of the cache key at these values, so warm starts cached before the setting existed still match
-KEY_DEFAULTS = {"train_layers": 0, "support": False}
+KEY_DEFAULTS = {"train_layers": 0, "support": False, "support_answers": "own"}
+#: --support-answers: which answer sentence a grounded target starts with
+SUPPORT_ANSWERS = ("own", "right", "gold")
 
 
 def probe_dtype(args) -> str:
@@ -173,7 +206,7 @@ def settings_of(args) -> dict:
     for k, default in {**PROBE_DEFAULTS, **KEY_DEFAULTS}.items():
         if out.get(k) == default:
             del out[k]
-    if args.abstain_where != "random":
+    if args.abstain_where != "random" or out.get("support_answers") == "right":
         from evaluation.graders import GRADER_VERSION
         out["grader"] = GRADER_VERSION
     out["sft_loop"] = SFT_LOOP_VERSION   # a warm start trained by an older loop is made again
@@ -308,24 +341,27 @@ def run(args) -> int:
     targets = warmstart_targets(items, prompts, modes, answers, args.abstain_share, args.abstain_share_evidence,
                                 args.seed, args.abstain_text, right, decline)
     if getattr(args, "support", False):   # the grounded format: the answer, then the passage sentence behind it
-        for it, t in zip(items, targets):
-            if t.source == "own" and t.prompt_mode == "evidence":
-                t.target, t.source = with_support(t.answer, it.question, it.knowledge_text), "own+support"
+        targets = grounded_targets(items, targets, getattr(args, "support_answers", "own"))
+    trained_on = [t for t in targets if t.source != "dropped"]
+    if not trained_on:
+        raise BaselineError("warm start: every target was dropped (--support-answers right and no answer the gold "
+                            "grader accepts): raise --limit, or use --support-answers own")
     for t in targets:
         if t.uid in probes:
             t.probe_right = probes[t.uid].right
     counts = {f"{m}/{s}": sum(t.prompt_mode == m and t.source == s for t in targets)
               for m in ("closed", "evidence")
-              for s in ("own", "abstain", *(("own+support",) if getattr(args, "support", False) else ()))}
+              for s in ("own", "abstain", *(("own+support", "gold+support", "dropped")
+                                             if getattr(args, "support", False) else ()))}
     write_jsonl(out / "targets.jsonl", [asdict(t) for t in targets])
 
-    log.info("step 2/2: SFT, %d epochs x %d examples, lr %g, batch %d", args.epochs, len(targets), args.lr,
+    log.info("step 2/2: SFT, %d epochs x %d examples, lr %g, batch %d", args.epochs, len(trained_on), args.lr,
              args.batch_size)
     trainable = train_last_layers(model, args.train_layers)
     if args.train_layers:
         log.info("--train-layers %d: the last %d transformer layers trained, the embeddings and the layers below "
                  "frozen: %.1fM parameters", args.train_layers, args.train_layers, trainable / 1e6)
-    hist = sft_on_targets(model, tok, targets, args, "warm start", token_budget=args.micro_batch_size * 256,
+    hist = sft_on_targets(model, tok, trained_on, args, "warm start", token_budget=args.micro_batch_size * 256,
                           autocast=True)
     meta = {"baseline": "warmstart", "base_model": args.model, "base_path": path, "settings": settings,
             "targets": counts, "probe": _probe_summary(probes, args) if probes else None,

@@ -40,6 +40,8 @@ from typing import Optional, Sequence
 from core.verify_schema import BAD_LABELS, GOOD_LABELS, LABELS
 
 DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "real_answers.jsonl"
+#: the grounded recipe's held-out answers (base and trained, with the passage), labelled the same way
+GROUNDED_PATH = Path(__file__).resolve().parent / "data" / "grounded_answers.jsonl"
 LABEL_CODES = {"C": "Correct", "HC": "Hedged correct", "V": "Vague", "HW": "Hedged wrong", "W": "Wrong"}
 MATCH_IOU = 0.5
 PARTS = ("tune", "heldout")
@@ -358,6 +360,69 @@ def score_verifier(name: str, verifier, answers: Sequence[RealAnswer], use_gold:
         for ans, res in zip(answers[i:i + batch], results):
             sc.add(ans, res)
     return sc
+
+
+# ----------------------------------------------------------------------------- statement figures per model
+
+def statement_figures(answers: Sequence[RealAnswer], labels: Optional[Sequence[Sequence[str]]] = None) -> dict:
+    """The gate's statement figures of each model's answers: ``{model: {"answers", "statements_per_answer",
+    "supported_per_answer", "fact_precision", "answer_fact_good"}}``, from the hand-labelled facts, or, given
+    ``labels`` (one list of statement labels per answer, e.g. a verifier's), from those. As
+    ``evaluation.runner.summarise`` counts them: supported = Correct + Hedged correct, precision = supported /
+    statements (Vague counts against it). ``answer_fact_good`` (hand labels only): the share of answers whose
+    answer-carrying fact is labelled good (an answer without one counts as not good)."""
+    out: dict[str, dict] = {}
+    for i, a in enumerate(answers):
+        labs = [f.label for f in a.facts] if labels is None else list(labels[i])
+        m = out.setdefault(a.model, {"answers": 0, "statements": 0, "supported": 0, "answer_good": 0})
+        m["answers"] += 1
+        m["statements"] += len(labs)
+        m["supported"] += sum(lab in GOOD_LABELS for lab in labs)
+        m["answer_good"] += any(f.answer and f.label in GOOD_LABELS for f in a.facts)
+    return {model: {"answers": m["answers"], "statements_per_answer": m["statements"] / m["answers"],
+                    "supported_per_answer": m["supported"] / m["answers"],
+                    "fact_precision": m["supported"] / m["statements"] if m["statements"] else None,
+                    "answer_fact_good": m["answer_good"] / m["answers"] if labels is None else None}
+            for model, m in out.items()}
+
+
+def run_by_model(path: "str | Path", cfg=None, batch: int = 8) -> list[dict]:
+    """Rows of the statement figures per model: the hand labels, and the evidence verifier (with the gold answer,
+    as ``rlfh eval`` runs it) on the same answers. Each row: ``{"judge", "model", **statement_figures}``."""
+    from core.config import RLFHConfig
+    from core.verify_schema import VerifyRequest
+    from verifier_service.core import Verifier
+    cfg = cfg or RLFHConfig.load()
+    answers = load_real(path)
+    ver = Verifier(cfg, backend="evidence")
+    labels: list[list[str]] = []
+    for i in range(0, len(answers), batch):
+        reqs = [VerifyRequest(question=a.question, response=a.answer, materials=list(a.knowledge), gold_answer=a.gold)
+                for a in answers[i:i + batch]]
+        labels += [[s.label for s in r.statements()] for r in ver.verify_many(reqs)]
+    rows = [{"judge": "hand labels", "model": k, **v} for k, v in statement_figures(answers).items()]
+    rows += [{"judge": "verifier (evidence, with gold)", "model": k, **v}
+             for k, v in statement_figures(answers, labels).items()]
+    return rows
+
+
+def print_by_model_table(rows: list[dict], path: "str | Path", file=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    def pct(v):
+        return "-" if v is None else f"{100 * v:.1f}%"
+    t = Table(title=f"Statement figures per model ({Path(path).name}): hand labels vs the verifier",
+              caption="supported = Correct + Hedged correct; fact precision = supported / statements (Vague counts "
+                      "against it), as rlfh eval counts them; answer fact good: the hand-labelled answer-carrying "
+                      "fact is Correct / Hedged correct.")
+    for c in ("judge", "model", "answers", "statements per answer", "supported per answer", "fact precision",
+              "answer fact good"):
+        t.add_column(c, justify="left" if c in ("judge", "model") else "right")
+    for m in rows:
+        t.add_row(m["judge"], m["model"], str(m["answers"]), f"{m['statements_per_answer']:.2f}",
+                  f"{m['supported_per_answer']:.2f}", pct(m["fact_precision"]), pct(m["answer_fact_good"]))
+    Console(file=file, width=max(140, Console(file=file).width)).print(t)
 
 
 # ----------------------------------------------------------------------------- the bench

@@ -450,6 +450,10 @@ def _run_real(args: argparse.Namespace, cfg) -> int:
         print(f"--real {args.real}: {e}", file=sys.stderr)
         return 2
     R.print_real_table(rows, args.real)
+    if args.by_model:
+        by_model = R.run_by_model(args.real, cfg=cfg)
+        R.print_by_model_table(by_model, args.real)
+        rows = rows + [{"table": "by_model", **r} for r in by_model]
     print("Timings: measured on this machine as it is (on a shared machine they vary with load).")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
@@ -522,6 +526,12 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
     p.add_argument("--real-part", default="both", choices=["both", "tune", "heldout"],
                    help="With --real: which part of the labelled set (heldout: the third kept out of all tuning, "
                         "by a hash of the question; default: both, as separate rows).")
+    p.add_argument("--by-model", action="store_true",
+                   help="With --real: also the statement figures of each model's answers (statements and supported "
+                        "statements per answer, fact precision), from the hand labels and from the evidence "
+                        "verifier on the same answers: whether a gain the verifier reports is confirmed by hand "
+                        "(bench/data/grounded_answers.jsonl: 50 held-out answers of the grounded recipe's base "
+                        "and trained model each).")
     # the rows are fixed (evidence without / with gold, llm when MODEL_URL is set): no backend choice
     RLFHConfig.add_cli_args(p, groups={"verifier"}, exclude=("verifier_backend",))
     p.set_defaults(func=_run)

@@ -572,6 +572,12 @@ class LauncherSettings(Settings):
         0.6, "WARM_START=graded: share of the wrong answers replaced by \"I don't know.\"; random: share of all "
         "closed-book targets; probed: unused (the probe and ABSTAIN_OUTCOME_REWARD decide).", env="WARM_START_SHARE",
         group="launcher", cli=False, ge=0.0, le=1.0)
+    warm_start_answers: Literal["own", "right", "gold"] = setting(
+        "own", "WARM_START=grounded: the answer sentence each target starts with. 'own': the base model's greedy "
+        "answer (no gold answer read); 'right': the same, with the targets of answers the gold grader rejects "
+        "dropped (fine-tuning on its own right answers); 'gold': the data set's right answer (supervised). The "
+        "warm start alone is the row that shows what RL added on top.", env="WARM_START_ANSWERS", group="launcher",
+        cli=False)
     warm_start_questions: int = setting(
         256, "Training questions the warm start answers and is fine-tuned on.", env="WARM_START_QUESTIONS",
         group="launcher", cli=False, ge=1)

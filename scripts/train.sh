@@ -105,7 +105,11 @@ if [[ "$WARM_START" != "none" ]]; then
   [[ "$WARM_START" == "probed" ]] && where=probed share="p$(setting ABSTAIN_OUTCOME_REWARD)"
   # grounded: no abstention; the model's own answers to passage questions, each followed by the passage's sentence
   support=()
-  [[ "$WARM_START" == "grounded" ]] && share=s0 support=(--support --abstain-share 0)
+  if [[ "$WARM_START" == "grounded" ]]; then
+    answers=$(setting WARM_START_ANSWERS)
+    share=s0 support=(--support --support-answers "$answers" --abstain-share 0)
+    [[ "$answers" != "own" ]] && share="s0-a$answers"   # own: no tag, so the folders cached before it still match
+  fi
   questions=$(setting WARM_START_QUESTIONS) epochs=$(setting WARM_START_EPOCHS) trained=$(setting WARM_START_TRAIN_LAYERS)
   layers=""   # every layer trained (0): no tag, so the folders cached before WARM_START_TRAIN_LAYERS existed still match
   if [[ "$trained" != 0 ]]; then layers="-l$trained"; fi
@@ -114,7 +118,7 @@ if [[ "$WARM_START" != "none" ]]; then
   WARM_DIR=$(setting WARM_START_DIR)
   WARM_DIR=${WARM_DIR:-$cache/warmstart/$(basename "$BASE_MODEL")-$WARM_START-q$questions-$share-t$types-ep$epochs$layers-e$evidence-seed$seed}
   what="$WARM_START -> \"I don't know.\""
-  [[ "$WARM_START" == "grounded" ]] && what="grounded: own answers, each with its passage sentence"
+  [[ "$WARM_START" == "grounded" ]] && what="grounded: $answers answers, each with its passage sentence"
   echo "[train.sh] 1/3 warm start ($what) -> $WARM_DIR"
   echo "[train.sh]     built once per model and settings, then cached"
   if [[ "$RECIPE" == "main" && "$BASE_MODEL" == "smollm2-135m-instruct" ]]; then

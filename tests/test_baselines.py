@@ -278,6 +278,35 @@ def test_with_support_appends_the_passage_sentence_that_backs_the_own_answer():
     assert with_support("Delhi.", q, "Delhi.") == "Delhi."    # the passage is the answer already
 
 
+def test_grounded_targets_start_with_the_own_the_right_or_the_gold_answer():
+    """--support-answers: own keeps every own answer (wrong ones too), right drops the targets of answers the gold
+    grader rejects (answer sentence only), gold starts every target with the data set's right answer."""
+    from types import SimpleNamespace
+
+    from baselines.common import BaselineError
+    from baselines.warmstart import WarmTarget, grounded_targets
+    passage = ("The Oberoi Group is a hotel company founded in 1934. Its head office is in Delhi, India. "
+               "It runs thirty hotels.")
+    q = "The Oberoi family is part of a hotel company that has a head office in what city?"
+    items = [SimpleNamespace(question=q, right_answer="Delhi", knowledge_text=passage, uid=str(i)) for i in range(3)]
+
+    def targets():   # a right answer (its second sentence would be wrong), a wrong one, a closed-book one
+        return [WarmTarget("0", q, "evidence", "p", "Delhi. Mumbai.", "own", "Delhi. Mumbai."),
+                WarmTarget("1", q, "evidence", "p", "Mumbai, 1934.", "own", "Mumbai, 1934."),
+                WarmTarget("2", q, "closed", "p", "Delhi.", "own", "Delhi.")]
+    own = grounded_targets(items, targets(), "own")
+    assert [t.source for t in own] == ["own+support", "own+support", "own"]
+    assert own[1].target == "Mumbai, 1934. The Oberoi Group is a hotel company founded in 1934."
+    right = grounded_targets(items, targets(), "right")
+    assert [t.source for t in right] == ["own+support", "dropped", "own"]
+    assert right[0].target == "Delhi. Its head office is in Delhi, India."
+    gold = grounded_targets(items, targets(), "gold")
+    assert [t.source for t in gold] == ["gold+support", "gold+support", "own"]
+    assert gold[1].target == "Delhi. Its head office is in Delhi, India." and gold[1].answer == "Mumbai, 1934."
+    with pytest.raises(BaselineError, match="--support-answers must be one of own, right, gold"):
+        grounded_targets(items, targets(), "best")
+
+
 def test_warmstart_command_builds_then_reuses(tmp_path, tiny_model_path):
     out = tmp_path / "ws"
     args = ("baseline", "warmstart", "--model", tiny_model_path, "--limit", "6", "--mode", "mixed",

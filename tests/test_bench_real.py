@@ -163,6 +163,41 @@ def test_cli_real_writes_rows_per_part_and_backend(tmp_path, answers, capsys):
     assert "missing field" in capsys.readouterr().err
 
 
+def test_statement_figures_per_model_count_as_the_eval_does():
+    def ans(model, labels, answer_label):
+        text = " ".join(f"f{i}." for i in range(len(labels)))
+        facts = tuple(R.Fact(3 * i, 3 * i + 2, f"f{i}", lab, i == 0 and answer_label) for i, lab in enumerate(labels))
+        return R.RealAnswer(id=model + text, model=model, mode="evidence", question="Q?", gold="g", knowledge=("k",),
+                            answer=text, grade="correct", facts=facts)
+    answers = [ans("base", ["Correct", "Wrong"], True), ans("base", ["Vague"], False),
+               ans("trained", ["Correct", "Correct", "Vague", "Hedged correct"], True)]
+    hand = R.statement_figures(answers)
+    assert hand["base"] == {"answers": 2, "statements_per_answer": 1.5, "supported_per_answer": 0.5,
+                            "fact_precision": pytest.approx(1 / 3), "answer_fact_good": 0.5}
+    assert hand["trained"]["fact_precision"] == 0.75 and hand["trained"]["supported_per_answer"] == 3.0
+    # another judge's labels for the same answers: its own statement count, no answer-fact column
+    other = R.statement_figures(answers, [["Wrong"], [], ["Correct"]])
+    assert other["base"] == {"answers": 2, "statements_per_answer": 0.5, "supported_per_answer": 0.0,
+                             "fact_precision": 0.0, "answer_fact_good": None}
+    assert other["trained"]["fact_precision"] == 1.0
+
+
+def test_cli_by_model_prints_hand_and_verifier_figures(tmp_path, capsys):
+    from cluster.cli import main
+    small = tmp_path / "grounded.jsonl"
+    lines = R.GROUNDED_PATH.read_text(encoding="utf-8").splitlines()
+    picked = {m: next(x for x in lines if json.loads(x)["model"] == m) for m in ("base", "trained")}
+    small.write_text("\n".join(picked.values()) + "\n", encoding="utf-8")
+    out = tmp_path / "real.json"
+    assert main(["bench", "verifier", "--real", str(small), "--no-llm", "--by-model", "--json", str(out)]) == 0
+    rows = [r for r in json.loads(out.read_text())["rows"] if r.get("table") == "by_model"]
+    assert sorted((r["judge"], r["model"]) for r in rows) == [
+        ("hand labels", "base"), ("hand labels", "trained"),
+        ("verifier (evidence, with gold)", "base"), ("verifier (evidence, with gold)", "trained")]
+    assert all(r["answers"] == 1 for r in rows)
+    assert "Statement figures per model" in capsys.readouterr().out
+
+
 def test_lm_judge_auroc_and_table_on_hand_built_facts():
     """bench.lm_judge's AUROC (ties count half; None with an empty side) and its table: per prompt mode, and only
     over the facts the verifier mislabels."""

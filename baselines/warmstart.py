@@ -372,9 +372,10 @@ def run(args) -> int:
     from baselines.common import save_model
     save_model(model, tok, out, json.loads(json.dumps(meta, default=str)))
     total = time.perf_counter() - t_start
-    print_summary("Warm start (abstention prior)", [
+    title = "Warm start (grounded format)" if getattr(args, "support", False) else "Warm start (abstention prior)"
+    print_summary(title, [
         ("questions", str(len(items))),
-        *[(f"{k} targets", str(v)) for k, v in counts.items()],
+        *[(f"{k} targets", str(v)) for k, v in counts.items() if v],
         *([("probe never / sometimes / known", " / ".join(str(v) for v in meta["probe"]["buckets"].values()))]
           if probes else []),
         ("optimizer steps", str(len(hist.losses))),

@@ -264,6 +264,9 @@ def run(args) -> int:
         v = getattr(args, name)
         if not 0.0 <= v <= 1.0:
             raise BaselineError(f"--{name.replace('_', '-')} must be in [0, 1], got {v}")
+    if getattr(args, "support_answers", "own") != "own" and not getattr(args, "support", False):
+        raise BaselineError(f"--support-answers {args.support_answers} needs --support (it picks the answer sentence "
+                            "of the grounded format's targets): add --support, or drop --support-answers")
     if args.abstain_where == "probed":
         if args.probe_samples < 1:
             raise BaselineError(f"--probe-samples must be >= 1 (answers sampled per question), got "

@@ -465,6 +465,10 @@ def _run_real(args: argparse.Namespace, cfg) -> int:
 def _run(args: argparse.Namespace) -> int:
     from core.config import RLFHConfig
     cfg = RLFHConfig.from_args(args)
+    if args.by_model and not args.real:
+        print("--by-model needs --real (the hand-labelled answers whose figures it prints per model): add --real "
+              "PATH, e.g. --real bench/data/grounded_answers.jsonl", file=sys.stderr)
+        return 2
     if args.real:
         return _run_real(args, cfg)
     extra: dict = {}

@@ -185,6 +185,9 @@ def test_cli_rejects_bad_options(tmp_path):
     (tmp_path / "full" / "f").write_text("x")
     r = _rlfh("baseline", "rtuning", "--limit", "2", "--out", str(tmp_path / "full"))
     assert r.returncode == 2 and "--overwrite" in r.stderr
+    r = _rlfh("baseline", "warmstart", "--support-answers", "right", "--limit", "2", "--out", str(tmp_path / "w"))
+    assert r.returncode == 2 and "--support-answers right needs --support" in r.stderr
+    assert not (tmp_path / "w").exists()
 
 
 # The commands' mechanics (answer, grade, build the targets or pairs, train, save a loadable HF folder) on the tiny

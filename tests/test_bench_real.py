@@ -196,6 +196,8 @@ def test_cli_by_model_prints_hand_and_verifier_figures(tmp_path, capsys):
         ("verifier (evidence, with gold)", "base"), ("verifier (evidence, with gold)", "trained")]
     assert all(r["answers"] == 1 for r in rows)
     assert "Statement figures per model" in capsys.readouterr().out
+    assert main(["bench", "verifier", "--by-model", "--no-llm"]) == 2
+    assert "--by-model needs --real" in capsys.readouterr().err
 
 
 def test_lm_judge_auroc_and_table_on_hand_built_facts():

@@ -623,13 +623,14 @@ class LauncherSettings(Settings):
         "question, knowledge and right_answer per line (never the training data).", env="HELDOUT_DATA",
         group="launcher", cli=False)
     heldout_limit: int = setting(
-        300, "Closed-book questions of the held-out report: the gate's size (at 100 its tests on right answers can "
-        "go either way by chance).", env="HELDOUT_LIMIT", group="launcher",
-        cli=False, ge=1)
+        300, "Closed-book questions of the held-out report: the size of the selective gate (docs/EVALUATION.md "
+        "says how small a size it can judge). 0 skips the closed-book half (HELDOUT_GATE=grounded reads only the "
+        "passage mode).", env="HELDOUT_LIMIT", group="launcher", cli=False, ge=0)
     heldout_evidence_limit: int = setting(
-        100, "Questions of the held-out report asked with their passage (the no-regression check; these prompts "
-        "are several times longer than closed-book ones).", env="HELDOUT_EVIDENCE_LIMIT", group="launcher",
-        cli=False, ge=1)
+        100, "Questions of the held-out report asked with their passage (the grounded gate's mode; for the "
+        "selective gate, the no-regression check; these prompts are several times longer than closed-book ones). "
+        "0 skips this half (not with HELDOUT_GATE=grounded).", env="HELDOUT_EVIDENCE_LIMIT", group="launcher",
+        cli=False, ge=0)
     mkl_vendor_shim: Literal["auto", "on", "off"] = setting(
         "auto", "scripts/train.sh, demo.sh and run_tests.sh on an AMD CPU: preload a one-function library that makes "
         "Intel MKL (torch's fp32 matrix products) use the kernels it uses on Intel CPUs instead of its slower "
@@ -1052,6 +1053,11 @@ class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings, DemoSetting
 
     @model_validator(mode="after")
     def _cross_checks(self):
+        gated = ("HELDOUT_LIMIT", self.heldout_limit) if self.heldout_gate == "selective" else \
+            ("HELDOUT_EVIDENCE_LIMIT", self.heldout_evidence_limit)
+        if gated[1] == 0:
+            raise ValueError(f"HELDOUT_GATE={self.heldout_gate} judges the questions {gated[0]} counts: set "
+                             f"{gated[0]} >= 1 (0 skips that half of the held-out report)")
         group_est = {"grpo", "rloo", "dr_grpo"}
         if self.advantage_estimator in group_est and self.n_samples_per_prompt < 2:
             raise ValueError(

@@ -7,8 +7,9 @@
 #   RECIPE=grounded SAVE_PATH=runs/g bash scripts/heldout_report.sh smollm2-135m-instruct
 #
 # Asked and graded as in training: the recipe's SYSTEM_PROMPT, GENERATE_MAX_LEN and GRADE_SCOPE. Its own settings
-# are HELDOUT_DATA, HELDOUT_LIMIT (closed book), HELDOUT_EVIDENCE_LIMIT (with the passage), HELDOUT_GATE and
-# HELDOUT_STRICT (`rlfh config` documents them). Answers are re-used where the weights and settings are unchanged.
+# are HELDOUT_DATA, HELDOUT_LIMIT (closed book), HELDOUT_EVIDENCE_LIMIT (with the passage; either may be 0 to skip
+# that half), HELDOUT_GATE and HELDOUT_STRICT (`rlfh config` documents them). Answers are re-used where the weights
+# and settings are unchanged.
 # Exit status: 0 once the report is written (its verdict line says whether the gate passed); 3 for a failed gate
 # with HELDOUT_STRICT on; 1 without a final model; 2 on a bad setting.
 set -euo pipefail
@@ -49,6 +50,7 @@ RUNS=()
 for mode in closed evidence; do
   limit=$HELDOUT_LIMIT
   [[ "$mode" == "evidence" ]] && limit=$HELDOUT_EVIDENCE_LIMIT
+  (( limit > 0 )) || continue     # HELDOUT_LIMIT=0 / HELDOUT_EVIDENCE_LIMIT=0: that half is skipped
   for spec in "base|$BASE_MODEL" "trained|$TRAINED"; do
     IFS='|' read -r name model <<<"$spec"
     out="$SAVE_PATH/heldout/${name}_${mode}"

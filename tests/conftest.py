@@ -140,8 +140,9 @@ def private_redis_module():
 # own, but none needs a Ray or a Serve controller and HTTP proxy of its own: they share one embedded Ray (with a
 # Prometheus export port) and one Serve proxy (``serve_ray``), and each module deploys its app on them and deletes it
 # when it is done (``SharedServe.app``). That saves a Ray start, a Serve start and their shutdowns per module.
-# pytest_collection_modifyitems runs these modules one after another, test_metrics_scrape.py first (its scrape then
-# counts only its own requests); the Ray is shut down as soon as the next test belongs to a module that does not
+# These modules run one after another, test_metrics_scrape.py first (its scrape then counts only its own requests):
+# pytest_collection_modifyitems orders them, and under xdist they are one unit of work for one worker
+# (pytest_xdist_make_scheduler); the Ray is shut down as soon as the next test belongs to a module that does not
 # use it (so no other module ever finds this Ray running) and at the end of the session. A test that kills, stalls
 # for good or reconfigures Ray or Serve themselves (tests/test_faults.py) starts its own.
 
@@ -246,17 +247,51 @@ def _module_seconds(config) -> dict[str, float]:
         return dict(MODULE_SECONDS)
 
 
+def _uses_shared_serve(module_path: str) -> bool:
+    """Whether a test module asks for the shared Ray + Serve (read from its source: the xdist controller, which
+    schedules, does not collect; the workers' collection decides the order within the group either way)."""
+    try:
+        text = Path(module_path).read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return SERVE_FIXTURE in text or SHARED_SERVICE_FIXTURE in text
+
+
+SERVE_SCOPE = "tests/<shared serve modules>"
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``--dist loadfile``, the modules that share the Ray + Serve go to one worker as one unit of work, one
+    after another: split over two workers, each module started a Ray and a Serve of its own (25-50 s apiece on 2
+    cores under a busy neighbour) and shut them down again."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    root = Path(str(config.rootpath))
+
+    class SharedServeFileScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = super()._split_scope(nodeid)
+            return SERVE_SCOPE if _uses_shared_serve(str(root / module)) else module
+
+    return SharedServeFileScheduling(config, log)
+
+
 def pytest_collection_modifyitems(session, config, items):
     _shared_service["modules"] = frozenset(_modules_using(items, SHARED_SERVICE_FIXTURE))
     serve_modules = _modules_using(items, SERVE_FIXTURE)
     _serve["modules"] = frozenset(serve_modules)
     if hasattr(config, "workerinput"):
-        # an xdist worker: longest module first (every worker sorts alike, so their collections still agree)
+        # an xdist worker: longest module first (every worker sorts alike, so their collections still agree). The
+        # shared-Serve modules are one unit of work (pytest_xdist_make_scheduler): they weigh their sum and keep
+        # together, test_metrics_scrape.py first
         weight = _module_seconds(config)
-        if serve_modules:   # test_metrics_scrape.py still comes before every other module that shares the Serve
-            weight[SERVE_FIRST] = max(weight.get(Path(m).name, 0.0) for m in serve_modules) + 0.5
+        group = {Path(m).name for m in serve_modules}
+        if group:
+            weight.update(dict.fromkeys(group, sum(weight.get(m, 0.0) for m in group)))
         order = {m: i for i, m in enumerate(dict.fromkeys(str(it.path) for it in items))}
-        items.sort(key=lambda it: (-weight.get(it.path.name, 0.0), order[str(it.path)]))
+        items.sort(key=lambda it: (-weight.get(it.path.name, 0.0), it.path.name != SERVE_FIRST, order[str(it.path)]))
         return
     if len(serve_modules) > 1:      # one after another, where the first of them was; the rest keep their order
         serve_modules.sort(key=lambda m: not m.endswith(SERVE_FIRST))

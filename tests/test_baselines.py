@@ -17,6 +17,7 @@ from baselines.rtuning import rtuning_targets
 from core.core_algos import dpo_loss
 from core.data import QAItem
 from evaluation.graders import Grade, grade_answer
+from test_eval_cli import rlfh_in_process
 
 ROOT = Path(__file__).resolve().parents[1]
 IDK = "I don't know."
@@ -175,17 +176,18 @@ def _loads_and_generates(out: Path) -> str:
     return tok.decode(seq[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
 
 
-def test_cli_rejects_bad_options(tmp_path):
-    r = _rlfh("baseline", "dpo", "--samples", "1", "--out", str(tmp_path / "x"), "--limit", "2")
+def test_cli_rejects_bad_options(tmp_path, capsys):
+    r = rlfh_in_process(capsys, "baseline", "dpo", "--samples", "1", "--out", str(tmp_path / "x"), "--limit", "2")
     assert r.returncode == 2 and "--samples must be >= 2" in r.stderr
-    r = _rlfh("baseline", "rtuning", "--data", "halueval:test", "--out", str(tmp_path / "y"))
+    r = rlfh_in_process(capsys, "baseline", "rtuning", "--data", "halueval:test", "--out", str(tmp_path / "y"))
     assert r.returncode == 2 and "held-out" in r.stderr
     assert not (tmp_path / "y").exists()
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "f").write_text("x")
-    r = _rlfh("baseline", "rtuning", "--limit", "2", "--out", str(tmp_path / "full"))
+    r = rlfh_in_process(capsys, "baseline", "rtuning", "--limit", "2", "--out", str(tmp_path / "full"))
     assert r.returncode == 2 and "--overwrite" in r.stderr
-    r = _rlfh("baseline", "warmstart", "--support-answers", "right", "--limit", "2", "--out", str(tmp_path / "w"))
+    r = rlfh_in_process(capsys, "baseline", "warmstart", "--support-answers", "right", "--limit", "2",
+                        "--out", str(tmp_path / "w"))
     assert r.returncode == 2 and "--support-answers right needs --support" in r.stderr
     assert not (tmp_path / "w").exists()
 
@@ -310,7 +312,7 @@ def test_grounded_targets_start_with_the_own_the_right_or_the_gold_answer():
         grounded_targets(items, targets(), "best")
 
 
-def test_warmstart_command_builds_then_reuses(tmp_path, tiny_model_path):
+def test_warmstart_command_builds_then_reuses(tmp_path, tiny_model_path, capsys):
     out = tmp_path / "ws"
     args = ("baseline", "warmstart", "--model", tiny_model_path, "--limit", "6", "--mode", "mixed",
             "--abstain-share", "0.5", "--batch-size", "3", "--max-new-tokens", "6", "--no-progress", "--out", str(out))
@@ -332,7 +334,7 @@ def test_warmstart_command_builds_then_reuses(tmp_path, tiny_model_path):
     r = _rlfh(*args)
     assert r.returncode == 0 and "re-using" not in r.stdout, r.stdout[-2000:]
     assert json.loads((out / "baseline.json").read_text())["settings"]["sft_loop"] == 2
-    r = _rlfh(*args[:-2], "--abstain-share", "1.5", "--out", str(out))
+    r = rlfh_in_process(capsys, *args[:-2], "--abstain-share", "1.5", "--out", str(out))
     assert r.returncode == 2 and "--abstain-share must be in [0, 1]" in r.stderr
     # probed: k samples per closed-book question, cached under RLFH_CACHE_DIR/probe, recorded per target
     probed = tmp_path / "probed"
@@ -345,15 +347,15 @@ def test_warmstart_command_builds_then_reuses(tmp_path, tiny_model_path):
     assert closed and all(x["probe_right"] is not None for x in closed)
     assert sum(meta["probe"]["buckets"].values()) == len(closed) and meta["probe"]["threshold"] == 0.25
     assert len(list((tmp_path / "cache" / "probe").glob("*.jsonl"))) == 1
-    r = _rlfh(*args[:-2], "--abstain-where", "probed", "--abstain-price", "1", "--out", str(out))
+    r = rlfh_in_process(capsys, *args[:-2], "--abstain-where", "probed", "--abstain-price", "1", "--out", str(out))
     assert r.returncode == 2 and "--abstain-price must be in [-1, 1)" in r.stderr
-    r = _rlfh(*args[:-2], "--abstain-where", "probed", "--probe-samples", "0", "--out", str(out))
+    r = rlfh_in_process(capsys, *args[:-2], "--abstain-where", "probed", "--probe-samples", "0", "--out", str(out))
     assert r.returncode == 2 and "--probe-samples must be >= 1" in r.stderr
-    r = _rlfh(*args[:-2], "--abstain-where", "probed", "--probe-batch-size", "-1", "--out", str(out))
+    r = rlfh_in_process(capsys, *args[:-2], "--abstain-where", "probed", "--probe-batch-size", "-1", "--out", str(out))
     assert r.returncode == 2 and "--probe-batch-size must be >= 0" in r.stderr
-    r = _rlfh(*args[:-2], "--train-layers", "-1", "--out", str(out))
+    r = rlfh_in_process(capsys, *args[:-2], "--train-layers", "-1", "--out", str(out))
     assert r.returncode == 2 and "--train-layers" in r.stderr
-    r = _rlfh(*args[:-2], "--train-layers", "3", "--out", str(out))    # the tiny model has 2
+    r = rlfh_in_process(capsys, *args[:-2], "--train-layers", "3", "--out", str(out))    # the tiny model has 2
     assert r.returncode == 2 and "--train-layers=3: the model has 2 transformer layers" in r.stderr
     # --train-layers 1: a new cache key (not the folder above), and layer 0 leaves SFT as it came in
     frozen = tmp_path / "frozen"

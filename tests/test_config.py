@@ -44,11 +44,19 @@ def test_env_values_are_typed():
     ({"LOSS_AGG": "sum"}, "LOSS_AGG (--loss-agg)"),
     ({"EPS_CLIP_HIGH": "0"}, "EPS_CLIP_HIGH"),
     ({"EPS_CLIP_HIGH": "inf"}, "finite"),
+    ({"HELDOUT_LIMIT": "0"}, "HELDOUT_GATE=selective judges the questions HELDOUT_LIMIT counts"),
+    ({"HELDOUT_GATE": "grounded", "HELDOUT_EVIDENCE_LIMIT": "0"}, "set HELDOUT_EVIDENCE_LIMIT >= 1"),
+    ({"HELDOUT_EVIDENCE_LIMIT": "-1"}, "HELDOUT_EVIDENCE_LIMIT"),
 ])
 def test_bad_values_name_the_variable(env, needle):
     with pytest.raises(ConfigError) as e:
         RLFHConfig.load(env)
     assert needle in str(e.value)
+
+
+def test_a_heldout_half_the_gate_does_not_read_may_be_skipped():
+    assert RLFHConfig.load({"HELDOUT_GATE": "grounded", "HELDOUT_LIMIT": "0"}).heldout_limit == 0
+    assert RLFHConfig.load({"HELDOUT_EVIDENCE_LIMIT": "0"}).heldout_evidence_limit == 0
 
 
 @pytest.mark.parametrize("override", [{"verification_map": 5}, {"verification_map": [1, 2]},

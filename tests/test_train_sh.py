@@ -8,7 +8,8 @@ checkpoints and the same command run again, then the held-out report and what th
 - Run 2, the same command with the recipe's held-out report on and the same CKPT_PATH: the warm start comes from its
   cache, the trainer resumes at the checkpoint's step and data position, redoes the lost step on the same prompts
   and rollout, metrics.jsonl continues the curve (the first run's lines kept), and the report follows: four
-  held-out questions per mode, too few for any gate to pass, so the verdict fails and the job does not (exit 0).
+  held-out questions with the passage (HELDOUT_LIMIT=0: no closed-book half), too few for any gate to pass, so the
+  verdict fails and the job does not (exit 0).
 - The same finished run's report again with HELDOUT_STRICT on (`scripts/heldout_report.sh`, train.sh's stage 3 on
   its own, the answers re-used): exit status 3.
 """
@@ -45,10 +46,11 @@ def _wait_for_step_1(proc: subprocess.Popen, metrics_path: Path, log: Path, time
 
 def test_grounded_recipe_killed_resumed_and_reported_only_strict_mode_fails_on_the_gate(tmp_path, tiny_model_path):
     # the recipe's own values, except what sizes the run for the tiny model: 6 steps with a checkpoint every 2, no
-    # dev evaluation, a warm start of 4 questions and 1 epoch, four held-out questions per mode
+    # dev evaluation, a warm start of 4 questions and 1 epoch, four held-out questions with the passage and none
+    # closed book (HELDOUT_LIMIT=0 skips the half the grounded gate does not read)
     env = train_sh_env(tmp_path, tiny_model_path, MAX_STEPS=str(STEPS), SAVE_STEP="2", DEV_EVAL_STEP="0",
                        FINAL_MODEL="last", EARLY_STOP_PATIENCE="0", GENERATE_MAX_LEN="12", PROMPT_MAX_LEN="256",
-                       HELDOUT_LIMIT="4", HELDOUT_EVIDENCE_LIMIT="4", RLFH_CACHE_DIR=str(tmp_path / "cache"),
+                       HELDOUT_LIMIT="0", HELDOUT_EVIDENCE_LIMIT="4", RLFH_CACHE_DIR=str(tmp_path / "cache"),
                        WARM_START_QUESTIONS="4", WARM_START_EPOCHS="1")
     run, metrics_path, latest = tmp_path / "run", tmp_path / "run" / "metrics.jsonl", tmp_path / "ckpt" / "latest"
     rlfh = Path(sys.executable).with_name("rlfh")
@@ -152,15 +154,14 @@ def test_grounded_recipe_killed_resumed_and_reported_only_strict_mode_fails_on_t
     assert "EXPECTATION NOT MET" in out2 and "needs +10" in out2 and "the verifier's statements" in out2
     # the held-out report asked as trained and graded the answer sentence only; the base model's answers are
     # cached under a name that carries the system prompt (another recipe's cannot be taken for them)
-    for name in ("trained_closed", "trained_evidence"):
-        summary = json.loads((run / "heldout" / name / "summary.json").read_text())
-        assert (summary["system"], summary["grade_scope"], summary["max_new_tokens"]) == ("grounded",
-                                                                                        "first-sentence", 12)
-        assert summary["system_prompt"] == SYSTEM_GROUNDED
+    assert sorted(p.name for p in (run / "heldout").iterdir()) == ["report", "trained_evidence"]   # none closed
+    summary = json.loads((run / "heldout" / "trained_evidence" / "summary.json").read_text())
+    assert (summary["system"], summary["grade_scope"], summary["max_new_tokens"]) == ("grounded", "first-sentence", 12)
+    assert summary["system_prompt"] == SYSTEM_GROUNDED
     base = sorted(p.name for p in (tmp_path / "cache" / "heldout").iterdir())
-    assert base and all(n.endswith("-grounded") for n in base), base
+    assert len(base) == 1 and base[0].endswith("-4-evidence-grounded"), base
     report = json.loads((run / "heldout" / "report" / "report.json").read_text())
-    assert report["groups"]
+    assert report["groups"] and all("evidence" in name for name in report["groups"]), list(report["groups"])
 
     # strict: the same finished run's report again, now exit status 3
     answers = run / "heldout" / "trained_evidence" / "answers.jsonl"

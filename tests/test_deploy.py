@@ -169,8 +169,10 @@ def test_train_sh_stops_on_a_bad_value_of_its_own_settings_naming_what_it_takes(
             ("WARM_START", "sometimes", "WARM_START = 'sometimes': Input should be 'probed', 'graded', 'random', "
                                         "'grounded' or 'none'"),
             ("PROBE_RECOMPUTE", "maybe", "PROBE_RECOMPUTE = 'maybe': must be true/false (or 1/0)"),
-            ("HELDOUT_EVIDENCE_LIMIT", "0", "HELDOUT_EVIDENCE_LIMIT = '0': Input should be greater than or equal to 1"),
-            ("HELDOUT_LIMIT", "1e2", "HELDOUT_LIMIT = '1e2': Input should be a valid integer")):
+            ("HELDOUT_EVIDENCE_LIMIT", "-1", "HELDOUT_EVIDENCE_LIMIT = '-1': Input should be greater than or equal to 0"),
+            ("HELDOUT_LIMIT", "1e2", "HELDOUT_LIMIT = '1e2': Input should be a valid integer"),
+            ("HELDOUT_LIMIT", "0", "HELDOUT_GATE=selective judges the questions HELDOUT_LIMIT counts: set "
+                                   "HELDOUT_LIMIT >= 1")):
         r = subprocess.run(["bash", "scripts/train.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                            env={**os.environ, var: value})
         assert r.returncode == 2 and says in r.stderr, (var, r.stderr[-2000:])

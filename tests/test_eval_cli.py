@@ -90,7 +90,7 @@ def _write_run(folder: Path, name: str, mode: str, answers: list[tuple[str, str,
     return folder
 
 
-def test_compare_hand_built_runs_mcnemar_and_verdict(tmp_path):
+def test_compare_hand_built_runs_mcnemar_and_verdict(tmp_path, capsys):
     qs = [(f"What is the capital of country number {i}?", f"City{i}") for i in range(30)]
     # base: 20 wrong, 10 right. trained: abstains on 12 of the 20 wrong, keeps all 10 right.
     base = [(q, g, "It is Wrongville." if i < 20 else f"It is {g}.") for i, (q, g) in enumerate(qs)]
@@ -120,25 +120,28 @@ def test_compare_hand_built_runs_mcnemar_and_verdict(tmp_path):
     # a model that refuses everything: fewer hallucinations AND significantly fewer correct answers
     refuse = [(q, g, "I don't know.") for q, g, _ in base]
     c = _write_run(tmp_path / "refuser", "refuser", "closed", refuse)
-    r = rlfh("compare", str(a), str(c), "--out", str(tmp_path / "rep2"), "--n-boot", "100")
+    r = rlfh_in_process(capsys, "compare", str(a), str(c), "--out", str(tmp_path / "rep2"), "--n-boot", "100")
     assert r.returncode == 0
     (group,) = json.loads((tmp_path / "rep2" / "report.json").read_text())["groups"].values()
     assert group["pairs"][0]["verdict"] == "fewer hallucinations but also fewer correct answers"
     assert not group["pairs"][0]["success"]
 
     # --expect gates on it: met for trained (whichever side of the pair it is), not met for the refuser
-    r = rlfh("compare", str(b), str(a), "--out", str(tmp_path / "rep3"), "--n-boot", "100", "--expect", "trained")
+    r = rlfh_in_process(capsys, "compare", str(b), str(a), "--out", str(tmp_path / "rep3"), "--n-boot", "100",
+                        "--expect", "trained")
     assert r.returncode == 0 and "EXPECTATION MET" in r.stdout, r.stdout[-2000:]
-    r = rlfh("compare", str(a), str(c), "--out", str(tmp_path / "rep4"), "--n-boot", "100", "--expect", "refuser")
+    r = rlfh_in_process(capsys, "compare", str(a), str(c), "--out", str(tmp_path / "rep4"), "--n-boot", "100",
+                        "--expect", "refuser")
     assert r.returncode == 3 and "refuser vs base: fewer hallucinations but also fewer correct answers" in r.stdout
-    r = rlfh("compare", str(a), str(c), "--out", str(tmp_path / "rep5"), "--n-boot", "100", "--expect", "nobody")
+    r = rlfh_in_process(capsys, "compare", str(a), str(c), "--out", str(tmp_path / "rep5"), "--n-boot", "100",
+                        "--expect", "nobody")
     assert r.returncode == 2 and "no run has that name; the runs are base, refuser" in r.stderr
     # --expect-mode limits the gate to the named modes (these runs are all closed-book)
-    r = rlfh("compare", str(a), str(c), "--out", str(tmp_path / "rep6"), "--n-boot", "100", "--expect", "refuser",
-             "--expect-mode", "evidence")
+    r = rlfh_in_process(capsys, "compare", str(a), str(c), "--out", str(tmp_path / "rep6"), "--n-boot", "100",
+                        "--expect", "refuser", "--expect-mode", "evidence")
     assert r.returncode == 2 and "no run has that name in mode evidence" in r.stderr
-    r = rlfh("compare", str(a), str(c), "--out", str(tmp_path / "rep7"), "--n-boot", "100", "--expect", "refuser",
-             "--expect-mode", "closed")
+    r = rlfh_in_process(capsys, "compare", str(a), str(c), "--out", str(tmp_path / "rep7"), "--n-boot", "100",
+                        "--expect", "refuser", "--expect-mode", "closed")
     assert r.returncode == 3
 
 

@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 
 import pytest
-from test_eval_cli import _write_run, rlfh
+from test_eval_cli import _write_run, rlfh, rlfh_in_process
 
 from evaluation.select import Candidate, SelectError, judge_candidates, list_candidates, rank_key
 
@@ -98,15 +98,15 @@ def test_list_candidates_orders_steps_and_drops_a_final_that_is_a_checkpoint(tmp
     assert cands[1].path.endswith("global_step_00010/policy_hf")
 
 
-def test_bad_run_dirs_name_the_fix(tmp_path):
+def test_bad_run_dirs_name_the_fix(tmp_path, capsys):
     with pytest.raises(SelectError, match="not a folder"):
         list_candidates(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
     with pytest.raises(SelectError, match="SNAPSHOT_STEP"):
         list_candidates(tmp_path / "empty")
-    r = rlfh("select", str(tmp_path / "empty"), "--mode", "closed")
+    r = rlfh_in_process(capsys, "select", str(tmp_path / "empty"), "--mode", "closed")
     assert r.returncode == 2 and "SNAPSHOT_STEP" in r.stderr, r.stderr[-2000:]
-    r = rlfh("select", str(tmp_path / "empty"), "--limit", "-1")
+    r = rlfh_in_process(capsys, "select", str(tmp_path / "empty"), "--limit", "-1")
     assert r.returncode == 2 and "--limit" in r.stderr
 
 
@@ -123,7 +123,7 @@ def test_select_end_to_end_on_the_real_model(tmp_path):
             os.symlink(f, ck / f.name)
     # 4 questions: the command's path end to end (evaluate, judge, exit 3, write the choice); the judging itself is
     # tested on 120 hand-built answers above
-    r = rlfh("select", str(tmp_path / "run"), "--base", "smollm2-135m-instruct", "--limit", "4", "--threads", "2",
+    r = rlfh("select", str(tmp_path / "run"), "--base", "smollm2-135m-instruct", "--limit", "4",
              "--no-progress", timeout=900)
     assert r.returncode == 3, (r.stdout[-3000:], r.stderr[-3000:])
     assert "No checkpoint passes the gate" in r.stdout and "step00002" in r.stdout
@@ -193,7 +193,7 @@ def test_abstain_sweep_derives_each_threshold_exactly_and_selects_a_selective_on
 
 @pytest.mark.slow
 # real model: the sweep needs P(abstain) spread over questions to choose a threshold in (0, 1)
-def test_select_abstain_sweep_end_to_end_with_a_gate_model_folder(tmp_path):
+def test_select_abstain_sweep_end_to_end_with_a_gate_model_folder(tmp_path, capsys):
     """The embedded model as its own gate (a model folder as RUN_DIR), closed and evidence prompts: scored once
     per mode for real, every threshold judged, one threshold per mode chosen, its `rlfh eval` options printed."""
     from core.model_loader import resolve_model_path
@@ -205,7 +205,7 @@ def test_select_abstain_sweep_end_to_end_with_a_gate_model_folder(tmp_path):
             os.symlink(f, gate / f.name)
     # 4 questions per mode: the sweep's decline shares (10 ... 90 %) land on the 2nd, 3rd and 4th largest
     # P(abstain), three thresholds in (0, 1) to judge (fewer questions could not give three)
-    r = rlfh("select", str(gate), "--base", "smollm2-135m-instruct", "--limit", "4", "--threads", "2",
+    r = rlfh("select", str(gate), "--base", "smollm2-135m-instruct", "--limit", "4",
              "--mode", "closed", "--mode", "evidence", "--abstain-sweep", "--abstain-gate", "--no-progress",
              "--out", str(tmp_path / "sel"), timeout=1200)
     assert r.returncode in (0, 3), (r.stdout[-3000:], r.stderr[-3000:])
@@ -225,5 +225,5 @@ def test_select_abstain_sweep_end_to_end_with_a_gate_model_folder(tmp_path):
         assert len(scored) == 4 and all(0 < s["p_abstain"] < 1 for s in scored)
     assert r.stdout.count("rlfh eval --model smollm2-135m-instruct --abstain-model") == 2
     assert "closed prompts" in r.stdout and "evidence prompts" in r.stdout
-    r = rlfh("select", str(gate), "--abstain-gate")
+    r = rlfh_in_process(capsys, "select", str(gate), "--abstain-gate")
     assert r.returncode == 2 and "--abstain-gate needs --abstain-sweep" in r.stderr

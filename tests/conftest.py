@@ -260,6 +260,7 @@ def _uses_shared_serve(module_path: str) -> bool:
 SERVE_SCOPE = "tests/<shared serve modules>"
 
 
+@pytest.hookimpl(optionalhook=True)     # an env without pytest-xdist (`make test-vllm`'s) has no such hook
 def pytest_xdist_make_scheduler(config, log):
     """Under ``--dist loadfile``, the modules that share the Ray + Serve go to one worker as one unit of work, one
     after another: split over two workers, each module started a Ray and a Serve of its own (25-50 s apiece on 2

@@ -220,19 +220,20 @@ def _modules_using(items, fixture: str) -> list[str]:
     return list(dict.fromkeys(str(it.path) for it in items if fixture in getattr(it, "fixturenames", ())))
 
 
-#: Seconds per module of a full run (2-core AMD EPYC, 2 xdist workers), for the modules over half a minute. Under
-#: xdist (``--dist loadfile``) each module goes to whichever worker is free next, in collection order; run the
-#: longest first (LPT scheduling) and the two workers finish close together instead of one waiting on a long module
-#: started last. A local .pytest-durations.json (every run writes one) replaces these figures when present.
+#: Seconds per module of a full run (2-core AMD EPYC, 2 xdist workers, .ci/run at 684e606), for the modules over
+#: 20 s and those sharing the Serve. Under xdist (``--dist loadfile``) each module goes to whichever worker is free next, in collection order;
+#: run the longest first (LPT scheduling) and the two workers finish close together instead of one waiting on a long
+#: module started last. The shared-Serve modules weigh their sum (one unit of work). A local .pytest-durations.json
+#: (every run writes one) replaces these figures when present.
 MODULE_SECONDS = {
-    "test_faults.py": 300, "test_multinode.py": 180, "test_speed.py": 153, "test_actors_ray.py": 132,
-    "test_learning.py": 131, "test_decode.py": 123, "test_select.py": 113, "test_layouts.py": 109,
-    "test_baselines.py": 106, "test_e2e_train.py": 102, "test_judge.py": 99, "test_eval_cli.py": 94,
-    "test_service_hostile.py": 89, "test_service_rewards.py": 79, "test_schemathesis.py": 71,
-    "test_actors_inprocess.py": 59, "test_abstain_threshold.py": 47, "test_integrations_trl.py": 46,
-    "test_verifier_cli.py": 42, "test_dev_eval.py": 41, "test_deploy.py": 40, "test_cpu_blas.py": 35,
-    "test_metrics_scrape.py": 34, "test_integrations_openrlhf.py": 32, "test_grounding_gate.py": 32,
-    "test_train_sh.py": 200}
+    "test_faults.py": 208, "test_train_sh.py": 163, "test_multinode.py": 107, "test_speed.py": 107,
+    "test_learning.py": 88, "test_decode.py": 85, "test_metrics_scrape.py": 78, "test_layouts.py": 77,
+    "test_eval_cli.py": 63, "test_e2e_train.py": 63, "test_actors_ray.py": 59, "test_judge.py": 51,
+    "test_baselines.py": 51, "test_select.py": 46, "test_schemathesis.py": 40, "test_deploy.py": 34,
+    "test_verifier_cli.py": 31, "test_abstain_threshold.py": 29, "test_grounding_gate.py": 29,
+    "test_actors_inprocess.py": 25, "test_service_hostile.py": 23, "test_cpu_blas.py": 21,
+    "test_integrations_openrlhf.py": 16, "test_show.py": 14, "test_service_rewards.py": 14,
+    "test_integrations_trl.py": 4, "test_integrations_verl.py": 2}
 
 
 def _module_seconds(config) -> dict[str, float]:

@@ -221,10 +221,10 @@ def _modules_using(items, fixture: str) -> list[str]:
 
 
 #: Seconds per module of a full run (2-core AMD EPYC, 2 xdist workers, .ci/run at 684e606), for the modules over
-#: 20 s and those sharing the Serve. Under xdist (``--dist loadfile``) each module goes to whichever worker is free next, in collection order;
-#: run the longest first (LPT scheduling) and the two workers finish close together instead of one waiting on a long
-#: module started last. The shared-Serve modules weigh their sum (one unit of work). A local .pytest-durations.json
-#: (every run writes one) replaces these figures when present.
+#: 20 s and those sharing the Serve. Under xdist (``--dist loadfile``) each module goes to whichever worker is free
+#: next, in collection order; run the longest first (LPT scheduling) and the two workers finish close together
+#: instead of one waiting on a long module started last. The shared-Serve modules weigh their sum (one unit of
+#: work). A local .pytest-durations.json (every run writes one) replaces these figures when present.
 MODULE_SECONDS = {
     "test_faults.py": 208, "test_train_sh.py": 163, "test_multinode.py": 107, "test_speed.py": 107,
     "test_learning.py": 88, "test_decode.py": 85, "test_metrics_scrape.py": 78, "test_layouts.py": 77,
@@ -249,13 +249,16 @@ def _module_seconds(config) -> dict[str, float]:
 
 
 def _uses_shared_serve(module_path: str) -> bool:
-    """Whether a test module asks for the shared Ray + Serve (read from its source: the xdist controller, which
-    schedules, does not collect; the workers' collection decides the order within the group either way)."""
+    """Whether a test module asks for the shared Ray + Serve: a function of it (a test or a fixture) takes
+    ``serve_ray`` or ``shared_reward_service``. Read from its source, since the xdist controller, which schedules,
+    does not collect; the workers' collection decides the order within the group."""
+    import ast
     try:
-        text = Path(module_path).read_text(encoding="utf-8")
-    except OSError:
+        tree = ast.parse(Path(module_path).read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
         return False
-    return SERVE_FIXTURE in text or SHARED_SERVICE_FIXTURE in text
+    asked = {a.arg for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) for a in n.args.args}
+    return bool({SERVE_FIXTURE, SHARED_SERVICE_FIXTURE} & asked)
 
 
 SERVE_SCOPE = "tests/<shared serve modules>"

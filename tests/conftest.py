@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -248,6 +249,7 @@ def _module_seconds(config) -> dict[str, float]:
         return dict(MODULE_SECONDS)
 
 
+@functools.lru_cache(maxsize=None)    # the scheduler asks once per test; each module is parsed once
 def _uses_shared_serve(module_path: str) -> bool:
     """Whether a test module asks for the shared Ray + Serve: a function of it (a test or a fixture) takes
     ``serve_ray`` or ``shared_reward_service``. Read from its source, since the xdist controller, which schedules,

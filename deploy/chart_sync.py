@@ -90,8 +90,11 @@ def generated_tables() -> dict:
 
     serve_args = set(sc.service_arg_envs())
     rows = [{**row, "serve_arg": row["env"] in serve_args} for row in settings_table()]
+    from core.config import RECIPE_DIRS
     return {
         "settings": rows,
+        # the recipes the image carries (train.recipe must name one of them, or a .toml path)
+        "recipes": sorted(f.stem for f in RECIPE_DIRS[0].glob("*.toml")),
         "serve": {"app_name": sc.APP_NAME, "import_path": sc.IMPORT_PATH,
                   "verifier_deployment": sc.VERIFIER_DEPLOYMENT, "reward_deployment": sc.REWARD_DEPLOYMENT,
                   "target_ongoing_requests": sc.TARGET_ONGOING_REQUESTS, "routes": list(sc.ROUTES),

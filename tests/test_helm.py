@@ -470,6 +470,27 @@ def test_defaults_match_rlfhconfig_defaults():
     assert load_values(CHART / "values.yaml")["rayVersion"] == ray.__version__
 
 
+def test_a_recipe_runs_with_only_the_values_set_over_it():
+    """train.recipe reaches the pod as RECIPE; a typed setting left null is not written, so the recipe's value
+    holds, and one that is set beats the recipe (scripts/train.sh's precedence)."""
+    from core.config import read_recipe
+    recipe = {env: value for env, (value, _) in read_recipe("grounded")[0].items()}
+    data = env_configmap(objects(render({"train": {"recipe": "grounded", "actorLr": 2.5e-6}})))["data"]
+    assert data["RECIPE"] == "grounded" and float(data["ACTOR_LR"]) == 2.5e-6
+    for env in ("ADVANTAGE_ESTIMATOR", "KL_COEF", "ROLLOUT_BATCH_SIZE", "N_SAMPLES_PER_PROMPT", "TRAIN_BATCH_SIZE",
+                "MAX_STEPS", "PROMPT_DATA", "VERIFIER_BACKEND", "GRANULARITY"):
+        assert env not in data, f"{env} is written though its value is null: it would override the recipe"
+    cfg = RLFHConfig.load(environ=data)
+    assert cfg.actor_lr == 2.5e-6
+    assert cfg.advantage_estimator == recipe["ADVANTAGE_ESTIMATOR"] != RLFHConfig.load({}).advantage_estimator
+    assert (cfg.kl_coef, cfg.train_batch_size, cfg.max_steps) == \
+        (recipe["KL_COEF"], recipe["TRAIN_BATCH_SIZE"], recipe["MAX_STEPS"])
+    assert "RECIPE" not in env_configmap(objects(render()))["data"], "no recipe unless one is named"
+    # a recipe file of the user's own, by path (the chart cannot see it: the pod's train.sh checks it)
+    data = env_configmap(objects(render({"train": {"recipe": "/mnt/data/mine.toml"}})))["data"]
+    assert data["RECIPE"] == "/mnt/data/mine.toml"
+
+
 def test_secrets_are_generated_and_kept_out_of_the_serve_config():
     objs = objects(render())
     secret = one(objs, "Secret")["stringData"]
@@ -506,6 +527,9 @@ BAD_VALUES = [
     ({"train": {"env": {"GRANULARITY": "sentence"}}}, "train.env.GRANULARITY", "rewards.granularity"),
     ({"train": {"env": {"REDIS_URL": "redis://h:6379"}}}, "train.env.REDIS_URL", "Secret"),
     ({"train": {"advantageEstimator": "grpo", "nSamplesPerPrompt": 1}}, "train.nSamplesPerPrompt", ">= 2"),
+    ({"train": {"recipe": "grounde"}}, "train.recipe", "grounded"),
+    ({"train": {"env": {"RECIPE": "grounded"}}}, "/train/env", "'RECIPE' not allowed"),
+    ({"train": {"recipe": "../x y"}}, "/train/recipe", "pattern"),
     ({"verifier": {"backend": "llm"}}, "verifier.modelUrl", "llm"),
     ({"actorGroups": {"actor": {"numGpusPerNode": 2}}}, "ray.workerGroups.gpu", "actorGroups need 3 GPUs"),
     ({"ray": {"auth": "oauth"}}, "/ray/auth", "token"),

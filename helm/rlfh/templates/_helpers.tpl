@@ -99,7 +99,7 @@ app.kubernetes.io/part-of: rlfh
 {{- if or $d.pvc.claimName $d.uri -}}
 /mnt/data/{{ $d.file }}
 {{- else -}}
-{{- $d.promptData -}}
+{{- $d.promptData | default "" -}}
 {{- end -}}
 {{- end -}}
 
@@ -113,7 +113,16 @@ Typed values -> env var name. Also the error messages' "set <path> instead".
 {{- $g := $v.actorGroups -}}
 {{- $e := dict -}}
 {{- $_ := set $e "MODEL_PATH" (list (include "rlfh.modelPath" .) "model.path / model.pvc / model.uri") -}}
-{{- $_ := set $e "PROMPT_DATA" (list (include "rlfh.promptData" .) "data.promptData / data.pvc / data.uri") -}}
+{{- $prompt := include "rlfh.promptData" . -}}
+{{- $_ := set $e "PROMPT_DATA" (list (empty $prompt | ternary nil $prompt) "data.promptData / data.pvc / data.uri") -}}
+{{- $recipe := $v.train.recipe | default "" -}}
+{{- if and $recipe (not (hasSuffix ".toml" $recipe)) -}}
+{{- $shipped := (include "rlfh.generated" . | fromJson).recipes -}}
+{{- if not (has $recipe $shipped) -}}
+{{- fail (printf "train.recipe = %q: no recipe of that name in the image's recipes/ (%s); name one of them, the path of a .toml file in the pod, or \"\" for none" $recipe (join ", " $shipped)) -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $e "RECIPE" (list (empty $recipe | ternary nil $recipe) "train.recipe") -}}
 {{- $_ := set $e "SAVE_PATH" (list (printf "/mnt/output/%s" $v.output.savePath) "output.savePath") -}}
 {{- $_ := set $e "GRANULARITY" (list $v.rewards.granularity "rewards.granularity") -}}
 {{- $_ := set $e "REWARD_PLACEMENT" (list $v.rewards.placement "rewards.placement") -}}
@@ -180,7 +189,10 @@ Fails with a message naming the value for unknown keys, duplicates, secrets and 
 {{- $secrets := dict "REWARD_API_TOKEN" "auth.token / auth.existingSecret" "MODEL_API_KEY" "verifier.apiKey / verifier.existingSecret" "REDIS_URL" "redis.mode / redis.external.url / redis.external.existingSecret" -}}
 {{- $out := dict -}}
 {{- range $k, $pair := $typed -}}
+{{- /* null: not written, so the recipe's value (else RLFHConfig's default) holds */ -}}
+{{- if not (kindIs "invalid" (index $pair 0)) -}}
 {{- $_ := set $out $k (include "rlfh.fmt" (index $pair 0)) -}}
+{{- end -}}
 {{- end -}}
 {{- range $k, $val := $v.train.env -}}
 {{- if hasKey $secrets $k -}}
@@ -196,7 +208,7 @@ Fails with a message naming the value for unknown keys, duplicates, secrets and 
 {{- end -}}
 {{/* cross-checks RLFHConfig makes, so that they fail at install rather than in the pod */}}
 {{- $est := get $out "ADVANTAGE_ESTIMATOR" -}}
-{{- if and (has $est (list "grpo" "rloo" "dr_grpo")) (lt (int (get $out "N_SAMPLES_PER_PROMPT")) 2) -}}
+{{- if and (has $est (list "grpo" "rloo" "dr_grpo")) (hasKey $out "N_SAMPLES_PER_PROMPT") (lt (int (get $out "N_SAMPLES_PER_PROMPT")) 2) -}}
 {{- fail (printf "train.advantageEstimator=%s compares samples of a prompt: set train.nSamplesPerPrompt >= 2" $est) -}}
 {{- end -}}
 {{- if and (eq (get $out "VERIFIER_BACKEND") "llm") (not (get $out "MODEL_URL")) -}}

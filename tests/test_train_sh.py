@@ -61,15 +61,19 @@ def test_grounded_recipe_killed_resumed_and_reported_only_strict_mode_fails_on_t
         proc = subprocess.Popen(["bash", "scripts/train.sh", "grounded"], cwd=ROOT, env={**env, "HELDOUT_REPORT": "0"},
                                 stdout=fh, stderr=subprocess.STDOUT)
     started: list[psutil.Process] = []
+    # `rlfh chaos` starts now and polls metrics.jsonl, so that its own start (seconds of imports) is behind it
+    # when step 3 is logged: steps of the tiny model take well under a second
+    chaos = subprocess.Popen([str(rlfh), "chaos", "kill", "trainer", "--pid", str(proc.pid), "--after-step", "3",
+                              "--save-path", str(run), "--wait-s", "720"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
     try:
         _wait_for_step_1(proc, metrics_path, log1, 420)
         started = tree(proc.pid)
         assert "train" in " ".join(psutil.Process(proc.pid).cmdline()), "train.sh must exec the trainer"
-        chaos = subprocess.run([str(rlfh), "chaos", "kill", "trainer", "--pid", str(proc.pid), "--after-step", "3",
-                                "--save-path", str(run), "--wait-s", "300"], capture_output=True, text=True, timeout=360)
+        chaos_out, chaos_err = chaos.communicate(timeout=360)
         t_kill = time.monotonic()
-        assert chaos.returncode == 0, (chaos.stdout, chaos.stderr, log1.read_text()[-3000:])
-        injected = json.loads(chaos.stdout.strip().splitlines()[-1])
+        assert chaos.returncode == 0, (chaos_out, chaos_err, log1.read_text()[-3000:])
+        injected = json.loads(chaos_out.strip().splitlines()[-1])
         assert injected["pids"] == [proc.pid] and injected["signal"] == "KILL", injected
         proc.wait(timeout=30)
         assert proc.returncode == -signal.SIGKILL
@@ -88,6 +92,9 @@ def test_grounded_recipe_killed_resumed_and_reported_only_strict_mode_fails_on_t
         left = left_after(started[1:], 60)
         assert not left, f"processes left after the trainer was SIGKILLed: {left}"
     finally:
+        if chaos.poll() is None:
+            chaos.kill()
+            chaos.wait(timeout=30)
         kill_started(proc, started[1:])
 
     # the warm start: the model's own answers to passage questions, each followed by a passage sentence

@@ -28,6 +28,9 @@
 #   SEED=1 DEMO_DIR=runs/demo-seed1 bash scripts/demo.sh          # the main recipe, another seed
 #   DEMO_FRESH=0 bash scripts/demo.sh                  # keep an existing training run (resume / re-use it)
 set -euo pipefail
+# The body is one brace group, which bash reads whole before running it: a checkout or an edit of this file
+# while a run is going does not change the running script.
+{
 cd "$(dirname "$0")/.."
 
 if [[ ! -x .venv/bin/rlfh ]]; then
@@ -225,3 +228,4 @@ else
   echo "[demo] PASSED: the $SYSTEM_NAME system is selective in ($DEMO_EXPECT_MODES) mode: fewer hallucinations, correct answers kept, abstentions where the base model was wrong"
 fi
 exit $rc
+}

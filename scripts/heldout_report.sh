@@ -13,6 +13,9 @@
 # Exit status: 0 once the report is written (its verdict line says whether the gate passed); 3 for a failed gate
 # with HELDOUT_STRICT on; 1 without a final model; 2 on a bad setting.
 set -euo pipefail
+# The body is one brace group, which bash reads whole before running it: a checkout or an edit of this file
+# while a run is going does not change the running script.
+{
 cd "$(dirname "$0")/.."
 RLFH=.venv/bin/rlfh
 PY=.venv/bin/python
@@ -83,3 +86,4 @@ if [[ $rc -eq 3 && "$(setting HELDOUT_STRICT)" != "true" ]]; then
   rc=0
 fi
 exit $rc
+}

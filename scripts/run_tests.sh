@@ -3,6 +3,9 @@
 # REDIS_URL set: use that server. Unset: start redis-server on a free loopback
 # port (installing Debian's redis-server if missing) and stop it afterwards.
 set -euo pipefail
+# The body is one brace group, which bash reads whole before running it: a checkout or an edit of this file
+# while a run is going does not change the running script.
+{
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
 
@@ -76,3 +79,4 @@ rc=$?
 set -e
 if [[ $rc -eq 5 ]]; then echo "[tests] pytest collected no tests"; exit 1; fi
 exit $rc
+}

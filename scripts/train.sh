@@ -24,6 +24,9 @@
 # script decides itself are launcher mechanics: the environment of the local embedded Ray (below), the warm start's
 # cache folder and its generation batch sizes, and where the held-out answers are written.
 set -euo pipefail
+# The body is one brace group, which bash reads whole before running it: a checkout or an edit of this file
+# while a run is going does not change the running script.
+{
 cd "$(dirname "$0")/.."
 
 # A fresh clone: build the environment (pinned dependencies, embedded model and data) first.
@@ -153,3 +156,4 @@ stage_times+=("held-out report $((SECONDS - stage_start)) s")
 echo "[train.sh] time: $(IFS=,; echo "${stage_times[*]}" | sed 's/,/, /g'); total $SECONDS s on $(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN) cores" \
      "(${cpu:-CPU}, $isa)"
 exit $rc
+}

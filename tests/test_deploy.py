@@ -8,8 +8,10 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 
@@ -160,6 +162,35 @@ def test_submit_auth_headers_and_masked_dry_run(monkeypatch, capsys):
     env = json.loads(out)["runtime_env"]["env_vars"]
     assert "hunter2" not in out
     assert env["REDIS_URL"] == "redis://***@cache:6379/0" and env["MODEL_API_KEY"] == "***"
+
+
+@pytest.mark.parametrize("script", ["train.sh", "heldout_report.sh", "demo.sh", "run_tests.sh"])
+def test_long_running_scripts_are_read_whole_before_they_run(script, tmp_path):
+    """bash reads a script as it runs it, so a checkout during a 20-minute `make train` would change the rest of
+    the running job. Each script's body is one brace group, which bash parses whole before running any of it."""
+    text = (ROOT / "scripts" / script).read_text()
+    assert subprocess.run(["bash", "-n", str(ROOT / "scripts" / script)]).returncode == 0
+    code = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    start = code.index("set -euo pipefail") + 1
+    assert code[start] == "{" and code[-1] == "}" and code[-2].strip().startswith("exit"), \
+        f"scripts/{script}: the body after set -euo pipefail is not one {{ ... exit; }} group"
+
+    # the property, on scripts of both shapes: the file rewritten in place (as an editor that writes in place, or
+    # `cat > file`, does) while the first command runs
+    def run_while_rewritten(body: str) -> list[str]:
+        probe = tmp_path / "probe.sh"
+        probe.write_text("set -euo pipefail\n" + body.format(word="first"))
+        proc = subprocess.Popen(["bash", str(probe)], stdout=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 20
+        while not psutil.Process(proc.pid).children():      # bash has read up to `sleep` and runs it
+            assert time.monotonic() < deadline and proc.poll() is None, "the probe script did not start"
+            time.sleep(0.02)
+        with open(probe, "r+") as fh:
+            fh.write("set -euo pipefail\n" + body.format(word="other") + "echo appended\n")
+        return proc.communicate(timeout=30)[0].split()
+
+    assert run_while_rewritten("sleep 1\necho {word}\n") != ["first"]     # read as it runs: the edit leaks in
+    assert run_while_rewritten("{{\nsleep 1\necho {word}\nexit 0\n}}\n") == ["first"]
 
 
 def test_train_sh_stops_on_a_bad_value_of_its_own_settings_naming_what_it_takes():

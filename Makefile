@@ -40,10 +40,10 @@ test: setup  ## run the whole test suite (starts a real redis-server when REDIS_
 test-fast: setup  ## unit tests only (no Ray, no training)
 	bash scripts/run_tests.sh -m "not slow"
 
-train: setup  ## train the embedded default (warm start + RL, SmolLM2-135M on HaluEval-QA), then a before/after table on held-out questions
+train: setup  ## train the embedded default (grounded recipe: warm start + RL on the verifier's token-level rewards, SmolLM2-135M on HaluEval-QA with the passage), then a before/after table on held-out questions
 	bash scripts/train.sh
 
-demo: setup  ## make train's recipe (warm start + RLOO), evaluated against base / prompt-only on 300 held-out questions (DEMO_RECIPE=gate: the gate baseline, not RL)
+demo: setup  ## the closed-book RL recipe (warm start + RLOO), evaluated against base / prompt-only on 300 held-out questions (DEMO_RECIPE=gate: the gate baseline, not RL)
 	bash scripts/demo.sh
 
 serve: setup  ## start the verifier + reward services on an embedded Ray

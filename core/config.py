@@ -1315,7 +1315,8 @@ def config_markdown() -> str:
         "- Secrets (" + ", ".join(f"`{e}`" for e in SECRET_ENVS) + ") are masked when printed and kept out of "
         "Serve configs; on Kubernetes they come from a Secret (docs/DEPLOY.md).",
         "- On Kubernetes, any of these variables can be set in the Helm chart's `train.env` unless the chart "
-        "has a typed value for it (`helm/rlfh/values.yaml`).",
+        "has a typed value for it (`helm/rlfh/values.yaml`); the recipe is `train.recipe`, and typed values left "
+        "null are not written, so the recipe's hold (docs/DEPLOY.md, \"Values\").",
     ]
     fields = ordered_fields(RLFHConfig)
     for group in GROUPS:

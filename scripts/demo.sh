@@ -2,9 +2,11 @@
 # `make demo`: one command that shows what training against hallucination does, on this machine.
 #
 # Two kinds of recipe (DEMO_RECIPE, a file in recipes/; `rlfh config --recipe NAME` shows its settings):
-#   main (default)  `make train`'s recipe, or any other training recipe by name: scripts/train.sh NAME (a warm
-#                   start, then RL through the reward service over HTTP); the RL-trained policy answers and
-#                   declines by itself, greedily, with no gate and no rule;
+#   abstain-closed-book (default)  the closed-book RL recipe, or any other training recipe by name:
+#                   scripts/train.sh NAME (a warm start, then RL through the reward service over HTTP); the
+#                   RL-trained policy answers and declines by itself, greedily, with no gate and no rule. The demo
+#                   judges selectivity (below); `make train`'s recipe (main, the grounded one) has its own gate in
+#                   train.sh's held-out report, which this demo does not apply;
 #   gate            the baseline (recipes/gate.toml, not RL): an R-Tuning gate decides when the BASE model
 #                   declines (closed book), a lexical grounding rule with the passage. DEMO_GATE_BASELINE=1 adds its
 #                   row to a training recipe's report (about 10 more minutes).
@@ -25,7 +27,7 @@
 # the recipe), e.g.
 #   DEMO_RECIPE=gate GATE_QUESTIONS=80 GATE_SELECT_LIMIT=100 EVAL_LIMIT=60 bash scripts/demo.sh  # a quick smoke run
 #   DEMO_RECIPE=gate DEMO_DIR=runs/demo2 bash scripts/demo.sh  # the gate recipe
-#   SEED=1 DEMO_DIR=runs/demo-seed1 bash scripts/demo.sh          # the main recipe, another seed
+#   SEED=1 DEMO_DIR=runs/demo-seed1 bash scripts/demo.sh          # the closed-book recipe, another seed
 #   DEMO_FRESH=0 bash scripts/demo.sh                  # keep an existing training run (resume / re-use it)
 set -euo pipefail
 # The body is one brace group, which bash reads whole before running it: a checkout or an edit of this file
@@ -48,10 +50,10 @@ free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)
 
 DEMO_DIR="${DEMO_DIR:-runs/demo}"
 DEMO_FRESH="${DEMO_FRESH:-1}"
-DEMO_RECIPE="${DEMO_RECIPE:-main}"
+DEMO_RECIPE="${DEMO_RECIPE:-abstain-closed-book}"
 DEMO_GATE_BASELINE="${DEMO_GATE_BASELINE:-0}"
 if [[ "$DEMO_RECIPE" == "grpo" ]]; then
-  echo "[demo] DEMO_RECIPE=grpo was renamed DEMO_RECIPE=main (recipes/main.toml, make train's recipe)" >&2; exit 2
+  echo "[demo] DEMO_RECIPE=grpo was renamed DEMO_RECIPE=abstain-closed-book (recipes/abstain-closed-book.toml)" >&2; exit 2
 fi
 for old in SELECT_DATA SELECT_LIMIT; do
   if [[ -n "${!old:-}" ]]; then
@@ -75,7 +77,7 @@ GATE_SELECT_LIMIT=$(gate_setting GATE_SELECT_LIMIT)
 GATE_PROMPT_DATA=$(gate_setting PROMPT_DATA)
 GATE_SEED=$(gate_setting SEED)
 
-# ------------------------------------------------------------------ training recipe (DEMO_RECIPE=main or another)
+# ------------------------------------------------------------------ training recipe (DEMO_RECIPE=abstain-closed-book or another)
 # The recipe's settings live in its file in recipes/, read by scripts/train.sh; anything set in the environment
 # wins. The demo runs its own, larger held-out evaluation, so train.sh's report is off here.
 if [[ "$DEMO_RECIPE" != "gate" ]] && ! RECIPE="$DEMO_RECIPE" "$RLFH" config --format env >/dev/null; then

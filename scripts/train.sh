@@ -125,11 +125,10 @@ if [[ "$WARM_START" != "none" ]]; then
   echo "[train.sh] 1/3 warm start ($what) -> $WARM_DIR"
   echo "[train.sh]     built once per model and settings, then cached"
   if [[ "$RECIPE" == "main" && "$BASE_MODEL" == "smollm2-135m-instruct" ]]; then
-    # make train's time on a 2-core AMD EPYC, from a fresh clone / with the warm start cached: docs/PERFORMANCE.md,
-    # "The embedded default, end to end"
-    if [[ "$isa" == "native bf16" ]]; then fresh=20 cached=10; else fresh=19-29 cached=10-17; fi
-    [[ -f "$WARM_DIR/config.json" ]] && minutes=$cached || minutes=$fresh
-    echo "[train.sh]     make train takes about $minutes min on 2 cores of a CPU like this one ($isa)"
+    # make train's time on a 2-core AMD EPYC (AVX2 only, fp32), with nothing cached / with the warm start cached:
+    # docs/PERFORMANCE.md, "The embedded default, end to end"; not timed on a CPU with native bf16
+    [[ -f "$WARM_DIR/config.json" ]] && minutes=14 || minutes=22
+    echo "[train.sh]     make train took $minutes min on 2 cores of an AVX2-only CPU in fp32 (this one: $isa)"
   fi
   "$RLFH" --log-level WARNING baseline warmstart --model "$BASE_MODEL" --data "$(setting PROMPT_DATA)" \
     --limit "$questions" --type-share "$types" --epochs "$epochs" --mode "$(setting PROMPT_MODE)" \

@@ -586,9 +586,36 @@ def test_sft_step_loss_is_the_mean_over_the_steps_response_tokens_however_the_st
     assert moved and all(torch.allclose(after[0][0][k], after[64][0][k], atol=1e-6) for k in moved)
 
 
-def test_the_shipped_probe_and_answers_are_the_ones_make_trains_warm_start_looks_up(embedded_model_path):
-    """`make train`'s warm start finds evaluation/shipped/'s files by their cache keys: the arguments below are the
-    ones scripts/train.sh passes for the embedded default. A change to them, to the prompts or to the grader moves
+def test_the_shipped_answers_are_the_ones_make_trains_grounded_warm_start_looks_up():
+    """`make train`'s warm start (recipes/main.toml: WARM_START=grounded) finds evaluation/shipped/'s greedy answers by
+    their cache key: the arguments below are the ones scripts/train.sh passes for it (no probe: it declines nothing)."""
+    import argparse
+
+    from baselines import cli
+    from baselines.warmstart import cache_file_names
+    from core.config import RLFHConfig
+    from evaluation.answer_cache import SHIPPED_DIR
+    cfg = RLFHConfig.load({}, recipe="main")
+    assert (cfg.warm_start, cfg.warm_start_questions, cfg.warm_start_answers, cfg.prompt_mode, cfg.system_prompt,
+            cfg.generate_max_len, cfg.seed) == ("grounded", 128, "own", "evidence", "grounded", 64, 42)
+    types = cfg.warm_start_type_balance if cfg.warm_start_type_balance is not None else cfg.type_balance
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args([
+        "baseline", "warmstart", "--model", "smollm2-135m-instruct", "--data", cfg.prompt_data,
+        "--limit", str(cfg.warm_start_questions), "--type-share", str(types), "--epochs", str(cfg.warm_start_epochs),
+        "--mode", cfg.prompt_mode, "--evidence-share", str(cfg.evidence_share), "--seed", str(cfg.seed),
+        "--gen-batch-size", "32", "--micro-batch-size", "8", "--out", "unused", "--system", cfg.system_prompt,
+        "--max-new-tokens", str(cfg.generate_max_len), "--support", "--support-answers", "own", "--abstain-share", "0"])
+    name = cache_file_names(args)["answers"]
+    assert name == "05d0016e11bae97f534c.jsonl" and (SHIPPED_DIR / name).exists()
+    rows = [json.loads(line) for line in (SHIPPED_DIR / name).read_text().splitlines()]
+    assert len(rows) == 128 and all(0 < r["new_tokens"] <= 64 for r in rows)
+
+
+def test_the_shipped_probe_and_answers_are_the_ones_the_abstention_warm_start_looks_up(embedded_model_path):
+    """The closed-book recipe's warm start (`bash scripts/train.sh abstain-closed-book`) finds evaluation/shipped/'s
+    files by their cache keys: the arguments below are the ones scripts/train.sh passes for it. A change to them, to the prompts or to the grader moves
     a key; then this fails, and the files must be made again and shipped (evaluation/shipped/README.md)."""
     import argparse
 
@@ -614,11 +641,12 @@ def test_the_shipped_probe_and_answers_are_the_ones_make_trains_warm_start_looks
     answers = [json.loads(line) for line in (SHIPPED_DIR / names["answers"]).read_text().splitlines()]
     assert len(answers) == 256 and {r["uid"] for r in rows} < {r["uid"] for r in answers}
     assert sum(not r["answer"].strip() for r in answers) == 0
-    # and the values train.sh passes for make train's recipe (recipes/main.toml) are still the ones above
+    # and the values train.sh passes for the closed-book recipe (recipes/abstain-closed-book.toml) are still the
+    # ones above
     sh = (Path(__file__).resolve().parents[1] / "scripts" / "train.sh").read_text()
     assert '--gen-batch-size 32' in sh
     from core.config import RLFHConfig
-    cfg = RLFHConfig.load({}, recipe="main")
+    cfg = RLFHConfig.load({}, recipe="abstain-closed-book")
     assert (cfg.warm_start_type_balance, cfg.evidence_share, cfg.warm_start_epochs, cfg.abstain_outcome_reward,
             cfg.temperature, cfg.prompt_mode, cfg.prompt_data) == (0.4, 0.15, 3, -0.6, 0.7, "mixed", "halueval:train")
     assert (cfg.warm_start_questions, cfg.warm_start_share, cfg.seed) == (256, 0.6, 42)

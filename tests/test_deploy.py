@@ -204,8 +204,9 @@ def test_train_sh_stops_on_a_bad_value_of_its_own_settings_naming_what_it_takes(
             ("HELDOUT_LIMIT", "1e2", "HELDOUT_LIMIT = '1e2': Input should be a valid integer"),
             ("HELDOUT_LIMIT", "0", "HELDOUT_GATE=selective judges the questions HELDOUT_LIMIT counts: set "
                                    "HELDOUT_LIMIT >= 1")):
-        r = subprocess.run(["bash", "scripts/train.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                           env={**os.environ, var: value})
+        # the closed-book recipe: its selective gate reads HELDOUT_LIMIT (make train's grounded one does not)
+        r = subprocess.run(["bash", "scripts/train.sh", "abstain-closed-book"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120, env={**os.environ, var: value})
         assert r.returncode == 2 and says in r.stderr, (var, r.stderr[-2000:])
         assert "[train.sh] bad configuration" in r.stderr and "warm start" not in r.stdout
 

@@ -347,27 +347,39 @@ def test_eval_reuse_takes_cached_greedy_answers_and_without_it_makes_them_again(
 
 
 def test_the_shipped_files_are_the_ones_make_train_looks_up(embedded_model_path):
-    """Every file in evaluation/shipped/ is one `make train` looks up: the warm start's two
-    (tests/test_baselines.py checks their content) and the held-out report's base-model answers, 300 closed-book and
-    100 with the passage, which train.sh asks for with `rlfh eval --reuse` at the defaults below. A change to those
-    settings, the prompts or the test split moves a key; then this fails and the files must be made again
-    (evaluation/shipped/README.md)."""
+    """Every file in evaluation/shipped/ is one that `make train` (recipes/main.toml, the grounded recipe) or the
+    closed-book recipe looks up: the warm starts' files (tests/test_baselines.py checks their keys and content) and
+    the held-out report's base-model answers, which heldout_report.sh asks for with `rlfh eval --reuse` at each
+    recipe's settings below. A change to those settings, the prompts or the test split moves a key; then this fails
+    and the files must be made again (evaluation/shipped/README.md)."""
     from core.config import RLFHConfig
     from evaluation.answer_cache import SHIPPED_DIR
     from evaluation.runner import EvalConfig, cached_answers_name
-    cfg = RLFHConfig.load({})
-    assert (cfg.heldout_data, cfg.heldout_limit, cfg.heldout_evidence_limit) == ("halueval:test", 300, 100)
-    heldout = {mode: cached_answers_name(EvalConfig(model="smollm2-135m-instruct", data=cfg.heldout_data, mode=mode,
-                                                    limit=limit, out="unused", reuse=True))
-               for mode, limit in (("closed", 300), ("evidence", 100))}
-    warm = {"answers": "543a5877ec3eaf2e86c4.jsonl", "probe": "0a484a9dd9c139e2223e.jsonl"}
-    shipped = sorted(p.name for p in SHIPPED_DIR.glob("*.jsonl"))
-    assert shipped == sorted([*heldout.values(), *warm.values()]), f"make train looks up {heldout} and {warm}"
-    for mode, n in (("closed", 300), ("evidence", 100)):
-        rows = [json.loads(line) for line in (SHIPPED_DIR / heldout[mode]).read_text().splitlines()]
-        assert len(rows) == n and all(r["answer"].strip() and 0 < r["new_tokens"] <= 40 for r in rows)
     sh = (REPO / "scripts" / "heldout_report.sh").read_text()
     assert '--limit "$limit" --confidence off "${ask[@]}" --out "$out" $reuse' in sh
-    # train.sh asks with the recipe's system prompt, answer length and grade scope: make train's are the defaults
+    assert 'ask=(--system "$system" --max-new-tokens "$(setting GENERATE_MAX_LEN)" --grade-scope "$(setting GRADE_SCOPE)")' in sh
+
+    def heldout_names(cfg) -> dict[str, str]:
+        return {mode: cached_answers_name(EvalConfig(
+            model="smollm2-135m-instruct", data=cfg.heldout_data, mode=mode, limit=limit, out="unused", reuse=True,
+            system=cfg.system_prompt, max_new_tokens=cfg.generate_max_len, grade_scope=cfg.grade_scope))
+            for mode, limit in (("closed", cfg.heldout_limit), ("evidence", cfg.heldout_evidence_limit)) if limit}
+
+    closed_book = RLFHConfig.load({}, recipe="abstain-closed-book")
+    assert (closed_book.heldout_data, closed_book.heldout_limit, closed_book.heldout_evidence_limit) == \
+        ("halueval:test", 300, 100)
     main = RLFHConfig.load({}, recipe="main")
-    assert (main.system_prompt, main.generate_max_len, main.grade_scope) == ("default", 40, "whole")
+    assert (main.heldout_limit, main.heldout_evidence_limit, main.system_prompt, main.generate_max_len) == \
+        (0, 150, "grounded", 64)
+    heldout = {"closed-book recipe": heldout_names(closed_book), "main": heldout_names(main)}
+    warm = {"closed-book recipe": ["543a5877ec3eaf2e86c4.jsonl", "0a484a9dd9c139e2223e.jsonl"],
+            "main": ["05d0016e11bae97f534c.jsonl"]}
+    shipped = sorted(p.name for p in SHIPPED_DIR.glob("*.jsonl"))
+    expected = sorted([n for h in heldout.values() for n in h.values()] + [n for w in warm.values() for n in w])
+    assert shipped == expected, f"the recipes look up {heldout} and {warm}"
+    for recipe, cfg in (("closed-book recipe", closed_book), ("main", main)):
+        for mode, name in heldout[recipe].items():
+            rows = [json.loads(line) for line in (SHIPPED_DIR / name).read_text().splitlines()]
+            n = cfg.heldout_limit if mode == "closed" else cfg.heldout_evidence_limit
+            assert len(rows) == n and all(0 < r["new_tokens"] <= cfg.generate_max_len for r in rows), (recipe, mode)
+            assert sum(bool(r["answer"].strip()) for r in rows) >= 0.95 * n, (recipe, mode)

@@ -35,16 +35,32 @@ GATE_BEFORE = {"GATE_QUESTIONS": 320, "GATE_TYPE_SHARE": 0.3, "GATE_LR": 3e-5, "
                "GATE_SELECT_DATA": "halueval:dev", "GATE_SELECT_LIMIT": 200, "SEED": 0, "PROMPT_DATA": "halueval:train"}
 
 
-def test_the_main_recipe_is_exactly_what_make_train_ran_before():
-    """`make train` gets the same effective settings as when train.sh exported them: every setting, not only the 30."""
+def test_the_abstention_recipe_is_exactly_what_make_train_ran_before():
+    """The closed-book recipe (make train's until it became the grounded one) gets the same effective settings as
+    when train.sh exported them: every setting, not only the 30."""
     before = RLFHConfig.load({RENAMED_SETTINGS.get(k, k): v for k, v in MAKE_TRAIN_BEFORE.items()})
     assert before.abstain_outcome_reward == -0.6
-    assert RLFHConfig.load({}, recipe="main") == before
-    assert RLFHConfig.load({"RECIPE": "main"}) == before            # RECIPE= in the environment, as train.sh sets it
-    assert RLFHConfig.load({}, recipe="abstain-closed-book") == before   # main is the closed-book recipe today
-    assert RLFHConfig.load({}, recipe="main") != RLFHConfig.load({})      # and it is not the defaults
-    settings, description = read_recipe("main")
+    assert RLFHConfig.load({}, recipe="abstain-closed-book") == before
+    assert RLFHConfig.load({"RECIPE": "abstain-closed-book"}) == before   # RECIPE= in the environment, as train.sh sets it
+    settings, description = read_recipe("abstain-closed-book")
     assert set(settings) == {RENAMED_SETTINGS.get(k, k) for k in MAKE_TRAIN_BEFORE} and description
+
+
+#: What recipes/main.toml changes of the grounded recipe: its size (30 minutes on 2 CPU cores), nothing else.
+MAIN_SIZING = {"WARM_START_QUESTIONS": 128, "MAX_STEPS": 4, "HELDOUT_LIMIT": 0,
+               "HELDOUT_EVIDENCE_LIMIT": 150}
+
+
+def test_the_main_recipe_is_the_grounded_recipe_sized_for_a_laptop():
+    main, main_description = read_recipe("main")
+    grounded, _ = read_recipe("grounded")
+    assert {k: v for k, (v, _) in main.items()} == {**{k: v for k, (v, _) in grounded.items()}, **MAIN_SIZING}
+    assert {k for k, (_, path) in main.items() if path.stem == "main"} == set(MAIN_SIZING) and main_description
+    cfg = RLFHConfig.load({}, recipe="main")
+    assert cfg == RLFHConfig.load({"RECIPE": "main"}) != RLFHConfig.load({})
+    # the product's method is on in the main job: the verifier's token-level rewards, checked against the passage
+    assert (cfg.token_reward_weight, cfg.granularity, cfg.prompt_mode, cfg.heldout_gate) == \
+        (1.0, "token", "evidence", "grounded")
 
 
 def test_the_gate_recipe_is_what_demo_sh_used_before():
@@ -63,10 +79,10 @@ def test_every_recipe_file_loads():
 def test_precedence_flag_over_env_over_recipe_over_default():
     env = {"RECIPE": "main", "ACTOR_LR": "1e-5", "MAX_STEPS": "20"}
     cfg = RLFHConfig.load(env, max_steps=3)
-    assert (cfg.max_steps, cfg.actor_lr, cfg.kl_coef, cfg.seed) == (3, 1e-5, 0.1, 42)
+    assert (cfg.max_steps, cfg.actor_lr, cfg.kl_coef, cfg.seed) == (3, 1e-5, 0.05, 42)
     sources = RLFHConfig.sources(env, max_steps=3)
     assert sources["max_steps"] == "flag" and sources["actor_lr"] == "env"
-    assert sources["kl_coef"] == "recipe:abstain-closed-book" and sources["seed"] == "default"
+    assert sources["kl_coef"] == "recipe:grounded" and sources["seed"] == "default"
     # the recipe argument (--recipe) beats RECIPE in the environment; 'none' is the defaults
     assert RLFHConfig.load({"RECIPE": "main"}, recipe=NO_RECIPE) == RLFHConfig.load({})
     assert set(RLFHConfig.sources({"RECIPE": "main"}, recipe=NO_RECIPE).values()) == {"default"}
@@ -75,7 +91,7 @@ def test_precedence_flag_over_env_over_recipe_over_default():
 def test_an_empty_variable_empties_a_recipe_value_only_where_empty_is_a_value():
     """DEV_SELECT_MAX_INCORRECT is "a share or empty": set empty, it beats the recipe (train.sh's
     ${DEV_SELECT_MAX_INCORRECT-0.25} did the same); MAX_STEPS= empty is unset, as everywhere else."""
-    cfg = RLFHConfig.load({"RECIPE": "main", "DEV_SELECT_MAX_INCORRECT": "", "MAX_STEPS": ""})
+    cfg = RLFHConfig.load({"RECIPE": "abstain-closed-book", "DEV_SELECT_MAX_INCORRECT": "", "MAX_STEPS": ""})
     assert cfg.dev_select_max_incorrect is None and cfg.max_steps == 12
 
 
@@ -84,7 +100,7 @@ def test_rlfh_train_recipe_flag_is_the_same_as_the_environment():
     args = build_parser().parse_args(["train", "--recipe", "main", "--max-steps", "3"])
     cfg = RLFHConfig.from_args(args, environ={})
     assert cfg == RLFHConfig.load({"RECIPE": "main"}, max_steps=3)
-    assert cfg.max_steps == 3 and cfg.warm_start == "probed"
+    assert cfg.max_steps == 3 and cfg.warm_start == "grounded"
     args = build_parser().parse_args(["train"])
     assert RLFHConfig.from_args(args, environ={"RECIPE": "gate"}).gate_questions == 320
 
@@ -128,7 +144,7 @@ def test_a_recipe_extends_another_and_overrides_it(tmp_path):
     cfg = RLFHConfig.load({}, recipe=str(tmp_path / "a.toml"))
     assert cfg.max_steps == 30 and cfg.actor_lr == 5e-6
     sources = RLFHConfig.sources({}, recipe=str(tmp_path / "a.toml"))
-    assert sources["max_steps"] == f"recipe:{tmp_path / 'a.toml'}" and sources["actor_lr"] == "recipe:abstain-closed-book"
+    assert sources["max_steps"] == f"recipe:{tmp_path / 'a.toml'}" and sources["actor_lr"] == "recipe:grounded"
     (tmp_path / "b.toml").write_text(f'extends = "{tmp_path / "c.toml"}"\n')
     (tmp_path / "c.toml").write_text(f'extends = "{tmp_path / "b.toml"}"\n')
     with pytest.raises(ConfigError, match="'extends' loops"):
@@ -148,11 +164,11 @@ def test_rlfh_config_prints_each_value_and_where_it_came_from(monkeypatch, capsy
     monkeypatch.setenv("ACTOR_LR", "1e-5")
     assert main(["config", "--recipe", "main", "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["KL_COEF"]["value"] == "0.1" and out["KL_COEF"]["source"] == "recipe:abstain-closed-book"
+    assert out["KL_COEF"]["value"] == "0.05" and out["KL_COEF"]["source"] == "recipe:grounded"
     assert out["ACTOR_LR"]["source"] == "env" and out["SEED"]["source"] == "default"
     assert main(["config", "--recipe", "main"]) == 0
     table = capsys.readouterr().out
-    assert "recipe:abstain-closed-book" in table and "recipe main" in table
+    assert "recipe:grounded" in table and "recipe main" in table
     assert main(["config", "--recipe", "mian"]) == 2
     assert "'mian'" in capsys.readouterr().err
 
@@ -192,7 +208,7 @@ def test_train_sh_takes_the_recipe_as_its_first_argument_or_from_recipe():
 
 def test_demo_sh_names_the_renamed_recipe_and_settings():
     r = _run("demo.sh", DEMO_RECIPE="grpo")
-    assert r.returncode == 2 and "DEMO_RECIPE=main" in r.stderr
+    assert r.returncode == 2 and "DEMO_RECIPE=abstain-closed-book" in r.stderr
     r = _run("demo.sh", DEMO_RECIPE="gate", SELECT_LIMIT="100")
     assert r.returncode == 2 and "GATE_SELECT_LIMIT" in r.stderr
 

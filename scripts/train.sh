@@ -127,7 +127,7 @@ if [[ "$WARM_START" != "none" ]]; then
   if [[ "$RECIPE" == "main" && "$BASE_MODEL" == "smollm2-135m-instruct" ]]; then
     # make train's time on a 2-core AMD EPYC (AVX2 only, fp32), with nothing cached / with the warm start cached:
     # docs/PERFORMANCE.md, "The embedded default, end to end"; not timed on a CPU with native bf16
-    [[ -f "$WARM_DIR/config.json" ]] && minutes=14 || minutes=22
+    [[ -f "$WARM_DIR/config.json" ]] && minutes=14 || minutes=21
     echo "[train.sh]     make train took $minutes min on 2 cores of an AVX2-only CPU in fp32 (this one: $isa)"
   fi
   "$RLFH" --log-level WARNING baseline warmstart --model "$BASE_MODEL" --data "$(setting PROMPT_DATA)" \

@@ -43,7 +43,7 @@ test-fast: setup  ## unit tests only (no Ray, no training)
 train: setup  ## train the embedded default (grounded recipe: warm start + RL on the verifier's token-level rewards, SmolLM2-135M on HaluEval-QA with the passage), then a before/after table on held-out questions
 	bash scripts/train.sh
 
-demo: setup  ## the closed-book RL recipe (warm start + RLOO), evaluated against base / prompt-only on 300 held-out questions (DEMO_RECIPE=gate: the gate baseline, not RL)
+demo: setup  ## make train's recipe, evaluated against the base model and the prompt-only baseline, closed book and with the passage; exits 3 on a failed gate (DEMO_RECIPE=abstain-closed-book: the closed-book recipe; gate: the gate baseline, not RL)
 	bash scripts/demo.sh
 
 serve: setup  ## start the verifier + reward services on an embedded Ray

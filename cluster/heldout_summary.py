@@ -46,8 +46,9 @@ def mode_rows(group: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
         rnd = e["random"]
         if name == sel.get("reference") or rnd["n_abstain"] == 0:
             continue
-        rows.append((f"random abstention ({sel['reference']} declining {rnd['n_abstain']})", _pct(rnd["correct"]),
-                     _pct(rnd["incorrect"]), _pct(rnd["not_attempted"]), _pct(rnd["accuracy_given_attempted"])))
+        rows.append((f"random abstention ({sel['reference']} declining {rnd['n_abstain']}, as many as {name})",
+                     _pct(rnd["correct"]), _pct(rnd["incorrect"]), _pct(rnd["not_attempted"]),
+                     _pct(rnd["accuracy_given_attempted"])))
     if sel.get("type_rule"):
         tm = sel["type_rule"]["metrics"]
         rows.append((f"question-type rule ({sel['reference']}, open questions declined)", _pct(tm["correct"]),

@@ -716,8 +716,8 @@ class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings, DemoSetting
     system_prompt: str = setting(
         "default", "System prompt of the rollouts: 'default', 'may-abstain' (tells the model it may answer "
         "\"I don't know\"; a small model almost never abstains without it, so RL has nothing to reinforce), "
-        "'grounded' (answer from the passage in one sentence, then the passage's facts that support it) or "
-        "any literal text. Evaluate the trained model with the same prompt (`rlfh eval --system`).",
+        "'grounded' (answer from the passage in one sentence, then the passage's facts that support it), "
+        "'grounded-may-abstain' (grounded, told it may decline) or any literal text. Evaluate the trained model with the same prompt (`rlfh eval --system`).",
         env="SYSTEM_PROMPT", group="data", min_length=1)
     seed: int = setting(42, "Random seed (data order, sampling, init).", env="SEED", group="data")
 
@@ -1090,7 +1090,7 @@ class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings, DemoSetting
                 f"EARLY_STOP_PATIENCE={self.early_stop_patience} / FINAL_MODEL={self.final_model} read the in-loop "
                 "dev evaluation, which is off (DEV_EVAL_STEP=0); set DEV_EVAL_STEP (e.g. 4) or turn them off")
         if not self.system_prompt.strip():
-            raise ValueError("SYSTEM_PROMPT is blank; use 'default', 'may-abstain' or a prompt text")
+            raise ValueError("SYSTEM_PROMPT is blank; use 'default', 'may-abstain', 'grounded' or a prompt text")
         if self.abstain_samples >= self.n_samples_per_prompt:
             raise ValueError(
                 f"ABSTAIN_SAMPLES={self.abstain_samples} must be smaller than N_SAMPLES_PER_PROMPT="

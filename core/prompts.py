@@ -21,12 +21,19 @@ SYSTEM_MAY_ABSTAIN = (
 SYSTEM_GROUNDED = (
     "You are a helpful assistant. Answer the question using the information given. First give the answer in one "
     "short sentence. Then give one or two facts from the information that support it.")
+# The grounded recipe's prompt-only baseline: the grounded prompt, plus the one sentence that allows declining.
+SYSTEM_GROUNDED_MAY_ABSTAIN = (
+    SYSTEM_GROUNDED + " If you are not sure of the answer, say \"I don't know\" instead of guessing.")
 
 #: The abstention reply: the trainer's ABSTAIN_TEXT default, the baselines' and `rlfh eval --abstain-text`'s.
 ABSTAIN_TEXT = "I don't know."
 
 # Named system prompts (SYSTEM_PROMPT / `rlfh eval --system`); any other text is used as given.
-SYSTEM_PROMPTS = {"default": SYSTEM_DEFAULT, "may-abstain": SYSTEM_MAY_ABSTAIN, "grounded": SYSTEM_GROUNDED}
+SYSTEM_PROMPTS = {"default": SYSTEM_DEFAULT, "may-abstain": SYSTEM_MAY_ABSTAIN, "grounded": SYSTEM_GROUNDED,
+                  "grounded-may-abstain": SYSTEM_GROUNDED_MAY_ABSTAIN}
+#: A training prompt's prompt-only baseline (`make demo`'s middle row): the same prompt, told it may decline. A
+#: gain that prompt alone gives is not credited to training.
+PROMPT_ONLY_SYSTEMS = {"default": "may-abstain", "grounded": "grounded-may-abstain"}
 PROMPT_MODES = ("closed", "evidence", "mixed")
 
 

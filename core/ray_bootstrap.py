@@ -45,6 +45,10 @@ LOCAL_RAY_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
     # the node IP of a cluster that cannot grow is the loopback address, so every Ray port binds there
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+    # Serve gives its HTTP proxy 3 readiness checks of 5 s, then kills it and `serve.start` fails. On a laptop
+    # whose cores are busy (another run beside this one) the proxy's start-up imports take longer than that:
+    # seen 2026-11-29, 2 cores, the train.sh test beside `make train`. The processes of this Ray read it.
+    "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30",
 }
 #: Where Ray 2.60 keeps the token of a local cluster (created by the first ``ray.init`` with auth on).
 RAY_TOKEN_FILE = os.path.join(os.path.expanduser("~"), ".ray", "auth_token")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from core.prompts import ABSTAIN_TEXT   # a constant of a dependency-free module
+from core.prompts import ABSTAIN_TEXT, SYSTEM_PROMPTS   # constants of a dependency-free module
 from evaluation.generate import EVAL_BATCH_SIZE, EVAL_DTYPES  # no heavy imports at module level
 
 EVAL_DESCRIPTION = """\
@@ -77,10 +77,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         f"{EVAL_BATCH_SIZE}.")
     p.add_argument("--max-new-tokens", type=int, default=40,
                    help="Answer length cap in tokens (greedy decoding stops at EOS earlier). Default 40.")
-    p.add_argument("--system", choices=["default", "may-abstain", "grounded"], default="default",
+    p.add_argument("--system", choices=list(SYSTEM_PROMPTS), default="default",
                    help="System prompt: 'default' (the training prompt), 'may-abstain' (the prompt-only "
-                        "baseline: the model is told it may answer \"I don't know\") or 'grounded' (the answer in "
-                        "one sentence, then the passage's facts behind it: SYSTEM_PROMPT=grounded). Default: default.")
+                        "baseline: the model is told it may answer \"I don't know\"), 'grounded' (the answer in "
+                        "one sentence, then the passage's facts behind it: SYSTEM_PROMPT=grounded) or "
+                        "'grounded-may-abstain' (the grounded prompt told it may decline: the grounded recipe's "
+                        "prompt-only baseline). Default: default.")
     p.add_argument("--grade-scope", choices=["whole", "first-sentence"], default="whole",
                    help="What the gold grader reads: the whole answer, or its first sentence (the answer sentence "
                         "of a grounded reply, GRADE_SCOPE). Default: whole.")

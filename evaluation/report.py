@@ -206,8 +206,9 @@ GROUNDED_GATE = {"correct_gain": 0.10, "incorrect_drop": 0.15, "precision_gain":
 def grounded_failures(report: dict[str, Any], name: str, modes: Optional[list[str]] = None) -> list[str]:
     """Why run ``name`` does not pass the grounded gate in its groups (empty list: it does).
 
-    In every group (of the ``modes`` prompt modes; default: evidence, the passage in the prompt), against the
-    group's first run (the reference, e.g. the base model):
+    In every group (of the ``modes`` prompt modes; default: evidence, the passage in the prompt), against every
+    other run of the group (the base model; in `make demo` also the prompt-only baseline, so a gain a prompt alone
+    gives is not credited to training):
 
     1. correct answers up by at least ``GROUNDED_GATE["correct_gain"]`` and significantly more (exact McNemar on
        right answers, p < alpha);
@@ -220,42 +221,47 @@ def grounded_failures(report: dict[str, Any], name: str, modes: Optional[list[st
     for gname, g in report["groups"].items():
         if not {m.get("mode") for m in g["models"]} & set(modes):
             continue
-        ref = g["models"][0]["name"]
-        pair = next((p for p in g["pairs"] if {p["a"], p["b"]} == {ref, name}), None)
-        if pair is None or ref == name:
-            continue
-        found = True
-        side, other = ("b", "a") if pair["b"] == name else ("a", "b")
-        sign = 1 if side == "b" else -1
-        gain, drop = sign * pair["diff"]["correct"]["value"], -sign * pair["diff"]["incorrect"]["value"]
-        mc, mi = pair["mcnemar_correct"], pair["mcnemar_incorrect"]
-        if gain < GROUNDED_GATE["correct_gain"] or not significantly_fewer(mc, other):
-            failures.append(f"{gname}: {name}'s correct answers {100 * gain:+.1f} pts vs {ref} (needs "
-                            f"+{100 * GROUNDED_GATE['correct_gain']:.0f}, significant: {mc[side + '_only']} gained / "
-                            f"{mc[other + '_only']} lost, p={_p(mc['p_value'])})")
-        if drop < GROUNDED_GATE["incorrect_drop"] or not significantly_fewer(mi, side):
-            failures.append(f"{gname}: {name}'s incorrect answers {-100 * drop:+.1f} pts vs {ref} (needs "
-                            f"-{100 * GROUNDED_GATE['incorrect_drop']:.0f}, significant: {mi[other + '_only']} fewer / "
-                            f"{mi[side + '_only']} more, p={_p(mi['p_value'])})")
         stats = {m["name"]: m["metrics"].get("verifier") for m in g["models"]}
-        v_ref, v_new = stats.get(ref), stats.get(name)
-        if not (v_ref and v_new and v_ref.get("fact_precision") is not None
-                and v_new.get("fact_precision") is not None):
-            failures.append(f"{gname}: no statement metrics for {ref} and {name} (run `rlfh eval` with the verifier)")
-            continue
-        p_gain = v_new["fact_precision"] - v_ref["fact_precision"]
-        if p_gain < GROUNDED_GATE["precision_gain"]:
-            failures.append(f"{gname}: {name}'s fact precision {100 * v_new['fact_precision']:.1f}% vs "
-                            f"{100 * v_ref['fact_precision']:.1f}% ({100 * p_gain:+.1f} pts, needs "
-                            f"+{100 * GROUNDED_GATE['precision_gain']:.0f})")
-        s_ref, s_new = (v.get("supported_statements_per_answer") for v in (v_ref, v_new))
-        if s_ref is not None and s_new is not None and s_new < s_ref:
-            failures.append(f"{gname}: {name} has fewer supported statements per answer ({s_new:.2f} vs "
-                            f"{ref}'s {s_ref:.2f}): precision bought by saying less")
+        for ref in [m["name"] for m in g["models"] if m["name"] != name]:
+            pair = next((p for p in g["pairs"] if {p["a"], p["b"]} == {ref, name}), None)
+            if pair is None:
+                continue
+            found = True
+            failures += _grounded_pair_failures(gname, pair, name, ref, stats.get(ref), stats.get(name))
     if not found:
         names = sorted({m["name"] for g in report["groups"].values() for m in g["models"]})
         raise CompareError(f"--expect {name!r} --gate grounded: no {'/'.join(modes)} group pairs it with a reference; "
                            f"the runs are {', '.join(names)}")
+    return failures
+
+
+def _grounded_pair_failures(gname: str, pair: dict, name: str, ref: str, v_ref: Optional[dict],
+                            v_new: Optional[dict]) -> list[str]:
+    """The grounded gate's failures of run ``name`` against run ``ref`` (their ``pair``; ``v_*``: verifier stats)."""
+    failures = []
+    side, other = ("b", "a") if pair["b"] == name else ("a", "b")
+    sign = 1 if side == "b" else -1
+    gain, drop = sign * pair["diff"]["correct"]["value"], -sign * pair["diff"]["incorrect"]["value"]
+    mc, mi = pair["mcnemar_correct"], pair["mcnemar_incorrect"]
+    if gain < GROUNDED_GATE["correct_gain"] or not significantly_fewer(mc, other):
+        failures.append(f"{gname}: {name}'s correct answers {100 * gain:+.1f} pts vs {ref} (needs "
+                        f"+{100 * GROUNDED_GATE['correct_gain']:.0f}, significant: {mc[side + '_only']} gained / "
+                        f"{mc[other + '_only']} lost, p={_p(mc['p_value'])})")
+    if drop < GROUNDED_GATE["incorrect_drop"] or not significantly_fewer(mi, side):
+        failures.append(f"{gname}: {name}'s incorrect answers {-100 * drop:+.1f} pts vs {ref} (needs "
+                        f"-{100 * GROUNDED_GATE['incorrect_drop']:.0f}, significant: {mi[other + '_only']} fewer / "
+                        f"{mi[side + '_only']} more, p={_p(mi['p_value'])})")
+    if not (v_ref and v_new and v_ref.get("fact_precision") is not None and v_new.get("fact_precision") is not None):
+        return failures + [f"{gname}: no statement metrics for {ref} and {name} (run `rlfh eval` with the verifier)"]
+    p_gain = v_new["fact_precision"] - v_ref["fact_precision"]
+    if p_gain < GROUNDED_GATE["precision_gain"]:
+        failures.append(f"{gname}: {name}'s fact precision {100 * v_new['fact_precision']:.1f}% vs {ref}'s "
+                        f"{100 * v_ref['fact_precision']:.1f}% ({100 * p_gain:+.1f} pts, needs "
+                        f"+{100 * GROUNDED_GATE['precision_gain']:.0f})")
+    s_ref, s_new = (v.get("supported_statements_per_answer") for v in (v_ref, v_new))
+    if s_ref is not None and s_new is not None and s_new < s_ref:
+        failures.append(f"{gname}: {name} has fewer supported statements per answer ({s_new:.2f} vs "
+                        f"{ref}'s {s_ref:.2f}): precision bought by saying less")
     return failures
 
 
@@ -469,7 +475,7 @@ def render_markdown(report: dict[str, Any], out: Path) -> str:
             L.append(f"- **{gname}** — {pr['b']} vs {pr['a']}: **{pr['verdict']}** (incorrect "
                      f"{_diff(pr['diff']['incorrect'])} pts, McNemar p={_p(mi['p_value'])}; correct "
                      f"{_diff(pr['diff']['correct'])} pts, p={_p(mc['p_value'])}; n={pr['n_paired']})")
-        if not any(m.get("system") == "may-abstain" for m in g["models"]):
+        if not any(str(m.get("system")).endswith("may-abstain") for m in g["models"]):
             L.append(f"- **{gname}**: no prompt-only baseline (`rlfh eval --system may-abstain`) in this group: a "
                      "gain a prompt alone would give cannot be told apart from a training gain here.")
     L.append("")

@@ -28,7 +28,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from core.prompts import ABSTAIN_TEXT
+from core.prompts import ABSTAIN_TEXT, SYSTEM_PROMPTS
 from core.verify_schema import LABELS as VERIFIER_LABELS
 from evaluation.answer_cache import weight_stamps
 from evaluation.generate import EVAL_BATCH_SIZE, EVAL_DTYPES, inference_precision, weights_dtype
@@ -37,7 +37,7 @@ from evaluation.graders import (CORRECT, GRADE_SCOPES, GRADES, INCORRECT, NOT_AT
 
 log = logging.getLogger(__name__)
 
-SYSTEMS = ("default", "may-abstain", "grounded")  # core.prompts.SYSTEM_PROMPTS names
+SYSTEMS = tuple(SYSTEM_PROMPTS)  # the named system prompts
 MODES = ("closed", "evidence")
 
 
@@ -161,7 +161,7 @@ def default_name(model: str, system: str) -> str:
     stem = Path(model).name if ("/" in model or Path(model).exists()) else model
     if stem == "final" and "/" in model:
         stem = Path(model).parent.name + "/final"
-    return stem + (" +may-abstain prompt" if system == "may-abstain" else "")
+    return stem + (f" +{system} prompt" if system.endswith("may-abstain") else "")
 
 
 def verifier_stats(res) -> dict[str, Any]:
@@ -440,7 +440,6 @@ def apply_grounding_gate(gens: list, items: list, grounded: list[Optional[float]
 
 def system_prompt(cfg: EvalConfig) -> str:
     """The system prompt ``--system`` names."""
-    from core.prompts import SYSTEM_PROMPTS
     return SYSTEM_PROMPTS[cfg.system]
 
 

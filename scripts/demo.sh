@@ -2,11 +2,12 @@
 # `make demo`: one command that shows what training against hallucination does, on this machine.
 #
 # Two kinds of recipe (DEMO_RECIPE, a file in recipes/; `rlfh config --recipe NAME` shows its settings):
-#   abstain-closed-book (default)  the closed-book RL recipe, or any other training recipe by name:
+#   main (default)  `make train`'s recipe, or any other training recipe by name (abstain-closed-book, grounded):
 #                   scripts/train.sh NAME (a warm start, then RL through the reward service over HTTP); the
-#                   RL-trained policy answers and declines by itself, greedily, with no gate and no rule. The demo
-#                   judges selectivity (below); `make train`'s recipe (main, the grounded one) has its own gate in
-#                   train.sh's held-out report, which this demo does not apply;
+#                   RL-trained policy answers greedily, with no gate and no rule. It is asked and graded as it was
+#                   trained (the recipe's SYSTEM_PROMPT, GENERATE_MAX_LEN and GRADE_SCOPE) and judged by the
+#                   recipe's HELDOUT_GATE: main and grounded by the grounded gate with the passage, against the
+#                   base model and the prompt-only baseline; abstain-closed-book by the selective gate, closed book;
 #   gate            the baseline (recipes/gate.toml, not RL): an R-Tuning gate decides when the BASE model
 #                   declines (closed book), a lexical grounding rule with the passage. DEMO_GATE_BASELINE=1 adds its
 #                   row to a training recipe's report (about 10 more minutes).
@@ -14,20 +15,23 @@
 #   2. evaluates, on the held-out test split (never trained on, never used for a choice), in closed-book and
 #      evidence modes:
 #        base          the untrained model with the training prompt,
-#        prompt-only   the untrained model told it may answer "I don't know" (a gain a prompt alone gives
-#                      is not credited to training),
+#        prompt-only   the untrained model with the training prompt, told it may answer "I don't know" (a gain
+#                      a prompt alone gives is not credited to training),
 #        gated|trained the recipe's system;
 #   3. compares them (paired McNemar tests, bootstrap CIs, selectivity: random-abstention and question-type
 #      baselines, AUROC of the model's confidence, risk-coverage) and writes a report with plots.
 #
-# Budget: under 30 minutes on a 2-core CPU (plus `make setup` once). Exit status 0 when the trained model is
-# selective in the DEMO_EXPECT_MODES modes (fewer incorrect answers than both baselines without fewer correct
-# ones, higher accuracy on the answers it gives than the base model, better than random abstention), 3 when
-# it is not. Every setting below is an environment variable (the recipes' settings too: the environment beats
+# Budget: under 30 minutes on a 2-core CPU (plus `make setup` once). Exit status 0 when the trained system
+# passes its gate in the DEMO_EXPECT_MODES modes against both baselines, 3 when it does not (the demo is strict:
+# `make train` reports a failed gate and exits 0). The gates (docs/EVALUATION.md): grounded, with the passage:
+# correct answers +10 points and incorrect -15, both significant, fact precision +15 with no fewer supported
+# statements; selective, closed book: fewer incorrect answers without fewer correct ones, higher accuracy on
+# the answers it gives than the base model, better than random abstention. Every setting below is an environment variable (the recipes' settings too: the environment beats
 # the recipe), e.g.
 #   DEMO_RECIPE=gate GATE_QUESTIONS=80 GATE_SELECT_LIMIT=100 EVAL_LIMIT=60 bash scripts/demo.sh  # a quick smoke run
 #   DEMO_RECIPE=gate DEMO_DIR=runs/demo2 bash scripts/demo.sh  # the gate recipe
-#   SEED=1 DEMO_DIR=runs/demo-seed1 bash scripts/demo.sh          # the closed-book recipe, another seed
+#   SEED=1 DEMO_DIR=runs/demo-seed1 bash scripts/demo.sh          # make train's recipe, another seed
+#   DEMO_RECIPE=abstain-closed-book bash scripts/demo.sh           # the closed-book abstention recipe
 #   DEMO_FRESH=0 bash scripts/demo.sh                  # keep an existing training run (resume / re-use it)
 set -euo pipefail
 # The body is one brace group, which bash reads whole before running it: a checkout or an edit of this file
@@ -50,7 +54,7 @@ free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)
 
 DEMO_DIR="${DEMO_DIR:-runs/demo}"
 DEMO_FRESH="${DEMO_FRESH:-1}"
-DEMO_RECIPE="${DEMO_RECIPE:-abstain-closed-book}"
+DEMO_RECIPE="${DEMO_RECIPE:-main}"
 DEMO_GATE_BASELINE="${DEMO_GATE_BASELINE:-0}"
 if [[ "$DEMO_RECIPE" == "grpo" ]]; then
   echo "[demo] DEMO_RECIPE=grpo was renamed DEMO_RECIPE=abstain-closed-book (recipes/abstain-closed-book.toml)" >&2; exit 2
@@ -62,7 +66,9 @@ for old in SELECT_DATA SELECT_LIMIT; do
 done
 
 # ------------------------------------------------------------------ gate recipe settings (DEMO_RECIPE=gate)
-# recipes/gate.toml under the environment, validated by `rlfh config` (a bad value stops here, naming it)
+# recipes/gate.toml under the environment, validated by `rlfh config` (a bad value stops here, naming it); read
+# only where the gate is trained
+if [[ "$DEMO_RECIPE" == "gate" || "$DEMO_GATE_BASELINE" == "1" ]]; then
 if ! gate_settings=$(RECIPE=gate "$RLFH" config --format env); then
   echo "[demo] bad configuration (see above); \`rlfh config --recipe gate\` lists the settings" >&2
   exit 2
@@ -76,14 +82,16 @@ GATE_SELECT_DATA=$(gate_setting GATE_SELECT_DATA)
 GATE_SELECT_LIMIT=$(gate_setting GATE_SELECT_LIMIT)
 GATE_PROMPT_DATA=$(gate_setting PROMPT_DATA)
 GATE_SEED=$(gate_setting SEED)
+fi
 
 # ------------------------------------------------------------------ training recipe (DEMO_RECIPE=abstain-closed-book or another)
 # The recipe's settings live in its file in recipes/, read by scripts/train.sh; anything set in the environment
 # wins. The demo runs its own, larger held-out evaluation, so train.sh's report is off here.
-if [[ "$DEMO_RECIPE" != "gate" ]] && ! RECIPE="$DEMO_RECIPE" "$RLFH" config --format env >/dev/null; then
+if [[ "$DEMO_RECIPE" != "gate" ]] && ! recipe_settings=$(RECIPE="$DEMO_RECIPE" "$RLFH" config --format env); then
   echo "[demo] bad recipe or configuration (see above); \`ls recipes/\` lists the recipes" >&2
   exit 2
 fi
+recipe_setting() { sed -n "s/^$1=//p" <<<"${recipe_settings:-}" | head -n 1; }
 export SAVE_PATH="${SAVE_PATH:-$DEMO_DIR/train}"
 export HELDOUT_REPORT=0
 export USE_TENSORBOARD="${USE_TENSORBOARD:-false}"
@@ -95,16 +103,34 @@ export RAY_USAGE_STATS_ENABLED="${RAY_USAGE_STATS_ENABLED:-0}"
 export TOKENIZERS_PARALLELISM=false
 
 # ------------------------------------------------------------------ evaluation settings
+# A training recipe is asked and graded as it was trained and judged by its own gate (its HELDOUT_* settings);
+# the gate recipe by the selective gate, closed book and with the passage.
+EVAL_SYSTEM=default EVAL_GRADE_SCOPE=whole DEMO_GATE=selective limit=300 max_len=40
+if [[ "$DEMO_RECIPE" != "gate" ]]; then
+  EVAL_SYSTEM=$(recipe_setting SYSTEM_PROMPT) EVAL_GRADE_SCOPE=$(recipe_setting GRADE_SCOPE)
+  DEMO_GATE=$(recipe_setting HELDOUT_GATE) max_len=$(recipe_setting GENERATE_MAX_LEN)
+  limit=$(recipe_setting HELDOUT_LIMIT)
+  [[ "$DEMO_GATE" == "grounded" ]] && limit=$(recipe_setting HELDOUT_EVIDENCE_LIMIT)
+  case "$EVAL_SYSTEM" in
+    default|grounded) ;;
+    *) echo "[demo] SYSTEM_PROMPT is not 'default' or 'grounded': the demo asks with the default prompt" >&2
+       EVAL_SYSTEM=default ;;
+  esac
+fi
+# the prompt-only baseline: the training prompt, told it may decline (core/prompts.py PROMPT_ONLY_SYSTEMS)
+PROMPT_ONLY_SYSTEM=may-abstain
+[[ "$EVAL_SYSTEM" == "grounded" ]] && PROMPT_ONLY_SYSTEM=grounded-may-abstain
 EVAL_DATA="${EVAL_DATA:-halueval:test}"
-EVAL_LIMIT="${EVAL_LIMIT:-300}"
-EVAL_MAX_NEW_TOKENS="${EVAL_MAX_NEW_TOKENS:-40}"
+EVAL_LIMIT="${EVAL_LIMIT:-$limit}"
+EVAL_MAX_NEW_TOKENS="${EVAL_MAX_NEW_TOKENS:-$max_len}"
 EVAL_BATCH_SIZE="${EVAL_BATCH_SIZE:-64}"
 EVAL_MODES="${EVAL_MODES:-closed evidence}"
-# modes in which the demo must show the effect (the others are evaluated and reported too): in each, the trained
-# model must be *selective* (see the gate below).
-# a training recipe: the closed-book gate; with the passage it must not lose right answers (checked below)
-if [[ "$DEMO_RECIPE" != "gate" ]]; then DEMO_EXPECT_MODES="${DEMO_EXPECT_MODES:-closed}"
-else DEMO_EXPECT_MODES="${DEMO_EXPECT_MODES:-closed evidence}"; fi
+# modes in which the demo must show the effect (the others are evaluated and reported too): the gated mode of
+# the recipe's gate (closed book for selective, with the passage for grounded); in the other mode the trained
+# model must not lose right answers (checked below)
+if [[ "$DEMO_RECIPE" == "gate" ]]; then DEMO_EXPECT_MODES="${DEMO_EXPECT_MODES:-closed evidence}"
+elif [[ "$DEMO_GATE" == "grounded" ]]; then DEMO_EXPECT_MODES="${DEMO_EXPECT_MODES:-evidence}"
+else DEMO_EXPECT_MODES="${DEMO_EXPECT_MODES:-closed}"; fi
 EVAL_DIR="$DEMO_DIR/eval"
 REPORT_DIR="$DEMO_DIR/report"
 BASE_MODEL="${MODEL_PATH:-smollm2-135m-instruct}"
@@ -112,7 +138,7 @@ BASE_MODEL="${MODEL_PATH:-smollm2-135m-instruct}"
 if [[ "$DEMO_RECIPE" == "gate" ]]; then SYSTEM_NAME=gated; else SYSTEM_NAME=trained; fi
 WITH_GATE=0
 [[ "$DEMO_RECIPE" == "gate" || "$DEMO_GATE_BASELINE" == "1" ]] && WITH_GATE=1
-stamp "RLFH demo ($DEMO_RECIPE recipe): train -> evaluate (base, prompt-only baseline, $SYSTEM_NAME) x ($EVAL_MODES) -> report"
+stamp "RLFH demo ($DEMO_RECIPE recipe): train -> evaluate (base, prompt-only baseline, $SYSTEM_NAME) x ($EVAL_MODES) -> report ($DEMO_GATE gate)"
 stamp "output folder: $DEMO_DIR"
 mkdir -p "$DEMO_DIR"
 
@@ -165,9 +191,9 @@ fi
 stamp "2/3 evaluating on $EVAL_DATA (limit $EVAL_LIMIT, max $EVAL_MAX_NEW_TOKENS new tokens)"
 RUNS=()
 for mode in $EVAL_MODES; do
-  SPECS=("base|$BASE_MODEL|default" "prompt-only|$BASE_MODEL|may-abstain")
+  SPECS=("base|$BASE_MODEL|$EVAL_SYSTEM" "prompt-only|$BASE_MODEL|$PROMPT_ONLY_SYSTEM")
   [[ "$WITH_GATE" == "1" && "$SYSTEM_NAME" != "gated" ]] && SPECS+=("gated|-|default")
-  SPECS+=("$SYSTEM_NAME|-|default")
+  SPECS+=("$SYSTEM_NAME|-|$EVAL_SYSTEM")
   for spec in "${SPECS[@]}"; do
     IFS='|' read -r name model system <<<"$spec"
     out="$EVAL_DIR/${name}_${mode}"
@@ -185,17 +211,18 @@ for mode in $EVAL_MODES; do
     # base-model runs are re-used when nothing changed (same weights and settings)
     "$RLFH" --log-level WARNING eval --model "$model" --data "$EVAL_DATA" --mode "$mode" --system "$system" \
       --name "$name" --limit "$EVAL_LIMIT" --max-new-tokens "$EVAL_MAX_NEW_TOKENS" --batch-size "$EVAL_BATCH_SIZE" \
-      --out "$out" --reuse ${EXTRA_ARGS[@]+"${EXTRA_ARGS[@]}"}
+      --grade-scope "$EVAL_GRADE_SCOPE" --out "$out" --reuse ${EXTRA_ARGS[@]+"${EXTRA_ARGS[@]}"}
     RUNS+=("$out")
   done
 done
 
 # ------------------------------------------------------------------ 3. compare
 stamp "3/3 comparing"
-# the gate, in every gated mode: the trained model has significantly fewer incorrect answers than both the base
-# model and the prompt-only baseline without significantly fewer correct ones (exact McNemar, p < 0.05), its
-# accuracy on the answers it gives is significantly above the base model's, and it keeps more right answers than
-# the base model would declining as many random questions (a model that refuses at random fails)
+# the gate (DEMO_GATE), in every gated mode, against both the base model and the prompt-only baseline:
+# selective: significantly fewer incorrect answers without significantly fewer correct ones (exact McNemar,
+# p < 0.05), accuracy on the answers it gives significantly above the base model's, and more right answers kept
+# than the base model would keep declining as many random questions (a model that refuses at random fails);
+# grounded: correct +10 points and incorrect -15, both significant, fact precision +15, supported statements kept
 EXPECT_ARGS=()
 for mode in $DEMO_EXPECT_MODES; do EXPECT_ARGS+=(--expect-mode "$mode"); done
 RUN_ARGS=()
@@ -203,10 +230,10 @@ RUN_ARGS=()
 rc=0
 "$RLFH" --log-level WARNING compare "${RUNS[@]}" --out "$REPORT_DIR" ${RUN_ARGS[@]+"${RUN_ARGS[@]}"} \
   --title "RLFH demo ($DEMO_RECIPE recipe): hallucination on the held-out HaluEval-QA split" \
-  --expect "$SYSTEM_NAME" "${EXPECT_ARGS[@]}" || rc=$?
+  --expect "$SYSTEM_NAME" --gate "$DEMO_GATE" "${EXPECT_ARGS[@]}" || rc=$?
 if [[ "$DEMO_RECIPE" != "gate" ]]; then
   # the before/after table per mode with the random-abstention and question-type rows, and the evidence check
-  "$PY" -m cluster.heldout_summary "$REPORT_DIR/report.json" || { [[ $rc -eq 0 ]] && rc=3; }
+  "$PY" -m cluster.heldout_summary "$REPORT_DIR/report.json" --gate "$DEMO_GATE" || { [[ $rc -eq 0 ]] && rc=3; }
 fi
 stamp "done in $(( (SECONDS - T0) / 60 )) min $(( (SECONDS - T0) % 60 )) s"
 echo
@@ -223,11 +250,15 @@ else
   echo "Rollouts:      $SAVE_PATH/samples.jsonl (what the policy said, step by step)"
 fi
 if [[ $rc -eq 3 ]]; then
-  echo "[demo] FAILED: the $SYSTEM_NAME system did not meet the demo's bar in ($DEMO_EXPECT_MODES) mode (see above and the report)" >&2
+  echo "[demo] FAILED: the $SYSTEM_NAME system did not pass the $DEMO_GATE gate in ($DEMO_EXPECT_MODES) mode (see above and the report)" >&2
 elif [[ $rc -ne 0 ]]; then
   echo "[demo] FAILED: rlfh compare exited with $rc" >&2
 else
-  echo "[demo] PASSED: the $SYSTEM_NAME system is selective in ($DEMO_EXPECT_MODES) mode: fewer hallucinations, correct answers kept, abstentions where the base model was wrong"
+  if [[ "$DEMO_GATE" == "grounded" ]]; then
+    echo "[demo] PASSED: the $SYSTEM_NAME system passes the grounded gate in ($DEMO_EXPECT_MODES) mode: more right answers, fewer wrong ones, higher fact precision than both baselines"
+  else
+    echo "[demo] PASSED: the $SYSTEM_NAME system is selective in ($DEMO_EXPECT_MODES) mode: fewer hallucinations, correct answers kept, abstentions where the base model was wrong"
+  fi
 fi
 exit $rc
 }

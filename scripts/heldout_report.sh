@@ -37,7 +37,7 @@ HELDOUT_EVIDENCE_LIMIT=$(setting HELDOUT_EVIDENCE_LIMIT)
 # its answer length and what the gold grader reads
 system=$(setting SYSTEM_PROMPT)
 case "$system" in
-  default|may-abstain|grounded) ;;
+  default|may-abstain|grounded|grounded-may-abstain) ;;
   *) echo "[heldout] SYSTEM_PROMPT is a literal text: the held-out report asks with the default prompt" >&2
      system=default ;;
 esac

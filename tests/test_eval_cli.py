@@ -225,7 +225,7 @@ def test_heldout_summary_tables_and_verdicts(tmp_path, capsys):
     out = capsys.readouterr().out
     assert rc == 3                                             # the evidence half fails
     assert "PASSED: selective" in out and "FAILED: significantly fewer correct answers" in out
-    assert "random abstention (base declining 24)" in out and "question-type rule" in out
+    assert "random abstention (base declining 24, as many as trained)" in out and "question-type rule" in out
     assert "accuracy on attempted" in out
     # 40 questions, 10 right for the base: the closed-book verdict says how little it can show at this size
     assert out.count("note: 40 questions, 10 of them answered right by base") == 1 and "HELDOUT_LIMIT=300" in out
@@ -258,6 +258,15 @@ def test_grounded_gate_needs_more_right_fewer_wrong_and_precision_without_saying
     r = rlfh("compare", str(runs[0]), str(terse), "--out", str(rep2), "--n-boot", "100", "--expect", "trained",
              "--gate", "grounded")
     assert r.returncode == 3 and "precision bought by saying less" in r.stdout, r.stdout[-2000:]
+    # `make demo` adds the prompt-only baseline: the gate holds against it too. One that answers as the base does
+    # leaves the verdict as it was; one that answers as well as the trained model takes the gain from training
+    for po_answers, po_statements, rc in ((base, lambda i: _statements(1, 1), 0), (better, lambda i: _statements(2, 0), 3)):
+        po = _write_run(tmp_path / f"po{rc}", "prompt-only", "evidence", po_answers, po_statements)
+        r = rlfh("compare", str(runs[0]), str(po), str(runs[1]), "--out", str(tmp_path / f"rep-po{rc}"),
+                 "--n-boot", "100", "--expect", "trained", "--gate", "grounded")
+        assert r.returncode == rc, r.stdout[-2000:] + r.stderr[-2000:]
+        assert ("vs prompt-only (needs +10" in r.stdout) == (rc == 3), r.stdout[-2000:]
+        assert "vs base (needs" not in r.stdout
     # too small a gain fails with the margin named; the selective gate is still the default
     small = [(q, g, f"It is {g}." if i < 2 or i >= 24 else a) for i, (q, g, a) in enumerate(base)]
     _write_run(tmp_path / "small", "trained", "evidence", small, lambda i: _statements(2, 0))

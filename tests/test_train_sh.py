@@ -12,6 +12,8 @@ checkpoints and the same command run again, then the held-out report and what th
   verdict fails and the job does not (exit 0).
 - The same finished run's report again with HELDOUT_STRICT on (`scripts/heldout_report.sh`, train.sh's stage 3 on
   its own, the answers re-used): exit status 3.
+- `make demo` (scripts/demo.sh) on the same finished run: base, prompt-only and trained, closed book and with the
+  passage, judged by the grounded gate against both baselines; the demo is strict: exit status 3.
 """
 from __future__ import annotations
 
@@ -181,3 +183,24 @@ def test_grounded_recipe_killed_resumed_and_reported_only_strict_mode_fails_on_t
     r = subprocess.run(["bash", "scripts/heldout_report.sh"], cwd=ROOT, capture_output=True, text=True, env=env,
                        timeout=60)
     assert r.returncode == 2 and "usage: bash scripts/heldout_report.sh BASE_MODEL" in r.stderr
+
+    # `make demo` on the same recipe (DEMO_FRESH=0 keeps the finished run: train.sh resumes it at its last step):
+    # the base model, the prompt-only baseline (the grounded prompt told it may decline) and the trained model,
+    # closed book and with the passage, each asked and graded as trained, then the grounded gate against both
+    # baselines, strictly: exit status 3
+    demo = tmp_path / "demo"
+    r = subprocess.run(["bash", "scripts/demo.sh"], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                       env={**env, "DEMO_RECIPE": "grounded", "DEMO_FRESH": "0", "DEMO_DIR": str(demo),
+                            "EVAL_LIMIT": "4"})
+    assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "did not pass the grounded gate in (evidence) mode" in r.stderr, r.stderr[-2000:]
+    assert f"resuming at step {STEPS}" in r.stdout + r.stderr             # nothing trained again
+    evals = {p.name: json.loads((p / "summary.json").read_text()) for p in (demo / "eval").iterdir()}
+    assert {name: s["system"] for name, s in evals.items()} == {
+        "base_closed": "grounded", "base_evidence": "grounded", "prompt-only_closed": "grounded-may-abstain",
+        "prompt-only_evidence": "grounded-may-abstain", "trained_closed": "grounded", "trained_evidence": "grounded"}
+    assert {(s["grade_scope"], s["max_new_tokens"], s["limit"]) for s in evals.values()} == {("first-sentence", 12, 4)}
+    report = json.loads((demo / "report" / "report.json").read_text())
+    assert sorted(len(g["models"]) for g in report["groups"].values()) == [3, 3]
+    # judged against each baseline by name; the closed-book half only must keep its right answers
+    assert "vs base (needs +10" in r.stdout and "vs prompt-only (needs +10" in r.stdout, r.stdout[-3000:]

@@ -534,8 +534,9 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
                    help="With --real: also the statement figures of each model's answers (statements and supported "
                         "statements per answer, fact precision), from the hand labels and from the evidence "
                         "verifier on the same answers: whether a gain the verifier reports is confirmed by hand "
-                        "(bench/data/grounded_answers.jsonl: 50 held-out answers of the grounded recipe's base "
-                        "and trained model each).")
+                        "(bench/data/grounded_answers.jsonl: 50 held-out answers of the full-size grounded "
+                        "recipe's base and trained model each; main_recipe_answers.jsonl: the same for `make "
+                        "train`'s recipe).")
     # the rows are fixed (evidence without / with gold, llm when MODEL_URL is set): no backend choice
     RLFHConfig.add_cli_args(p, groups={"verifier"}, exclude=("verifier_backend",))
     p.set_defaults(func=_run)

@@ -32,6 +32,17 @@ def _result(spans_labels, text):
     return VerifyResult(sentences=sents)
 
 
+@pytest.mark.parametrize("name", ["real_answers", "grounded_answers", "main_recipe_answers"])
+def test_each_labelled_set_is_what_its_annotation_source_builds(name):
+    """The shipped JSONL is exactly `python -m bench.real` of its records (the pool) and its annotation file: a
+    label edited in one and not the other shows here."""
+    data = R.DEFAULT_PATH.parent
+    records = [json.loads(x) for x in (data / f"{name}.jsonl").read_text(encoding="utf-8").splitlines()]
+    pool = [{k: v for k, v in r.items() if k != "facts"} for r in records]
+    ann = R.parse_annotations((data / f"{name}_annotations.txt").read_text(encoding="utf-8"))
+    assert R.build_records(pool, ann) == records
+
+
 def test_labelled_set_is_whole_and_split_by_question(answers):
     assert len(answers) >= 150
     assert {a.mode for a in answers} == {"closed", "evidence"}

@@ -383,9 +383,21 @@ def test_the_shipped_files_are_the_ones_make_train_looks_up(embedded_model_path)
     heldout = {"closed-book recipe": heldout_names(closed_book), "main": heldout_names(main)}
     warm = {"closed-book recipe": ["543a5877ec3eaf2e86c4.jsonl", "0a484a9dd9c139e2223e.jsonl"],
             "main": ["05d0016e11bae97f534c.jsonl"]}
+    # `make demo` (scripts/demo.sh on main): the base model with the recipe's prompt and the prompt-only baseline,
+    # closed book and with the passage, as many questions as the grounded gate's report (its own eval line)
+    demo_sh = (REPO / "scripts" / "demo.sh").read_text()
+    assert '--grade-scope "$EVAL_GRADE_SCOPE" --out "$out" --reuse' in demo_sh
+    assert 'PROMPT_ONLY_SYSTEM=grounded-may-abstain' in demo_sh
+    demo = {f"{system} {mode}": cached_answers_name(EvalConfig(
+        model="smollm2-135m-instruct", data=main.heldout_data, mode=mode, limit=main.heldout_evidence_limit,
+        out="unused", reuse=True, system=system, max_new_tokens=main.generate_max_len, grade_scope=main.grade_scope))
+        for system in ("grounded", "grounded-may-abstain") for mode in ("closed", "evidence")}
     shipped = sorted(p.name for p in SHIPPED_DIR.glob("*.jsonl"))
-    expected = sorted([n for h in heldout.values() for n in h.values()] + [n for w in warm.values() for n in w])
-    assert shipped == expected, f"the recipes look up {heldout} and {warm}"
+    expected = sorted({n for h in (*heldout.values(), demo) for n in h.values()} | {n for w in warm.values() for n in w})
+    assert shipped == expected, f"the recipes look up {heldout} and {warm}, make demo {demo}"
+    for name in demo.values():
+        rows = [json.loads(line) for line in (SHIPPED_DIR / name).read_text().splitlines()]
+        assert len(rows) == main.heldout_evidence_limit and all(0 < r["new_tokens"] <= 64 for r in rows), name
     for recipe, cfg in (("closed-book recipe", closed_book), ("main", main)):
         for mode, name in heldout[recipe].items():
             rows = [json.loads(line) for line in (SHIPPED_DIR / name).read_text().splitlines()]

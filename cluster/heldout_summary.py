@@ -85,8 +85,8 @@ def verdicts(report: dict[str, Any], name: str = "trained", gate: str = "selecti
         if pair is None:
             continue
         mc, mi = pair["mcnemar_correct"], pair["mcnemar_incorrect"]
-        tests = (f"incorrect {mi['a_only']} fewer / {mi['b_only']} more (p={mi['p_value']:.3g}); correct "
-                 f"{mc['a_only']} lost / {mc['b_only']} gained (p={mc['p_value']:.3g})")
+        tests = (f"vs {pair['a']}: incorrect {mi['a_only']} fewer / {mi['b_only']} more (p={mi['p_value']:.3g}); "
+                 f"correct {mc['a_only']} lost / {mc['b_only']} gained (p={mc['p_value']:.3g})")
         if mode == gated:
             fails = GATES[gate](report, name, [gated])
             out[gname] = (not fails, (PASSED_LINES[gate] if not fails else "FAILED: " + "; ".join(fails) + ". ")

@@ -112,14 +112,15 @@ if [[ "$DEMO_RECIPE" != "gate" ]]; then
   limit=$(recipe_setting HELDOUT_LIMIT)
   [[ "$DEMO_GATE" == "grounded" ]] && limit=$(recipe_setting HELDOUT_EVIDENCE_LIMIT)
   case "$EVAL_SYSTEM" in
-    default|grounded) ;;
-    *) echo "[demo] SYSTEM_PROMPT is not 'default' or 'grounded': the demo asks with the default prompt" >&2
+    default|may-abstain|grounded|grounded-may-abstain) ;;
+    *) echo "[demo] SYSTEM_PROMPT is a literal text: the demo asks with the default prompt" >&2
        EVAL_SYSTEM=default ;;
   esac
 fi
-# the prompt-only baseline: the training prompt, told it may decline (core/prompts.py PROMPT_ONLY_SYSTEMS)
-PROMPT_ONLY_SYSTEM=may-abstain
-[[ "$EVAL_SYSTEM" == "grounded" ]] && PROMPT_ONLY_SYSTEM=grounded-may-abstain
+# the prompt-only baseline: the training prompt, told it may decline (a training prompt that already allows
+# declining is its own baseline)
+PROMPT_ONLY_SYSTEM=$("$PY" -c 'import sys; from core.prompts import PROMPT_ONLY_SYSTEMS as p
+print(p.get(sys.argv[1], sys.argv[1]))' "$EVAL_SYSTEM")
 EVAL_DATA="${EVAL_DATA:-halueval:test}"
 EVAL_LIMIT="${EVAL_LIMIT:-$limit}"
 EVAL_MAX_NEW_TOKENS="${EVAL_MAX_NEW_TOKENS:-$max_len}"

@@ -362,6 +362,7 @@ def test_the_shipped_files_are_the_ones_make_train_looks_up(embedded_model_path)
     recipe's settings below. A change to those settings, the prompts or the test split moves a key; then this fails
     and the files must be made again (evaluation/shipped/README.md)."""
     from core.config import RLFHConfig
+    from core.prompts import PROMPT_ONLY_SYSTEMS
     from evaluation.answer_cache import SHIPPED_DIR
     from evaluation.runner import EvalConfig, cached_answers_name
     sh = (REPO / "scripts" / "heldout_report.sh").read_text()
@@ -387,7 +388,8 @@ def test_the_shipped_files_are_the_ones_make_train_looks_up(embedded_model_path)
     # closed book and with the passage, as many questions as the grounded gate's report (its own eval line)
     demo_sh = (REPO / "scripts" / "demo.sh").read_text()
     assert '--grade-scope "$EVAL_GRADE_SCOPE" --out "$out" --reuse' in demo_sh
-    assert 'PROMPT_ONLY_SYSTEM=grounded-may-abstain' in demo_sh
+    assert "from core.prompts import PROMPT_ONLY_SYSTEMS" in demo_sh and PROMPT_ONLY_SYSTEMS["grounded"] == \
+        "grounded-may-abstain"
     demo = {f"{system} {mode}": cached_answers_name(EvalConfig(
         model="smollm2-135m-instruct", data=main.heldout_data, mode=mode, limit=main.heldout_evidence_limit,
         out="unused", reuse=True, system=system, max_new_tokens=main.generate_max_len, grade_scope=main.grade_scope))

@@ -717,7 +717,8 @@ class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings, DemoSetting
         "default", "System prompt of the rollouts: 'default', 'may-abstain' (tells the model it may answer "
         "\"I don't know\"; a small model almost never abstains without it, so RL has nothing to reinforce), "
         "'grounded' (answer from the passage in one sentence, then the passage's facts that support it), "
-        "'grounded-may-abstain' (grounded, told it may decline) or any literal text. Evaluate the trained model with the same prompt (`rlfh eval --system`).",
+        "'grounded-may-abstain' (grounded, told it may decline) or any literal text. Evaluate the trained model "
+        "with the same prompt (`rlfh eval --system`).",
         env="SYSTEM_PROMPT", group="data", min_length=1)
     seed: int = setting(42, "Random seed (data order, sampling, init).", env="SEED", group="data")
 

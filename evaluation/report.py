@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from core.prompts import PROMPT_ONLY_SYSTEMS
 from evaluation.graders import CORRECT, INCORRECT, NOT_ATTEMPTED
 from evaluation.runner import VERIFIER_LABELS, pct, summarise
 
@@ -475,7 +476,7 @@ def render_markdown(report: dict[str, Any], out: Path) -> str:
             L.append(f"- **{gname}** — {pr['b']} vs {pr['a']}: **{pr['verdict']}** (incorrect "
                      f"{_diff(pr['diff']['incorrect'])} pts, McNemar p={_p(mi['p_value'])}; correct "
                      f"{_diff(pr['diff']['correct'])} pts, p={_p(mc['p_value'])}; n={pr['n_paired']})")
-        if not any(str(m.get("system")).endswith("may-abstain") for m in g["models"]):
+        if not any(m.get("system") in PROMPT_ONLY_SYSTEMS.values() for m in g["models"]):
             L.append(f"- **{gname}**: no prompt-only baseline (`rlfh eval --system may-abstain`) in this group: a "
                      "gain a prompt alone would give cannot be told apart from a training gain here.")
     L.append("")

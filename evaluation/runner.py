@@ -28,7 +28,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from core.prompts import ABSTAIN_TEXT, SYSTEM_PROMPTS
+from core.prompts import ABSTAIN_TEXT, PROMPT_ONLY_SYSTEMS, SYSTEM_PROMPTS
 from core.verify_schema import LABELS as VERIFIER_LABELS
 from evaluation.answer_cache import weight_stamps
 from evaluation.generate import EVAL_BATCH_SIZE, EVAL_DTYPES, inference_precision, weights_dtype
@@ -161,7 +161,7 @@ def default_name(model: str, system: str) -> str:
     stem = Path(model).name if ("/" in model or Path(model).exists()) else model
     if stem == "final" and "/" in model:
         stem = Path(model).parent.name + "/final"
-    return stem + (f" +{system} prompt" if system.endswith("may-abstain") else "")
+    return stem + (f" +{system} prompt" if system in PROMPT_ONLY_SYSTEMS.values() else "")
 
 
 def verifier_stats(res) -> dict[str, Any]:

@@ -26,7 +26,8 @@
 # `make train` reports a failed gate and exits 0). The gates (docs/EVALUATION.md): grounded, with the passage:
 # correct answers +10 points and incorrect -15, both significant, fact precision +15 with no fewer supported
 # statements; selective, closed book: fewer incorrect answers without fewer correct ones, higher accuracy on
-# the answers it gives than the base model, better than random abstention. Every setting below is an environment variable (the recipes' settings too: the environment beats
+# the answers it gives than the base model, better than random abstention. Every setting below is an
+# environment variable (the recipes' settings too: the environment beats
 # the recipe), e.g.
 #   DEMO_RECIPE=gate GATE_QUESTIONS=80 GATE_SELECT_LIMIT=100 EVAL_LIMIT=60 bash scripts/demo.sh  # a quick smoke run
 #   DEMO_RECIPE=gate DEMO_DIR=runs/demo2 bash scripts/demo.sh  # the gate recipe
@@ -111,16 +112,15 @@ if [[ "$DEMO_RECIPE" != "gate" ]]; then
   DEMO_GATE=$(recipe_setting HELDOUT_GATE) max_len=$(recipe_setting GENERATE_MAX_LEN)
   limit=$(recipe_setting HELDOUT_LIMIT)
   [[ "$DEMO_GATE" == "grounded" ]] && limit=$(recipe_setting HELDOUT_EVIDENCE_LIMIT)
-  case "$EVAL_SYSTEM" in
-    default|may-abstain|grounded|grounded-may-abstain) ;;
-    *) echo "[demo] SYSTEM_PROMPT is a literal text: the demo asks with the default prompt" >&2
-       EVAL_SYSTEM=default ;;
-  esac
 fi
-# the prompt-only baseline: the training prompt, told it may decline (a training prompt that already allows
-# declining is its own baseline)
-PROMPT_ONLY_SYSTEM=$("$PY" -c 'import sys; from core.prompts import PROMPT_ONLY_SYSTEMS as p
-print(p.get(sys.argv[1], sys.argv[1]))' "$EVAL_SYSTEM")
+# the prompt the models are asked with (a named one: a literal SYSTEM_PROMPT text falls back to the default) and
+# the prompt-only baseline's: the same prompt told it may decline (one that already allows it is its own)
+read -r EVAL_SYSTEM PROMPT_ONLY_SYSTEM < <("$PY" -c 'import sys; from core.prompts import PROMPT_ONLY_SYSTEMS, SYSTEM_PROMPTS
+s = sys.argv[1]
+if s not in SYSTEM_PROMPTS:
+    print("[demo] SYSTEM_PROMPT is a literal text: the demo asks with the default prompt", file=sys.stderr)
+    s = "default"
+print(s, PROMPT_ONLY_SYSTEMS.get(s, s))' "$EVAL_SYSTEM")
 EVAL_DATA="${EVAL_DATA:-halueval:test}"
 EVAL_LIMIT="${EVAL_LIMIT:-$limit}"
 EVAL_MAX_NEW_TOKENS="${EVAL_MAX_NEW_TOKENS:-$max_len}"

@@ -27,8 +27,8 @@ from torch import Tensor
 from actors import calls
 from actors.rollout import generate_on_engines
 from actors.types import Batch, RolloutSample, make_batch
-from cluster.experience import (SkipCounter, fetch_rewards, gold_outcomes, inject_abstentions, reward_items,
-                                rewards_to_tensors)
+from cluster.experience import (SkipCounter, fetch_rewards, gold_outcomes, graded_end_positions, inject_abstentions,
+                                reward_items, rewards_to_tensors)
 from cluster.step_metrics import PhaseTimer
 from core import core_algos as algo
 from core import metrics
@@ -217,7 +217,7 @@ def compose(cfg: RLFHConfig, rollout: Rollout, scores: Scores, outcomes: Optiona
             fwd: Forwards) -> Rewards:
     """The reward the policy trains on, composed in one pure function (:func:`core.core_algos.compose_rewards`):
     the verifier's token rewards x TOKEN_REWARD_WEIGHT (or the caution reward), + the outcome reward on the last
-    token, - KL_COEF * KL_t. REWARD_CLIP was applied where the token rewards were made, by the reward service;
+    token (or, OUTCOME_TOKEN=graded-end, on the graded answer's last token), - KL_COEF * KL_t. REWARD_CLIP was applied where the token rewards were made, by the reward service;
     not again here."""
     mask = rollout.action_mask
     caution = (algo.caution_rewards(scores.is_correct, scores.abstained, cfg.n_samples_per_prompt)
@@ -226,9 +226,11 @@ def compose(cfg: RLFHConfig, rollout: Rollout, scores: Scores, outcomes: Optiona
     if fwd.ref_logprobs is not None:
         kl = algo.kl_penalty(fwd.old_logprobs, fwd.ref_logprobs, cfg.kl_estimator)
         kl = torch.where(mask, kl, torch.zeros(()))
+    positions = (graded_end_positions(rollout.samples, cfg.grade_scope)
+                 if outcomes and cfg.outcome_token == "graded-end" else None)
     rewards, totals = algo.compose_rewards(scores.token_rewards, mask, token_weight=cfg.token_reward_weight,
                                            caution=caution, outcome=outcomes.rewards if outcomes else None,
-                                           kl=kl, kl_coef=cfg.kl_coef)
+                                           outcome_positions=positions, kl=kl, kl_coef=cfg.kl_coef)
     return Rewards(rewards, totals, kl if kl is not None else torch.zeros(mask.shape, dtype=torch.float32))
 
 

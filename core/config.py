@@ -749,6 +749,13 @@ class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings, DemoSetting
         "report: 'whole' (the whole reply) or 'first-sentence' (the answer sentence of a grounded reply, "
         "SYSTEM_PROMPT=grounded: its justification cannot make a wrong answer right by naming more entities).",
         env="GRADE_SCOPE", group="reward")
+    outcome_token: Literal["last", "graded-end"] = setting(
+        "last", "OUTCOME_REWARD=ternary: the token the outcome reward lands on. 'last': the reply's last token, so "
+        "every token's return carries it (a response-level outcome). 'graded-end': the last token of the part the "
+        "gold grader read (with GRADE_SCOPE=first-sentence the answer sentence; with 'whole' the same as 'last'), "
+        "so the justification after the answer is rewarded by its own statements only, and with GAMMA < 1 the "
+        "answer sentence's return is mostly its own label and the outcome, not the number of supported sentences "
+        "that follow it.", env="OUTCOME_TOKEN", group="reward")
     outcome_correct: float = setting(1.0, "OUTCOME_REWARD=ternary: reward of a correct response.",
                                      env="OUTCOME_CORRECT", group="reward")
     outcome_wrong: float = setting(-1.0, "OUTCOME_REWARD=ternary: reward of a wrong (not abstaining) response.",

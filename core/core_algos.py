@@ -58,8 +58,8 @@ from torch import Tensor
 
 __all__ = [
     "masked_mean", "masked_sum", "masked_var", "masked_whiten", "kl_penalty", "KL_ESTIMATORS",
-    "shape_token_rewards", "last_token_values", "compose_rewards", "discounted_returns", "gae_advantages",
-    "reinforce_plus_plus_advantages",
+    "shape_token_rewards", "last_token_values", "positioned_values", "compose_rewards", "discounted_returns",
+    "gae_advantages", "reinforce_plus_plus_advantages",
     "grpo_advantages", "rloo_advantages", "dr_grpo_advantages", "ADVANTAGE_ESTIMATORS",
     "register_advantage_estimator", "compute_advantages", "fspo_flip", "caution_rewards", "ternary_outcome_rewards",
     "adapt_abstain_price", "answer_mean_abstain_price",
@@ -313,16 +313,45 @@ def last_token_values(values: Tensor, action_mask: Tensor) -> Tensor:
     return out
 
 
+def positioned_values(values: Tensor, positions: Tensor, action_mask: Tensor) -> Tensor:
+    """One scalar per response placed on a given token of it (the token where it was earned).
+
+    Args:
+        values: ``[B]``; positions: ``[B]`` integer column of each row's token, which must be a valid token of
+            that row, or ``-1`` for the row's last valid token; action_mask: ``[B, T]``.
+    Returns:
+        ``[B, T]`` float32, 0 everywhere but each row's position (rows without a valid token stay 0).
+    """
+    _check_2d("action_mask", action_mask)
+    B, T = action_mask.shape
+    if values.shape != (B,) or positions.shape != (B,):
+        raise ValueError(f"values and positions must be [B] = [{B}], got shapes {list(values.shape)} and "
+                         f"{list(positions.shape)}")
+    m = _as_bool(action_mask)
+    idx = torch.arange(T, device=m.device).expand(B, T)
+    last = torch.where(m, idx, torch.full_like(idx, -1)).max(dim=1).values
+    pos = torch.where(positions.to(torch.long) < 0, last, positions.to(torch.long))
+    rows = torch.nonzero(last >= 0).squeeze(1)
+    if bool(((pos[rows] >= T) | ~m[rows, pos[rows].clamp(0, max(T - 1, 0))]).any()):
+        raise ValueError("positions must name a valid (unmasked) token of their row, or be -1 for its last token")
+    out = torch.zeros((B, T), dtype=torch.float32, device=m.device)
+    out[rows, pos[rows]] = values[rows].to(torch.float32)
+    return out
+
+
 def compose_rewards(verifier_rewards: Tensor, action_mask: Tensor, *, token_weight: float = 1.0,
                     caution: Optional[Tensor] = None, outcome: Optional[Tensor] = None,
+                    outcome_positions: Optional[Tensor] = None,
                     kl: Optional[Tensor] = None, kl_coef: float = 0.0) -> tuple[Tensor, Tensor]:
     """The reward the policy trains on, from its parts (the last hop of the reward path).
 
-    ``r_t = base_t + outcome * [t = last] - kl_coef * KL_t`` where ``base_t`` is
+    ``r_t = base_t + outcome * [t = p] - kl_coef * KL_t`` where ``base_t`` is
     ``token_weight * verifier_t`` (the verifier's token-level rewards, already clipped by the reward service),
     or, when ``caution`` is given, the caution reward on the last token instead of the verifier's rewards
     (CAUTION_REWARD replaces them; TOKEN_REWARD_WEIGHT does not apply to it). The outcome reward (TruthRL's
-    ternary right / abstain / wrong) is added unclipped on the last token.
+    ternary right / abstain / wrong) is added unclipped on token ``p``: the last token, or ``outcome_positions``
+    (OUTCOME_TOKEN=graded-end: the answer sentence's last token, so the tokens after it do not share its
+    credit, and under GAMMA < 1 the answer's return is mostly its own).
 
     Args:
         verifier_rewards: ``[B, T]`` token rewards from the reward service (0 on unrewarded tokens).
@@ -330,6 +359,7 @@ def compose_rewards(verifier_rewards: Tensor, action_mask: Tensor, *, token_weig
         token_weight: weight of ``verifier_rewards`` (TOKEN_REWARD_WEIGHT), finite and >= 0.
         caution: ``[B]`` caution rewards (:func:`caution_rewards`) or None.
         outcome: ``[B]`` outcome rewards (:func:`ternary_outcome_rewards`) or None.
+        outcome_positions: ``[B]`` the column each outcome lands on (-1: the last token), or None (last token).
         kl: ``[B, T]`` per-token KL to the reference (:func:`kl_penalty`) or None (no KL term).
         kl_coef: ``>= 0``.
     Returns:
@@ -343,7 +373,8 @@ def compose_rewards(verifier_rewards: Tensor, action_mask: Tensor, *, token_weig
     base = (last_token_values(caution, m) if caution is not None
             else float(token_weight) * verifier_rewards.to(torch.float32))
     if outcome is not None:
-        base = base + last_token_values(outcome, m)
+        base = base + (last_token_values(outcome, m) if outcome_positions is None
+                       else positioned_values(outcome, outcome_positions, m))
     base = _zero_outside(base, m)
     totals = base.sum(dim=1)
     if kl is None:

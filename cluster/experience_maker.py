@@ -217,8 +217,8 @@ def compose(cfg: RLFHConfig, rollout: Rollout, scores: Scores, outcomes: Optiona
             fwd: Forwards) -> Rewards:
     """The reward the policy trains on, composed in one pure function (:func:`core.core_algos.compose_rewards`):
     the verifier's token rewards x TOKEN_REWARD_WEIGHT (or the caution reward), + the outcome reward on the last
-    token (or, OUTCOME_TOKEN=graded-end, on the graded answer's last token), - KL_COEF * KL_t. REWARD_CLIP was applied where the token rewards were made, by the reward service;
-    not again here."""
+    token (or, OUTCOME_TOKEN=graded-end, on the graded answer's last token), - KL_COEF * KL_t. REWARD_CLIP was
+    applied where the token rewards were made, by the reward service; not again here."""
     mask = rollout.action_mask
     caution = (algo.caution_rewards(scores.is_correct, scores.abstained, cfg.n_samples_per_prompt)
                if cfg.caution_reward else None)

@@ -733,8 +733,8 @@ class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings, DemoSetting
         "checks this at start-up).",
         env="ABSTAIN_TEXT", group="reward", min_length=1)
     outcome_reward: Literal["none", "ternary"] = setting(
-        "none", "Outcome-level reward on each response's last token, added to the token rewards: 'ternary' (TruthRL, "
-        "arXiv 2509.25760) gives OUTCOME_CORRECT when the verifier finds every statement correct, "
+        "none", "Outcome-level reward on each response's last token (OUTCOME_TOKEN), added to the token rewards: "
+        "'ternary' (TruthRL, arXiv 2509.25760) gives OUTCOME_CORRECT when the verifier finds every statement correct, "
         "ABSTAIN_OUTCOME_REWARD to an abstention and OUTCOME_WRONG to anything else, so a group prefers abstaining "
         "exactly where the model's answers are mostly wrong. 'none': the token rewards alone.",
         env="OUTCOME_REWARD", group="reward")

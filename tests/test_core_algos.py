@@ -614,6 +614,51 @@ def test_compose_rewards_by_hand():
         compose_rewards(verifier, mask, outcome=torch.tensor([1.0]))
 
 
+def test_outcome_positions_put_the_outcome_on_the_named_token():
+    from core.core_algos import compose_rewards, positioned_values
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [0, 0, 0, 0]], dtype=torch.bool)
+    out = positioned_values(torch.tensor([2.0, -1.0, 5.0]), torch.tensor([1, -1, -1]), mask)
+    assert out.tolist() == [[0, 2.0, 0, 0], [0, -1.0, 0, 0], [0, 0, 0, 0]]     # -1: the last valid token
+    r, totals = compose_rewards(torch.tensor([[0, 0, 0, 1.0], [0.5, 0, 0, 0], [0, 0, 0, 0]]), mask,
+                                outcome=torch.tensor([-1.0, 1.0, 1.0]), outcome_positions=torch.tensor([1, 0, -1]))
+    assert r.tolist() == [[0, -1.0, 0, 1.0], [1.5, 0, 0, 0], [0, 0, 0, 0]]
+    assert totals.tolist() == [0.0, 1.5, 0.0]
+    with pytest.raises(ValueError, match="valid .unmasked. token"):
+        positioned_values(torch.tensor([1.0, 1.0, 1.0]), torch.tensor([0, 3, -1]), mask)   # row 1 has 2 tokens
+    with pytest.raises(ValueError, match=r"values and positions must be \[B\] = \[3\]"):
+        positioned_values(torch.tensor([1.0]), torch.tensor([0, 0, 0]), mask)
+
+
+def test_answer_credit_follows_the_answer_not_the_support_count_with_the_outcome_on_the_answer():
+    """Why OUTCOME_TOKEN=graded-end with GAMMA < 1 (the grounded reply: answer sentence, then support).
+
+    Two replies to one prompt: A answers wrong and copies five supported sentences (the samples log's "No, ... are
+    not both members of bands. <7 copied Correct sentences>"); B answers right and stops. With the outcome on the
+    last token and no discount, RLOO gives A's answer tokens the larger advantage (the sum over the reply is
+    dominated by the support count), so RL learns to copy, not to answer right. With the outcome on the answer's
+    last token and a discount, B's answer tokens win, and A's support tokens are judged by their own statements,
+    above A's answer."""
+    from core.core_algos import compose_rewards, rloo_advantages
+    T, ans_end = 60, 9                              # answer sentence: tokens 0..9, support: 10 tokens a statement
+    mask = torch.ones(2, T, dtype=torch.bool)
+    verifier = torch.zeros(2, T)
+    verifier[0, ans_end] = -1.0                     # A's answer statement: Wrong
+    verifier[0, [19, 29, 39, 49, 59]] = 1.0         # five Correct support statements
+    verifier[1, ans_end] = 1.0                      # B's answer statement: Correct
+    outcome = torch.tensor([-1.0, 1.0])
+
+    def answer_and_support_advantage(positions, gamma):
+        r, _ = compose_rewards(verifier, mask, outcome=outcome, outcome_positions=positions)
+        adv, _ = rloo_advantages(r, mask, 2, gamma=gamma)
+        return adv[:, 0], adv[0, 10]
+
+    first, _ = answer_and_support_advantage(None, 1.0)
+    assert first[0] > first[1]                      # the wrong answer is reinforced
+    first, a_support = answer_and_support_advantage(torch.tensor([ans_end, ans_end]), 0.9)
+    assert first[1] > 0 > first[0]                  # the right answer is reinforced, the wrong one pushed down
+    assert a_support > first[0]                     # A's copied support is judged above its wrong answer
+
+
 def test_adapt_abstain_price_moves_against_the_rate_error_and_stays_in_bounds():
     from core.core_algos import adapt_abstain_price
     # declining too little (0.1 < 0.5): abstaining becomes cheaper to choose (its reward rises by 0.4)

@@ -11,8 +11,8 @@ from actors.types import RolloutSample, make_batch, token_offsets
 from cluster.checkpoint import TrainerState
 from cluster.data_order import epoch_order, load_prompts, next_prompt_indices, plan_steps
 from cluster.experience import (KeywordReward, RewardUnavailable, ServiceReward, SkipCounter,
-                                fetch_rewards, inject_abstentions, label_mix, reward_items,
-                                rewards_to_tensors)
+                                fetch_rewards, graded_end_positions, inject_abstentions, label_mix,
+                                reward_items, rewards_to_tensors)
 from core.config import ConfigError, RLFHConfig
 from core.core_algos import last_token_values
 from core.data import QAItem
@@ -110,6 +110,19 @@ def test_last_token_rewards_places_one_value_on_the_last_valid_token():
     mask = torch.tensor([[True, True, False, False], [True, True, True, True], [False, False, False, False]])
     out = last_token_values(torch.tensor([1.0, -2.0, 5.0]), mask)
     assert out.tolist() == [[0, 1.0, 0, 0], [0, 0, 0, -2.0], [0, 0, 0, 0]]
+
+
+def test_graded_end_positions_find_the_answer_sentences_last_token(tokenizer):
+    two = _sample(tokenizer, 0, "It was William Shakespeare. Hamlet is a tragedy by William Shakespeare.")
+    one = _sample(tokenizer, 1, "Paris is the capital.")
+    empty = _sample(tokenizer, 1, "")
+    pos = graded_end_positions([two, one, empty], scope="first-sentence")
+    a, b = two.token_offsets[int(pos[0])]
+    assert two.response_text[:b] == "It was William Shakespeare."            # the token that ends the answer
+    assert two.response_text[two.token_offsets[int(pos[0]) + 1][0]:].strip().startswith("Hamlet")
+    assert one.response_text[:one.token_offsets[int(pos[1])][1]] == "Paris is the capital."  # before its EOS
+    assert int(pos[2]) == -1                                                   # nothing to grade: the last token
+    assert graded_end_positions([two, one], scope="whole").tolist() == [-1, -1]
 
 
 def test_label_mix_shares_over_all_statements():

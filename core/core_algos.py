@@ -303,14 +303,7 @@ def last_token_values(values: Tensor, action_mask: Tensor) -> Tensor:
     _check_2d("action_mask", action_mask)
     if values.shape != action_mask.shape[:1]:
         raise ValueError(f"values must be [B] = [{action_mask.shape[0]}], got shape {list(values.shape)}")
-    m = _as_bool(action_mask)
-    B, T = m.shape
-    out = torch.zeros((B, T), dtype=torch.float32, device=m.device)
-    idx = torch.arange(T, device=m.device).expand(B, T)
-    last = torch.where(m, idx, torch.full_like(idx, -1)).max(dim=1).values
-    rows = torch.nonzero(last >= 0).squeeze(1)
-    out[rows, last[rows]] = values[rows].to(torch.float32)
-    return out
+    return positioned_values(values, torch.full_like(values, -1, dtype=torch.long), action_mask)
 
 
 def positioned_values(values: Tensor, positions: Tensor, action_mask: Tensor) -> Tensor:

@@ -803,6 +803,12 @@ class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings, DemoSetting
         1.0, "Weight of the verifier's token-level rewards in the total reward (0 with OUTCOME_REWARD=ternary: "
         "TruthRL's pure outcome reward; 1: statement-level rewards plus the outcome).", env="TOKEN_REWARD_WEIGHT",
         group="reward", ge=0)
+    token_reward_cap: Optional[float] = setting(
+        None, "The most a reply's positive token-level rewards (x TOKEN_REWARD_WEIGHT) add up to: in token order, "
+        "positive rewards past that sum are cut; negative ones always count. A reply earns about +1 for every "
+        "supported statement, so with the passage in the prompt copying passage sentences outscores answering the "
+        "question; capped, statements past the first few earn nothing more. Empty: no cap.",
+        env="TOKEN_REWARD_CAP", group="reward", ge=0)
     # ---------------------------------------------------------------- algorithm
     advantage_estimator: Literal["gae", "reinforce_plus_plus", "grpo", "rloo", "dr_grpo"] = setting(
         "gae", "Advantage estimator: gae (PPO with critic), reinforce_plus_plus, grpo, rloo, dr_grpo.",

@@ -58,7 +58,8 @@ from torch import Tensor
 
 __all__ = [
     "masked_mean", "masked_sum", "masked_var", "masked_whiten", "kl_penalty", "KL_ESTIMATORS",
-    "shape_token_rewards", "last_token_values", "positioned_values", "compose_rewards", "discounted_returns",
+    "shape_token_rewards", "last_token_values", "positioned_values", "cap_positive_rewards", "compose_rewards",
+    "discounted_returns",
     "gae_advantages", "reinforce_plus_plus_advantages",
     "grpo_advantages", "rloo_advantages", "dr_grpo_advantages", "ADVANTAGE_ESTIMATORS",
     "register_advantage_estimator", "compute_advantages", "fspo_flip", "caution_rewards", "ternary_outcome_rewards",
@@ -332,15 +333,40 @@ def positioned_values(values: Tensor, positions: Tensor, action_mask: Tensor) ->
     return out
 
 
+def cap_positive_rewards(rewards: Tensor, action_mask: Tensor, cap: float) -> Tensor:
+    """Each response's positive rewards, in token order, count until their running sum reaches ``cap``; the rest
+    of them are cut (the token that crosses it keeps what is left). Negative rewards are kept whole.
+
+    Why (TOKEN_REWARD_CAP): a reply earns about +1 for every supported statement, so copying passage sentences
+    outscores answering the question; capped, statements past the first few earn nothing more, while a wrong one
+    still costs.
+
+    Args:
+        rewards: ``[B, T]``; action_mask: ``[B, T]``; cap: finite and ``>= 0``.
+    Returns:
+        ``[B, T]``, 0 outside the mask.
+    """
+    _check_same_shape(rewards=rewards, action_mask=action_mask)
+    if not (isinstance(cap, (int, float)) and math.isfinite(cap) and cap >= 0):
+        raise ValueError(f"cap must be a finite number >= 0, got {cap!r}")
+    m = _as_bool(action_mask)
+    r = _zero_outside(rewards.to(torch.float32), m)
+    pos = r.clamp(min=0)
+    before = pos.cumsum(dim=1) - pos                      # positive reward earned before each token
+    kept = torch.minimum(pos, (float(cap) - before).clamp(min=0))
+    return torch.where(r > 0, kept, r)
+
+
 def compose_rewards(verifier_rewards: Tensor, action_mask: Tensor, *, token_weight: float = 1.0,
+                    token_cap: Optional[float] = None,
                     caution: Optional[Tensor] = None, outcome: Optional[Tensor] = None,
                     outcome_positions: Optional[Tensor] = None,
                     kl: Optional[Tensor] = None, kl_coef: float = 0.0) -> tuple[Tensor, Tensor]:
     """The reward the policy trains on, from its parts (the last hop of the reward path).
 
     ``r_t = base_t + outcome * [t = p] - kl_coef * KL_t`` where ``base_t`` is
-    ``token_weight * verifier_t`` (the verifier's token-level rewards, already clipped by the reward service),
-    or, when ``caution`` is given, the caution reward on the last token instead of the verifier's rewards
+    ``token_weight * verifier_t`` (the verifier's token-level rewards, already clipped by the reward service;
+    with ``token_cap`` a reply's positive ones stop counting at that sum, :func:`cap_positive_rewards`), or, when ``caution`` is given, the caution reward on the last token instead of the verifier's rewards
     (CAUTION_REWARD replaces them; TOKEN_REWARD_WEIGHT does not apply to it). The outcome reward (TruthRL's
     ternary right / abstain / wrong) is added unclipped on token ``p``: the last token, or ``outcome_positions``
     (OUTCOME_TOKEN=graded-end: the answer sentence's last token, so the tokens after it do not share its
@@ -350,6 +376,7 @@ def compose_rewards(verifier_rewards: Tensor, action_mask: Tensor, *, token_weig
         verifier_rewards: ``[B, T]`` token rewards from the reward service (0 on unrewarded tokens).
         action_mask: ``[B, T]`` non-zero = valid response token.
         token_weight: weight of ``verifier_rewards`` (TOKEN_REWARD_WEIGHT), finite and >= 0.
+        token_cap: the most a reply's positive weighted verifier rewards add up to (TOKEN_REWARD_CAP), or None.
         caution: ``[B]`` caution rewards (:func:`caution_rewards`) or None.
         outcome: ``[B]`` outcome rewards (:func:`ternary_outcome_rewards`) or None.
         outcome_positions: ``[B]`` the column each outcome lands on (-1: the last token), or None (last token).
@@ -363,8 +390,12 @@ def compose_rewards(verifier_rewards: Tensor, action_mask: Tensor, *, token_weig
     if not (isinstance(token_weight, (int, float)) and math.isfinite(token_weight) and token_weight >= 0):
         raise ValueError(f"token_weight must be a finite number >= 0, got {token_weight!r}")
     m = _as_bool(action_mask)
-    base = (last_token_values(caution, m) if caution is not None
-            else float(token_weight) * verifier_rewards.to(torch.float32))
+    if caution is not None:
+        base = last_token_values(caution, m)
+    else:
+        base = float(token_weight) * verifier_rewards.to(torch.float32)
+        if token_cap is not None:
+            base = cap_positive_rewards(base, m, token_cap)
     if outcome is not None:
         base = base + (last_token_values(outcome, m) if outcome_positions is None
                        else positioned_values(outcome, outcome_positions, m))

@@ -629,6 +629,24 @@ def test_outcome_positions_put_the_outcome_on_the_named_token():
         positioned_values(torch.tensor([1.0]), torch.tensor([0, 0, 0]), mask)
 
 
+def test_cap_positive_rewards_stops_counting_support_at_the_cap_and_keeps_every_cost():
+    from core.core_algos import cap_positive_rewards, compose_rewards
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]], dtype=torch.bool)
+    r = torch.tensor([[1.0, -1.0, 1.0, 0.5, 1.0, -0.5], [0.4, 0.4, 9.0, 9.0, 9.0, 9.0]])
+    out = cap_positive_rewards(r, mask, 2.0)
+    # row 0: +1, +1 reach the cap; the 0.5 and the next +1 are cut; the -1 and -0.5 stay
+    # row 1: the third token crosses the cap and keeps what is left; junk outside the mask is zeroed
+    assert torch.allclose(out, torch.tensor([[1.0, -1.0, 1.0, 0.0, 0.0, -0.5], [0.4, 0.4, 1.2, 0.0, 0.0, 0.0]]))
+    assert cap_positive_rewards(torch.tensor([[0.75, 0.75]]), torch.ones(1, 2), 1.0).tolist() == [[0.75, 0.25]]
+    assert cap_positive_rewards(r, mask, 0.0).clamp(min=0).sum() == 0
+    with pytest.raises(ValueError, match="cap must be a finite number >= 0"):
+        cap_positive_rewards(r, mask, -1.0)
+    # in compose_rewards the cap applies to the weighted verifier rewards, never to the outcome
+    c, totals = compose_rewards(r, mask, token_weight=2.0, token_cap=3.0, outcome=torch.tensor([1.0, -1.0]))
+    assert c[0].tolist() == [2.0, -2.0, 1.0, 0.0, 0.0, -1.0 + 1.0]
+    assert torch.allclose(totals, torch.tensor([1.0, 0.8 + 0.8 + 1.4 - 1.0]))
+
+
 def test_answer_credit_follows_the_answer_not_the_support_count_with_the_outcome_on_the_answer():
     """Why OUTCOME_TOKEN=graded-end with GAMMA < 1 (the grounded reply: answer sentence, then support).
 

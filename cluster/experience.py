@@ -35,7 +35,7 @@ import torch
 from actors.types import RolloutSample, token_offsets
 from core import metrics
 from core.verify_schema import LABELS
-from evaluation.graders import CORRECT, grade_answer
+from evaluation.graders import CORRECT, grade_answer, graded_span
 from reward_service.client import RewardClient, RewardServiceUnavailable
 from reward_service.schemas import ItemReward
 from verifier_service.core import Verifier
@@ -231,18 +231,13 @@ def gold_outcomes(samples: Sequence[Any], prompts: Sequence[Any], is_correct: to
 
 def graded_end_positions(samples: Sequence[Any], scope: str = "whole") -> torch.Tensor:
     """``[N]`` the response token each sample's outcome reward lands on under OUTCOME_TOKEN=graded-end: the last
-    token of the part the gold grader reads (:func:`evaluation.graders.graded_part`), found by the engine's own
-    character offsets. ``-1`` (the last token) for GRADE_SCOPE=whole, and where the graded part is the whole reply
-    or no token starts inside it."""
+    token of the part the gold grader reads (:func:`evaluation.graders.graded_span`), found by the engine's own
+    character offsets. ``-1`` (the last token) for GRADE_SCOPE=whole, and where no token starts inside it."""
     pos = torch.full((len(samples),), -1, dtype=torch.long)
     if scope == "whole":
         return pos
-    from verifier_service.text import split_sentences   # the sentence rule graded_part uses
     for i, s in enumerate(samples):
-        sentences = split_sentences(s.response_text)
-        if not sentences:
-            continue
-        end = sentences[0].end
+        _, end = graded_span(s.response_text, scope)
         inside = [t for t, (a, b) in enumerate(s.token_offsets) if a < end and b > a]
         if inside:
             pos[i] = inside[-1]

@@ -229,7 +229,8 @@ def compose(cfg: RLFHConfig, rollout: Rollout, scores: Scores, outcomes: Optiona
     positions = (graded_end_positions(rollout.samples, cfg.grade_scope)
                  if outcomes and cfg.outcome_token == "graded-end" else None)
     rewards, totals = algo.compose_rewards(scores.token_rewards, mask, token_weight=cfg.token_reward_weight,
-                                           token_cap=cfg.token_reward_cap, caution=caution, outcome=outcomes.rewards if outcomes else None,
+                                           token_cap=cfg.token_reward_cap, caution=caution,
+                                           outcome=outcomes.rewards if outcomes else None,
                                            outcome_positions=positions, kl=kl, kl_coef=cfg.kl_coef)
     return Rewards(rewards, totals, kl if kl is not None else torch.zeros(mask.shape, dtype=torch.float32))
 

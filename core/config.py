@@ -1092,6 +1092,12 @@ class RLFHConfig(ServiceSettings, ProcessSettings, LauncherSettings, DemoSetting
         if self.outcome_reward == "none" and self.token_reward_weight == 0 and not self.caution_reward:
             raise ValueError("TOKEN_REWARD_WEIGHT=0 with OUTCOME_REWARD=none leaves no reward at all; set "
                              "OUTCOME_REWARD=ternary or a positive TOKEN_REWARD_WEIGHT")
+        if self.outcome_token != "last" and self.outcome_reward != "ternary":
+            raise ValueError(f"OUTCOME_TOKEN={self.outcome_token} places the outcome reward of OUTCOME_REWARD=ternary, "
+                             "which is off; set OUTCOME_REWARD=ternary or OUTCOME_TOKEN=last")
+        if self.token_reward_cap is not None and (self.caution_reward or self.token_reward_weight == 0):
+            raise ValueError(f"TOKEN_REWARD_CAP={self.token_reward_cap} caps the verifier's token-level rewards, which "
+                             "are not used (CAUTION_REWARD replaces them, or TOKEN_REWARD_WEIGHT=0); unset it")
         if self.abstain_target_rate is not None and self.outcome_reward != "ternary":
             raise ValueError(f"ABSTAIN_TARGET_RATE={self.abstain_target_rate} adapts the abstention reward of "
                              "OUTCOME_REWARD=ternary, which is off; set OUTCOME_REWARD=ternary or unset it")

@@ -59,8 +59,7 @@ from torch import Tensor
 __all__ = [
     "masked_mean", "masked_sum", "masked_var", "masked_whiten", "kl_penalty", "KL_ESTIMATORS",
     "shape_token_rewards", "last_token_values", "positioned_values", "cap_positive_rewards", "compose_rewards",
-    "discounted_returns",
-    "gae_advantages", "reinforce_plus_plus_advantages",
+    "discounted_returns", "gae_advantages", "reinforce_plus_plus_advantages",
     "grpo_advantages", "rloo_advantages", "dr_grpo_advantages", "ADVANTAGE_ESTIMATORS",
     "register_advantage_estimator", "compute_advantages", "fspo_flip", "caution_rewards", "ternary_outcome_rewards",
     "adapt_abstain_price", "answer_mean_abstain_price",
@@ -366,11 +365,12 @@ def compose_rewards(verifier_rewards: Tensor, action_mask: Tensor, *, token_weig
 
     ``r_t = base_t + outcome * [t = p] - kl_coef * KL_t`` where ``base_t`` is
     ``token_weight * verifier_t`` (the verifier's token-level rewards, already clipped by the reward service;
-    with ``token_cap`` a reply's positive ones stop counting at that sum, :func:`cap_positive_rewards`), or, when ``caution`` is given, the caution reward on the last token instead of the verifier's rewards
-    (CAUTION_REWARD replaces them; TOKEN_REWARD_WEIGHT does not apply to it). The outcome reward (TruthRL's
-    ternary right / abstain / wrong) is added unclipped on token ``p``: the last token, or ``outcome_positions``
-    (OUTCOME_TOKEN=graded-end: the answer sentence's last token, so the tokens after it do not share its
-    credit, and under GAMMA < 1 the answer's return is mostly its own).
+    with ``token_cap`` a reply's positive ones stop counting at that sum, :func:`cap_positive_rewards`), or, when
+    ``caution`` is given, the caution reward on the last token instead of the verifier's rewards (CAUTION_REWARD
+    replaces them; TOKEN_REWARD_WEIGHT does not apply to it). The outcome reward (TruthRL's ternary right /
+    abstain / wrong) is added unclipped on token ``p``: the last token, or ``outcome_positions``
+    (OUTCOME_TOKEN=graded-end: the answer sentence's last token, so the tokens after it do not share its credit,
+    and under GAMMA < 1 the answer's return is mostly its own).
 
     Args:
         verifier_rewards: ``[B, T]`` token rewards from the reward service (0 on unrewarded tokens).

@@ -392,16 +392,23 @@ def answer_candidates(question: Optional[str], g_tok: list[str]) -> Optional[tup
 GRADE_SCOPES = ("whole", "first-sentence")
 
 
-def graded_part(answer: str, scope: str = "whole") -> str:
-    """The part of ``answer`` the grader reads: all of it (``whole``) or its first sentence (``first-sentence``)."""
+def graded_span(answer: str, scope: str = "whole") -> tuple[int, int]:
+    """``(start, end)``: the characters of ``answer`` the grader reads: all of it (``whole``) or its first sentence
+    (``first-sentence``; all of it when it has none)."""
     if scope == "whole":
-        return answer
+        return 0, len(answer)
     if scope != "first-sentence":
         raise ValueError(f"grade scope (GRADE_SCOPE, --grade-scope) must be one of {', '.join(GRADE_SCOPES)}, "
                          f"got {scope!r}")
     from verifier_service.text import split_sentences   # regex only: abbreviations and initials do not end it
     sentences = split_sentences(answer)
-    return sentences[0].text if sentences else answer
+    return (sentences[0].start, sentences[0].end) if sentences else (0, len(answer))
+
+
+def graded_part(answer: str, scope: str = "whole") -> str:
+    """The part of ``answer`` the grader reads (:func:`graded_span`)."""
+    start, end = graded_span(answer, scope)
+    return answer[start:end]
 
 
 @dataclass

@@ -284,6 +284,11 @@ def test_gold_outcomes_use_the_gold_grader_and_fall_back_to_the_verifier():
     ({"ABSTAIN_SAMPLES": "4", "N_SAMPLES_PER_PROMPT": "4"}, "ABSTAIN_SAMPLES=4 must be smaller"),
     ({"PROMPT_MODE": "open"}, "PROMPT_MODE"),
     ({"SYSTEM_PROMPT": "   "}, "SYSTEM_PROMPT is blank"),
+    ({"OUTCOME_TOKEN": "graded-end"}, "OUTCOME_TOKEN=graded-end places the outcome reward of OUTCOME_REWARD=ternary"),
+    ({"OUTCOME_TOKEN": "answer"}, "OUTCOME_TOKEN"),
+    ({"TOKEN_REWARD_CAP": "-1"}, "TOKEN_REWARD_CAP"),
+    ({"TOKEN_REWARD_CAP": "2", "CAUTION_REWARD": "true"}, "TOKEN_REWARD_CAP=2.0 caps the verifier's token-level"),
+    ({"TOKEN_REWARD_CAP": "2", "TOKEN_REWARD_WEIGHT": "0", "OUTCOME_REWARD": "ternary"}, "are not used"),
 ])
 def test_abstention_and_prompt_settings_are_checked(env, fragment):
     with pytest.raises(ConfigError, match=fragment):

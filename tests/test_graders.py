@@ -395,3 +395,53 @@ def test_first_sentence_scope_grades_the_answer_sentence_only():
     assert graded_part("  ", "first-sentence") == "  "        # nothing to split: graded as given (empty)
     with pytest.raises(ValueError, match="GRADE_SCOPE"):
         grade_answer("Spielberg.", "Steven Spielberg", q, scope="sentence")
+
+
+# ----------------------------------------------------------------------------- grader v4's named rules
+
+@pytest.mark.parametrize("answer,gold,question,grade,reason", [
+    # not an answer, though the gold's words are there
+    ("J. Walter Ruben is a co-author of Open Range, a 1927 film written by Zane Grey.", "Zane Grey",
+     "Which author also was a co-author for Open Range?", INCORRECT, "other_candidate"),
+    ("Zane Grey is a co-author of Open Range, a 1927 film.", "Zane Grey",
+     "Which author also was a co-author for Open Range?", CORRECT, "gold_in_answer"),
+    ("Elizabeth Pena (September 23, 1959) was an actress.", "1959",          # a year asked: the subject is who
+     "Across the Moon stars another actress born in which year?", CORRECT, "gold_in_answer"),
+    ("The Old Ones are more powerful than the Vampire Intelligences.", "Vampire Intelligences",
+     "Who is more powerful than the Old Ones in the Palladium Books?", INCORRECT, "inverted"),
+    ("The Vampire Intelligences are more powerful than the Old Ones.", "Vampire Intelligences",
+     "Who is more powerful than the Old Ones in the Palladium Books?", CORRECT, "gold_in_answer"),
+    ("The offensive was an effort to surround Muammar Gaddafi's hometown of Sirte.", "Muammar Gaddafi",
+     "Which leading Libyan revolutionary was killed in the offensive?", INCORRECT, "possessive"),
+    ("Stephen King's 1986 novel It contains Pennywise.", "Stephen King",
+     "Which author wrote a novel containing Pennywise?", CORRECT, "gold_in_answer"),
+    ("This Is Elvis is a 1981 documentary film directed by Andrew Solt.", "This Is Elvis",
+     "Which documentary is older, This Is Elvis or Capturing the Friedmans?", INCORRECT, "no_comparison"),
+    ("This Is Elvis is older.", "This Is Elvis",
+     "Which documentary is older, This Is Elvis or Capturing the Friedmans?", CORRECT, "choice"),
+    ("This Is Elvis (1981) came out before Capturing the Friedmans (2003).", "This Is Elvis",
+     "Which documentary is older, This Is Elvis or Capturing the Friedmans?", CORRECT, "choice"),
+    # right answers said otherwise
+    ("Jo Yeo-jeong is from South Korea.", "South Korean", "Jo Yeo-jeong is from what country?", CORRECT, "alias"),
+    ("The folktale is Korean.", "South Korean",          # the question's own "Korean" is no answer
+     "The famous Korean folktale stars Jo Yeo-jeong from what country?", INCORRECT, "partial"),
+    ("David Mamet is a film director, not a writer.", "David Alan Mamet",
+     "Between Augusto Roa Bastos and David Mamet, who is a film director?", CORRECT, "name_parts"),
+    ("The director is David Mamet, known for his plays.", "David Alan Mamet", "Who directed Heist?",
+     CORRECT, "name_parts"),
+    ("His brother Virgil was the Tombstone City Marshal.", "Virgil Walter Earp",
+     "Wyatt Earp was the brother of which US marshal of Tombstone?", CORRECT, "name_parts"),
+    ("The head coach was born in 1958.", "January 14, 1958", "The head coach was born when?", CORRECT,
+     "date_year"),
+    ("The head coach was born in March 1958.", "January 14, 1958", "The head coach was born when?", INCORRECT,
+     "partial"),
+    ("The Navy Reserve Unit got its nickname from the first initials \"C.B.\"",
+     "first initials \"C.B.\" from the words Construction Battalion",
+     "Where did the Navy Reserve Unit get its nickname?", CORRECT, "f1_new"),
+    ("A Very Harold & Kumar 3D Christmas is part of the Marvel Cinematic Universe series.",
+     "the \"Harold & Kumar\" series.", "A Very Harold & Kumar 3D Christmas is part of what series?", INCORRECT,
+     "partial"),
+])
+def test_grader_v4_named_rules(answer, gold, question, grade, reason):
+    got = grade_answer(answer, gold, question)
+    assert (got.grade, got.reason) == (grade, reason)

@@ -43,6 +43,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional
 
+from core.lexicon import country_aliases_of
 from core.verify_schema import Sentence, Statement, VerifyRequest, VerifyResult
 from verifier_service import text as T
 from verifier_service.question import (ALL_HEADS, LOCATION_WORDS, ORG_WORDS, AnswerRanker, QuestionInfo,
@@ -740,26 +741,9 @@ _DANGLING_END_RE = re.compile(r"(?:\b(?:such\s+as|as|is|was|are|were|to|the|a|an
                               re.IGNORECASE)
 
 
-# Names of one country and its people: a claim that says "UK" is supported by a passage that says "Britain's".
-COUNTRY_ALIASES: tuple[frozenset, ...] = tuple(frozenset(g) for g in (
-    ("uk", "united kingdom", "britain", "great britain", "british"),
-    ("us", "usa", "united states", "united states of america", "america", "american"),
-    ("south korea", "south korean", "korea", "korean"), ("north korea", "north korean"),
-    ("england", "english"), ("scotland", "scottish"), ("wales", "welsh"), ("ireland", "irish"),
-    ("france", "french"), ("germany", "german"), ("italy", "italian"), ("spain", "spanish"),
-    ("japan", "japanese"), ("china", "chinese"), ("india", "indian"), ("canada", "canadian"),
-    ("australia", "australian"), ("brazil", "brazilian"), ("mexico", "mexican"), ("russia", "russian"),
-    ("netherlands", "dutch"), ("sweden", "swedish"), ("norway", "norwegian"), ("finland", "finnish"),
-    ("pakistan", "pakistani"), ("colombia", "colombian"), ("austria", "austrian"), ("switzerland", "swiss"),
-))
-_ALIAS_OF = {name: group for group in COUNTRY_ALIASES for name in group}
-
-
 def country_aliases(phrase: str) -> list[str]:
     """The other names of the country ``phrase`` names ("UK-based" -> "united kingdom", "britain", ...)."""
-    n = T.normalize(phrase.replace("-", " ").replace("based", ""))
-    group = _ALIAS_OF.get(n)
-    return sorted(group - {n}) if group else []
+    return country_aliases_of(T.normalize(phrase.replace("-", " ").replace("based", "")))
 
 
 def _contradicted_without(st_text: str, phrase: str, idx: MaterialIndex, qi: QuestionInfo) -> bool:

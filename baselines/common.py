@@ -149,9 +149,9 @@ def sample_answers(model, tokenizer, prompts: Sequence[str], n: int, temperature
 
 
 def grade_all(items: Sequence, answers: Sequence[str], scope: str = "whole") -> list:
-    """Gold-grader :class:`evaluation.graders.Grade` of ``answers[i]`` for ``items[i]`` (strict reading; ``scope``:
+    """Gold-grader :class:`core.grader.Grade` of ``answers[i]`` for ``items[i]`` (strict reading; ``scope``:
     what of the answer is read, as GRADE_SCOPE)."""
-    from evaluation.graders import grade_answer
+    from core.grader import grade_answer
     return [grade_answer(a, it.right_answer, it.question, scope=scope) for it, a in zip(items, answers)]
 
 

@@ -47,14 +47,14 @@ def dpo_pairs(uid: str, prompt: str, answers: Sequence[str], grades: Sequence, a
 
     Args:
         uid, prompt: the question's id and prompt text.
-        answers: the k sampled answers; grades: their k :class:`evaluation.graders.Grade`.
+        answers: the k sampled answers; grades: their k :class:`core.grader.Grade`.
         abstain_text: the abstention response (non-empty).
         max_pairs: cap per question (0: all).
         seed: shuffling seed (combined with ``uid``: stable per question).
     Returns:
         the pairs, kinds in :data:`PAIR_KINDS` order within each round.
     """
-    from evaluation.graders import CORRECT, INCORRECT
+    from core.grader import CORRECT, INCORRECT
     if not (abstain_text or "").strip():
         raise BaselineError("--abstain-text must not be empty")
     if len(answers) != len(grades):
@@ -149,7 +149,7 @@ def run(args) -> int:
     t_gen = time.perf_counter() - t0
 
     log.info("step 2/4: grading and building pairs (correct > abstain > wrong)")
-    from evaluation.graders import CORRECT, INCORRECT
+    from core.grader import CORRECT, INCORRECT
     pairs: list[PreferencePair] = []
     graded_rows = []
     n_right = n_wrong = n_other = 0

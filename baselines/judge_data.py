@@ -109,7 +109,7 @@ def _answer_example(answer: str, grade: str, it, rng: random.Random, look_past_f
     """The ``policy`` example of one graded answer: its answer-carrying (first content) statement, supported when
     the grader accepted the answer (and that statement alone carries the gold answer), else not.
     ``look_past_first``: when a right answer's first statement does not carry the gold, try the next sentence's."""
-    from evaluation.graders import grade_answer
+    from core.grader import grade_answer
     d = T.decompose(answer, it.question)
     for sent, sts in zip(d.sentences, d.statements):
         if not sts:
@@ -127,7 +127,7 @@ def _answer_example(answer: str, grade: str, it, rng: random.Random, look_past_f
 def policy_examples(items_by_uid: dict, rng: random.Random, path: Path = SHIPPED_POLICY_ANSWERS) -> list[Example]:
     """``policy`` examples: the first content statement of each shipped greedy answer, labelled by the gold
     grader (correct: supported; incorrect: not), judged against the question's passage."""
-    from evaluation.graders import grade_answer
+    from core.grader import grade_answer
     out: list[Example] = []
     if not path.exists():
         return out
@@ -154,7 +154,7 @@ def sample_policy_answers(items, n: int, temperature: float, evidence_share: flo
     from core.assets import cache_dir, file_lock
     from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
     from core.prompts import prompt_mode_for, render_prompt
-    from evaluation.graders import GRADER_VERSION, grade_answer
+    from core.grader import GRADER_VERSION, grade_answer
     from baselines.common import sample_answers
     modes = [prompt_mode_for(it.question, "mixed", evidence_share) for it in items]
     key = hashlib.sha256(json.dumps([model_path, [it.uid for it in items], modes, n, temperature, seed,

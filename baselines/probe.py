@@ -77,7 +77,7 @@ def cache_path(model: str, prompts: Sequence[str], k: int, temperature: float, m
     """``$RLFH_CACHE_DIR/probe/<hash>.jsonl``; the hash covers the model, every prompt, the sampling settings
     (the sampler's dtype and rows per call where they are not fp32 / 32: those change the samples) and the gold
     grader's version (a grader fix re-probes)."""
-    from evaluation.graders import GRADER_VERSION
+    from core.grader import GRADER_VERSION
     if cache_root is None:
         from core.assets import cache_dir
         cache_root = cache_dir()
@@ -128,7 +128,7 @@ def probe_questions(model, tokenizer, items: Sequence, prompts: Sequence[str], *
     from tqdm import tqdm
     from baselines.common import grade_all
     from evaluation.generate import eval_engine
-    from evaluation.graders import CORRECT
+    from core.grader import CORRECT
     # the rollout engine's sampler (KV buffer; the k samples of a prompt share one prefill), as RL samples
     per_call = max(1, batch_size // k)
     if dtype == "bf16":   # a copy: the caller trains the fp32 model afterwards

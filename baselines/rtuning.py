@@ -39,12 +39,12 @@ def rtuning_targets(items: Sequence, prompts: Sequence[str], answers: Sequence[s
 
     Args:
         items: N items (``question``, ``uid``); prompts: their N prompt texts; answers: the model's N answers;
-        grades: N :class:`evaluation.graders.Grade` (``grade`` in correct / incorrect / not_attempted).
+        grades: N :class:`core.grader.Grade` (``grade`` in correct / incorrect / not_attempted).
         abstain_text: the abstention target (non-empty).
     Returns:
         N :class:`SFTTarget` in input order.
     """
-    from evaluation.graders import CORRECT, INCORRECT
+    from core.grader import CORRECT, INCORRECT
     if not (abstain_text or "").strip():
         raise BaselineError("--abstain-text must not be empty")
     n = len(items)

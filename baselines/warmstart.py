@@ -109,7 +109,7 @@ def grounded_targets(items: Sequence, targets: list[WarmTarget], answers: str = 
     right = None
     if answers == "right":
         from baselines.common import grade_all
-        from evaluation.graders import CORRECT
+        from core.grader import CORRECT
         right = [g.grade == CORRECT for g in grade_all(items, [t.answer for t in targets], scope="first-sentence")]
     for i, (it, t) in enumerate(zip(items, targets)):
         if t.source != "own" or t.prompt_mode != "evidence":
@@ -207,7 +207,7 @@ def settings_of(args) -> dict:
         if out.get(k) == default:
             del out[k]
     if args.abstain_where != "random" or out.get("support_answers") == "right":
-        from evaluation.graders import GRADER_VERSION
+        from core.grader import GRADER_VERSION
         out["grader"] = GRADER_VERSION
     out["sft_loop"] = SFT_LOOP_VERSION   # a warm start trained by an older loop is made again
     return out
@@ -317,7 +317,7 @@ def run(args) -> int:
     right = None
     if args.abstain_where == "wrong":   # R-Tuning-style: the gold grader decides which answers may be replaced
         from baselines.common import grade_all
-        from evaluation.graders import CORRECT
+        from core.grader import CORRECT
         right = [g.grade == CORRECT for g in grade_all(items, answers)]
         log.info("gold grader: %d of %d answers right (always kept)", sum(right), len(right))
     decline, probes, probe_source, t_probe = None, {}, None, 0.0

@@ -84,10 +84,10 @@ class RealAnswer:
 
     @property
     def current_grade(self) -> str:
-        """The gold grader's verdict now (``evaluation.graders``, its current GRADER_VERSION): what the bench
+        """The gold grader's verdict now (``core.grader``, its current GRADER_VERSION): what the bench
         scores against, so a grader fix moves the answer-fact columns instead of leaving them on a stale grade
         (grader v3 reads 5 of the 206 answers otherwise than the recorded ``grade``)."""
-        from evaluation.graders import grade_answer
+        from core.grader import grade_answer
         return grade_answer(self.answer, self.gold, self.question).grade
 
 

@@ -70,7 +70,7 @@ def dev_items(spec: str, size: int, type_share: float = 0.0) -> tuple[list, dict
 def grade_dev(items: Sequence, modes: Sequence[str], answers: Sequence[str], scope: str = "whole") -> list[DevAnswer]:
     """Gold grades of ``answers[i]`` to ``items[i]`` asked in ``modes[i]`` (strict grader; ``scope``: GRADE_SCOPE)."""
     from core.questions import question_type
-    from evaluation.graders import CORRECT, grade_answer
+    from core.grader import CORRECT, grade_answer
     out = []
     for it, m, a in zip(items, modes, answers):
         g = grade_answer(a, it.right_answer, it.question, scope=scope)

@@ -35,7 +35,7 @@ import torch
 from actors.types import RolloutSample, token_offsets
 from core import metrics
 from core.verify_schema import LABELS
-from evaluation.graders import CORRECT, grade_answer, graded_span
+from core.grader import CORRECT, grade_answer, graded_span
 from reward_service.client import RewardClient, RewardServiceUnavailable
 from reward_service.schemas import ItemReward
 from verifier_service.core import Verifier
@@ -231,7 +231,7 @@ def gold_outcomes(samples: Sequence[Any], prompts: Sequence[Any], is_correct: to
 
 def graded_end_positions(samples: Sequence[Any], scope: str = "whole") -> torch.Tensor:
     """``[N]`` the response token each sample's outcome reward lands on under OUTCOME_TOKEN=graded-end: the last
-    token of the part the gold grader reads (:func:`evaluation.graders.graded_span`), found by the engine's own
+    token of the part the gold grader reads (:func:`core.grader.graded_span`), found by the engine's own
     character offsets. ``-1`` (the last token) for GRADE_SCOPE=whole, and where no token starts inside it."""
     pos = torch.full((len(samples),), -1, dtype=torch.long)
     if scope == "whole":

@@ -20,6 +20,7 @@ it accepts, e.g.::
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import math
 import os
@@ -239,12 +240,28 @@ def _finite(name: str, v: float) -> float:
     return v
 
 
+def _loads_map(text: str) -> Any:
+    """A map as JSON text, or as a Python dict literal in single quotes, the way the RLFH authors' launch script
+    writes it (``VERIFICATION_MAP={'Correct':0.45,...}``, ``INFORMATIVE_MAP={'5':1.25,...}``): read by
+    ``ast.literal_eval``, which evaluates literals only. A text neither reads raises JSON's error."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        try:
+            data = ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            data = None
+        if isinstance(data, dict):
+            return data
+        raise
+
+
 def _parse_score_map(value: Any, defaults: dict[str, float], keys: tuple[str, ...], what: str) -> dict[str, float]:
     """A JSON object (or mapping) of ``key -> number`` merged over ``defaults``; ValueError names the bad key.
 
     Keys are compared as strings (``{5: 1.0}`` is score ``"5"``); values must be finite numbers (not bool).
     """
-    data = json.loads(value) if isinstance(value, str) else value
+    data = _loads_map(value) if isinstance(value, str) else value
     if not isinstance(data, Mapping):
         raise ValueError(f"must be a JSON object mapping {what} to numbers, got {type(data).__name__}")
     out = dict(defaults)
@@ -406,6 +423,7 @@ class ServiceSettings(Settings):
     # is a call, evaluated by pydantic when it builds the class (this module has postponed annotations).
     granularity: reward_type("granularity") = reward_setting("granularity", env="GRANULARITY")
     placement: reward_type("placement") = reward_setting("placement", env="REWARD_PLACEMENT")
+    reward_formula: reward_type("reward_formula") = reward_setting("reward_formula", env="REWARD_FORMULA")
     verification_map: reward_type("verification_map") = reward_setting("verification_map", env="VERIFICATION_MAP")
     informative_map: reward_type("informative_map") = reward_setting("informative_map", env="INFORMATIVE_MAP")
     info_weight: reward_type("info_weight") = reward_setting("info_weight", env="INFO_WEIGHT")
@@ -1214,10 +1232,11 @@ def _coerce_env(name: str, annotation: Any, text: str) -> Any:
         raise ConfigError(f"{setting_label(name)} = {text!r}: must be true/false (or 1/0)")
     if name in ("verification_map", "informative_map"):
         try:
-            return json.loads(text)
+            return _loads_map(text)
         except json.JSONDecodeError as e:
-            raise ConfigError(f"{setting_label(name)}: not valid JSON ({e.msg} at char {e.pos}); "
-                              "expected e.g. '{\"Correct\": 1.0, \"Wrong\": -1.0}'") from None
+            raise ConfigError(f"{setting_label(name)}: not valid JSON ({e.msg} at char {e.pos}), nor a Python dict "
+                              "literal; expected e.g. '{\"Correct\": 1.0, \"Wrong\": -1.0}' or "
+                              "\"{'Correct': 1.0, 'Wrong': -1.0}\"") from None
     return text
 
 

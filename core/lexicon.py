@@ -1,6 +1,6 @@
 """Word lists that both the verifier and the gold grader read: names of one country and its people.
 
-Pure data and one lookup (no imports beyond the standard library), so ``evaluation.graders`` and
+Pure data and one lookup (no imports beyond the standard library), so ``core.grader`` and
 ``verifier_service.evidence`` share one list instead of keeping two.
 """
 from __future__ import annotations

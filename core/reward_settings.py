@@ -35,6 +35,10 @@ DEFAULT_VERIFICATION_MAP: dict[str, float] = {
 DEFAULT_INFORMATIVE_MAP: dict[str, float] = {"1": -0.5, "2": -0.2, "3": 0.0, "4": 0.2, "5": 0.4}
 
 GRANULARITIES = ("token", "sentence", "response")
+#: How a statement's truthfulness reward reads its informativeness: ``additive`` keeps them apart (r_truth =
+#: V[label]), ``paper`` is the RLFH paper's coupling (r_truth = V[label] * |I[info]|: a true statement that does
+#: not bear on the question earns little).
+REWARD_FORMULAS = ("additive", "paper")
 PLACEMENTS = ("end", "spread")
 LabelName = Literal[LABELS]                                    # "Correct", ..., "Wrong"
 InfoScore = Literal[tuple(str(s) for s in INFO_SCORES)]        # "1".."5"
@@ -76,6 +80,10 @@ class RewardSettings(BaseModel):
     placement: Literal[PLACEMENTS] = Field(
         "end", description="Within a span: 'end' puts the reward on its last token (as in the paper), 'spread' "
         "splits it evenly over the span's tokens.")
+    reward_formula: Literal[REWARD_FORMULAS] = Field(
+        "additive", description="'paper': r_truth = TRUTH_WEIGHT * VERIFICATION_MAP[label] * |INFORMATIVE_MAP[info]| "
+        "(the RLFH paper's coupling: truth paid by how much the statement does for the question); 'additive': "
+        "r_truth = TRUTH_WEIGHT * VERIFICATION_MAP[label], informativeness only in the sentence term.")
     verification_map: dict[LabelName, float] = Field(
         DEFAULT_VERIFICATION_MAP, description="JSON object: truthfulness reward per label "
         "(Correct, Hedged correct, Vague, Hedged wrong, Wrong).")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from evaluation.graders import CORRECT, grade_answer
+from core.grader import CORRECT, grade_answer
 
 BUCKETS = ("never", "sometimes", "mostly")  # known_rate == 0, 0 < known_rate < 0.5, known_rate >= 0.5
 
@@ -103,7 +103,7 @@ def per_bucket_outcomes(known: Sequence[Optional[float]], grades: Sequence[str])
     """
     if len(known) != len(grades):
         raise ValueError(f"per_bucket_outcomes: {len(known)} rates for {len(grades)} grades")
-    from evaluation.graders import GRADES
+    from core.grader import GRADES
     out = {b: {"n": 0, **{g: 0 for g in GRADES}} for b in BUCKETS}
     for p, g in zip(known, grades):
         b = knowledge_bucket(p)

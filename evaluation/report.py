@@ -20,7 +20,7 @@ from typing import Any, Optional
 import numpy as np
 
 from core.prompts import PROMPT_ONLY_SYSTEMS
-from evaluation.graders import CORRECT, INCORRECT, NOT_ATTEMPTED
+from core.grader import CORRECT, INCORRECT, NOT_ATTEMPTED
 from evaluation.runner import VERIFIER_LABELS, pct, summarise
 
 ALPHA = 0.05
@@ -57,7 +57,7 @@ def load_run(path: str | Path) -> dict[str, Any]:
 
 def regrade(records: list[dict]) -> None:
     """Grade every record again with the current gold grader (so a report never mixes grader versions)."""
-    from evaluation.graders import grade_answer
+    from core.grader import grade_answer
     for r in records:
         for k in ("question", "gold", "answer"):
             if k not in r:

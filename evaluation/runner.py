@@ -10,7 +10,7 @@ Output folder (``--out DIR``):
 
 Two judges, reported separately:
 
-1. the gold-answer grader (:mod:`evaluation.graders`): primary, independent of training;
+1. the gold-answer grader (:mod:`core.grader`): primary, independent of training;
 2. the training verifier (``verifier_service.core.Verifier``): the same judge the rewards
    came from, so it is *not* independent -- a model can learn to please it.
 """
@@ -32,7 +32,7 @@ from core.prompts import ABSTAIN_TEXT, PROMPT_ONLY_SYSTEMS, SYSTEM_PROMPTS
 from core.verify_schema import LABELS as VERIFIER_LABELS
 from evaluation.answer_cache import weight_stamps
 from evaluation.generate import EVAL_BATCH_SIZE, EVAL_DTYPES, inference_precision, weights_dtype
-from evaluation.graders import (CORRECT, GRADE_SCOPES, GRADES, INCORRECT, NOT_ATTEMPTED, detect_abstention,
+from core.grader import (CORRECT, GRADE_SCOPES, GRADES, INCORRECT, NOT_ATTEMPTED, detect_abstention,
                                 grade_answer)
 
 log = logging.getLogger(__name__)

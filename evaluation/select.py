@@ -81,7 +81,7 @@ def apply_threshold(scored_dir: str | Path, tau: float, out_dir: str | Path, nam
     first token blocked), so declining the questions whose recorded P(abstain) exceeds ``tau`` is all that
     changes.
     """
-    from evaluation.graders import grade_answer
+    from core.grader import grade_answer
     from evaluation.runner import summarise
     src = Path(scored_dir)
     summary = json.loads((src / "summary.json").read_text(encoding="utf-8"))

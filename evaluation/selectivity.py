@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from core.questions import QUESTION_TYPES, question_type
-from evaluation.graders import CORRECT, INCORRECT, NOT_ATTEMPTED
+from core.grader import CORRECT, INCORRECT, NOT_ATTEMPTED
 
 # ----------------------------------------------------------------------------- random abstention
 

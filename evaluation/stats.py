@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from evaluation.graders import CORRECT, INCORRECT, NOT_ATTEMPTED
+from core.grader import CORRECT, INCORRECT, NOT_ATTEMPTED
 
 # ----------------------------------------------------------------------------- point metrics
 

@@ -28,7 +28,7 @@ sentence.
 
 What this module implements (names are :class:`~core.reward_settings.RewardSettings` fields)::
 
-    r_truth(s) = truth_weight * verification_map[l(s)]
+    r_truth(s) = truth_weight * verification_map[l(s)] * [|informative_map[i(s)]| if reward_formula == paper]
                  * ((1 - truth_confidence) + truth_confidence * conf(s))  (per statement)
     r_info(S)  = info_weight * log( max(reward_epsilon,
                                         sum_{s in S} informative_map[str(i(s))]) + reward_mu )
@@ -55,11 +55,13 @@ What this module implements (names are :class:`~core.reward_settings.RewardSetti
   trivial statements earns less than its statements' linear sum would; and the
   floor ``eps`` bounds the penalty per sentence rather than per statement, so
   a long, mostly informative sentence is not sunk by one vague clause.
-- Truthfulness is NOT multiplied by ``|I[i(s)]|`` (the reference code's
-  coupling): the project's default INFORMATIVE_MAP is centred on 0 (score 3 ->
-  0.0), so the coupling would erase the truthfulness signal of every
-  average-informativeness statement (a wrong statement would cost nothing).
-  Truth and informativeness stay separate, additive terms with their own weights.
+- ``reward_formula`` says whether truthfulness is multiplied by ``|I[i(s)]|``
+  (the reference code's coupling): ``paper`` multiplies, so a true statement that
+  does not bear on the question (informativeness 1-2) earns a fraction of what
+  an answer (5) earns; ``additive`` keeps truth and informativeness separate
+  terms with their own weights (with a map centred on 0, as the additive
+  default INFORMATIVE_MAP is, the coupling would erase the truth signal of every
+  score-3 statement, so ``paper`` wants maps like the paper's, all |I| > 0).
 
 Placement and granularity
 -------------------------
@@ -344,12 +346,14 @@ def compute_token_rewards(result: VerifyResult, offsets: Any, text_len: int,
     vmap = np.array([settings.verification_map[lb] for lb in LABELS], dtype=np.float64)
     imap = np.array([settings.informative_map[str(sc)] for sc in INFO_SCORES], dtype=np.float64)
     truth = settings.truth_weight * vmap[st_label_a] if K else np.zeros(0)              # (K,)
+    info_stmt = imap[np.asarray(st_info, dtype=np.int64) - 1] if K else np.zeros(0)   # (K,)
+    if K and settings.reward_formula == "paper":
+        truth = truth * np.abs(info_stmt)   # the paper's coupling: truth paid by what it does for the question
     c = settings.truth_confidence
     if K and c:
         # a weight in [1 - c, 1]: never flips a label's sign; equal labels differ by evidence strength
         conf = np.clip(np.asarray(st_conf, dtype=np.float64), 0.0, 1.0)
         truth = truth * ((1.0 - c) + c * conf)
-    info_stmt = imap[np.asarray(st_info, dtype=np.int64) - 1] if K else np.zeros(0)   # (K,)
     sent_info_sum = np.bincount(st_sent_a, weights=info_stmt, minlength=n_sent) if K else np.zeros(n_sent)
     sent_has = np.bincount(st_sent_a, minlength=n_sent) > 0 if K else np.zeros(n_sent, dtype=bool)
     sent_info = np.where(

@@ -16,7 +16,7 @@ from baselines.dpo import PAIR_KINDS, dpo_pairs
 from baselines.rtuning import rtuning_targets
 from core.core_algos import dpo_loss
 from core.data import QAItem
-from evaluation.graders import Grade, grade_answer
+from core.grader import Grade, grade_answer
 from test_eval_cli import rlfh_in_process
 
 ROOT = Path(__file__).resolve().parents[1]

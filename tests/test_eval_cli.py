@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.graders import GRADES
+from core.grader import GRADES
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -74,7 +74,7 @@ def _write_run(folder: Path, name: str, mode: str, answers: list[tuple[str, str,
                statements=None) -> Path:
     """An eval folder as `rlfh eval` writes it, from hand-written (question, gold, answer) triples; ``statements``
     gives each answer's verifier record (:func:`_statements`), by its index."""
-    from evaluation.graders import grade_answer
+    from core.grader import grade_answer
     from evaluation.runner import pair_key, summarise
     folder.mkdir(parents=True)
     recs = []

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from core.questions import choice_options
-from evaluation.graders import (CORRECT, INCORRECT, NOT_ATTEMPTED, detect_abstention, detect_hedge,
+from core.grader import (CORRECT, INCORRECT, NOT_ATTEMPTED, detect_abstention, detect_hedge,
                                 grade_answer, normalize_answer, polarity, token_f1)
 from evaluation.stats import (binom_cdf_half, bootstrap_ci, bootstrap_mean_ci, f_score, mcnemar_exact,
                               mcnemar_paired, outcome_metrics, paired_bootstrap_diff)
@@ -380,7 +380,7 @@ def test_grader_and_verifier_abstention_differ_only_where_pinned(response, grade
 def test_first_sentence_scope_grades_the_answer_sentence_only():
     """GRADE_SCOPE=first-sentence (a grounded reply: the answer, then the passage's facts behind it): the
     justification can neither make a wrong answer right nor a right one wrong; abbreviations do not end the answer."""
-    from evaluation.graders import graded_part
+    from core.grader import graded_part
     q = "Who directed the film Jaws?"
     wrong_then_gold = "George Lucas directed it. The passage says Steven Spielberg made the film in 1975."
     assert grade_answer(wrong_then_gold, "Steven Spielberg", q).grade == CORRECT           # whole: gold inside

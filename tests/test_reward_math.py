@@ -72,7 +72,7 @@ def test_from_config_carries_every_reward_setting():
     changed = RLFHConfig.load(environ={}, granularity="sentence", placement="spread", verification_map={"Wrong": -3},
                               informative_map={"5": 1.5}, info_weight=0.25, truth_weight=2.0, reward_epsilon=-0.5,
                               reward_mu=1.5, reward_clip=3.0, abstain_token_reward=0.1, empty_reward=-0.4,
-                              truth_confidence=0.6)
+                              truth_confidence=0.6, reward_formula="paper")
     s, plain = RewardSettings.from_config(changed), RewardSettings()
     for name in REWARD_FIELDS:
         value = getattr(s, name)
@@ -81,6 +81,47 @@ def test_from_config_carries_every_reward_setting():
 
 
 # ------------------------------------------------------------------------------ hand-computed rewards
+
+# The RLFH authors' example launch settings, as their script writes them (single quotes), with the paper's formula.
+AUTHORS_ENV = {"VERIFICATION_MAP": "{'Correct':0.45,'Hedged correct':0.35,'Vague':-1,'Hedged wrong':-1.5,'Wrong':-1.7}",
+               "INFORMATIVE_MAP": "{'5':1.25,'4':1,'3':0.75,'2':0.1,'1':-0.2}", "INFO_WEIGHT": "1.2",
+               "REWARD_FORMULA": "paper", "REWARD_EPSILON": "-0.9", "REWARD_MU": "1", "TRUTH_CONFIDENCE": "0"}
+
+
+@pytest.mark.parametrize("label,info,expected", [
+    # r = V[label] * |I[info]| + 1.2 * ln(max(-0.9, I[info]) + 1), one statement per sentence
+    ("Correct", 5, 0.45 * 1.25 + 1.2 * math.log(2.25)),      # an answer: 0.5625 + 0.9731 = 1.5356
+    ("Correct", 4, 0.45 * 1.0 + 1.2 * math.log(2.0)),        # a fact crucial to it: 0.45 + 0.8318 = 1.2818
+    ("Correct", 2, 0.45 * 0.1 + 1.2 * math.log(1.1)),        # a true statement off the question: 0.1594
+    ("Vague", 1, -1.0 * 0.2 + 1.2 * math.log(0.8)),          # a restatement: -0.2 - 0.2678 = -0.4678
+    ("Wrong", 5, -1.7 * 1.25 + 1.2 * math.log(2.25)),        # a wrong answer: -2.125 + 0.9731 = -1.1519
+])
+def test_paper_formula_with_the_authors_maps_by_hand(label, info, expected):
+    s = RewardSettings.from_config(RLFHConfig.load(environ=AUTHORS_ENV))
+    assert s.verification_map["Wrong"] == -1.7 and s.informative_map["2"] == 0.1
+    first = two_sentences(label1="Correct", info1=3, label2="Correct", info2=3)   # a second sentence: checkable
+    res = two_sentences(label1=label, info1=info, label2="Correct", info2=3)
+    r, r3 = (compute_token_rewards(x, OFFS, len(TEXT), s) for x in (res, first))
+    # token 3 ends sentence 1 (statement and sentence rewards both land there); sentence 2 is the same in both
+    assert r.token_rewards[3] == pytest.approx(expected, abs=1e-12)
+    assert r.token_rewards[6] == pytest.approx(r3.token_rewards[6]) == pytest.approx(0.45 * 0.75 + 1.2 * math.log(1.75))
+
+
+def test_paper_formula_sentence_of_several_statements_by_hand():
+    # one sentence, an answer (Correct, 5) then an off-topic true statement (Correct, 2): each statement's truth
+    # on its last token, the sentence's informativeness log(max(-0.9, 1.25 + 0.1) + 1) on the sentence's last
+    s = RewardSettings.from_config(RLFHConfig.load(environ=AUTHORS_ENV))
+    res = VerifyResult(sentences=[
+        Sentence(text="Paris is in France.", start=0, end=19,
+                 statements=[st("Paris is", 0, 8, "Correct", 5), st("in France", 9, 18, "Correct", 2)]),
+        Sentence(text="It is big.", start=20, end=30, statements=[st("It is big", 20, 29, "Wrong", 1)])])
+    r = compute_token_rewards(res, OFFS, len(TEXT), s)
+    expected = [0, 0.45 * 1.25, 0, 0.45 * 0.1 + 1.2 * math.log(2.35), 0, 0, -1.7 * 0.2 + 1.2 * math.log(0.8), 0]
+    np.testing.assert_allclose(r.token_rewards, expected, atol=1e-12)
+    # the additive formula pays the off-topic statement like the answer: 0.45 each
+    add = compute_token_rewards(res, OFFS, len(TEXT), s.with_overrides({"reward_formula": "additive"}))
+    assert add.token_rewards[1] == pytest.approx(0.45) and add.token_rewards[3] - r.token_rewards[3] == \
+        pytest.approx(0.45 - 0.045)
 
 def test_token_end_hand_computed(base):
     # defaults: V[Correct]=1, V[Wrong]=-1, I["5"]=0.4, I["3"]=0, w_info=0.5, eps=0, mu=1

@@ -15,7 +15,7 @@ import pytest
 from test_eval_cli import _write_run, rlfh
 
 from core.questions import question_type
-from evaluation.graders import CORRECT, INCORRECT, NOT_ATTEMPTED
+from core.grader import CORRECT, INCORRECT, NOT_ATTEMPTED
 from evaluation.selectivity import (abstention_overlap, auroc, hypergeom_pmf, random_abstention, risk_coverage,
                                     type_rule_grades)
 

@@ -131,10 +131,13 @@ def test_a_country_states_the_gold_nationality(verifier, response, gold):
 def test_a_coordinated_claim_is_not_joined_from_two_sentences(verifier):
     mats = ["Hottonia is a genus of aquatic flowering plants in the family Primulaceae.",
             "Othonna is a genus of flowering plants in the family Asteraceae."]
-    sts = _labels(verifier, "Are both Hottonia and Othonna genera of plants?",
-                  "Hottonia and Othonna are both aquatic flowering plants in the genus Primulaceae.", mats, "yes")
+    q = "Are both Hottonia and Othonna genera of plants?"
+    reply = "Hottonia and Othonna are both aquatic flowering plants in the genus Primulaceae."
+    sts = _labels(verifier, q, reply, mats, None)
     assert sts[0][1] != "Correct" or len(sts) > 1, sts
     assert any(lab == "Wrong" for _, lab in sts), sts
+    # with the gold answer, the statement that answers (its "both": yes) takes the gold grader's verdict
+    assert _labels(verifier, q, reply, mats, "yes")[0][1] == "Correct"
 
 
 BICKLE = ["The band's name is a word derived from Robert De Niro's character in Taxi Driver, Travis Bickle.",

@@ -48,9 +48,10 @@ from core.verify_schema import Sentence, Statement, VerifyRequest, VerifyResult
 from verifier_service import text as T
 from verifier_service.question import (ALL_HEADS, LOCATION_WORDS, ORG_WORDS, AnswerRanker, QuestionInfo,
                                        analyze_question, predict_yesno)
+from verifier_service.question_rules import apply_question_rules
 from verifier_service.retrieval import MaterialIndex
 
-ALGO_VERSION = "evidence-1.17"  # bump on any verdict change: cached verdicts of other versions are not reused
+ALGO_VERSION = "evidence-2.0"  # bump on any verdict change: cached verdicts of other versions are not reused
 
 # Without a gold answer, a candidate answer's label comes from its ranking margin against the other
 # entities of the evidence: P(correct) = sigmoid(SLOPE * (margin + OFFSET)). The offset leans towards
@@ -160,6 +161,7 @@ class Verdict:
     informativeness: int
     evidence: list[str]
     vague: bool = False
+    answer: bool = False    # the rules took the statement for an answer (a stance, an option, a candidate)
 
 
 class EvidenceBackend:
@@ -183,17 +185,23 @@ class EvidenceBackend:
         ctx = _make_ctx(req, n_st) if n_st else None
         if ctx is not None and d.sentences and not re.search(r"[.!?][\"')\]\u201d\u2019]*\s*$", req.response):
             ctx.cut_off = (d.sentences[-1].start, d.sentences[-1].end)
-        sentences = []
+        sentences, flagged = [], []
         first = True
         for sent, sts, hedged in zip(d.sentences, d.statements, d.hedged):
-            out = []
+            out, flags = [], []
             for st, h in zip(sts, hedged):
                 v = judge(st.text, sent.text, first, ctx, st.start, req.response[sent.start:st.start])
                 first = False
                 out.append(Statement(text=st.text, start=st.start, end=st.end, label=label_of(v, h),
                                      informativeness=v.informativeness, evidence=v.evidence[:3],
                                      confidence=round(v.confidence, 4)))
+                flags.append(v.answer)
             sentences.append(Sentence(text=sent.text, start=sent.start, end=sent.end, statements=out))
+            flagged.append(flags)
+        if ctx is not None and (ctx.idx.sents or ctx.gold):
+            # the statements read against the question: the answer follows the gold grader, informativeness
+            # is the paper's five levels (verifier_service.question_rules)
+            apply_question_rules(sentences, req.question, ctx.gold, ctx.qi, flagged, d.hedged)
         res = VerifyResult(sentences=sentences, abstained=d.abstained, backend=self.name)
         res.latency_ms = (time.perf_counter() - t0) * 1000.0
         return res
@@ -1062,4 +1070,4 @@ def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx, st_start: int = 
     else:
         info = 2
     return Verdict(truth=truth, confidence=max(0.0, min(1.0, conf)), informativeness=info,
-                   evidence=list(dict.fromkeys(evidence)), vague=no_evidence)
+                   evidence=list(dict.fromkeys(evidence)), vague=no_evidence, answer=is_answer)

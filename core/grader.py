@@ -52,6 +52,7 @@ from typing import Optional
 
 from core.lexicon import country_aliases_of
 from core.questions import choice_options
+from core.sentences import split_sentences
 
 #: Bumped whenever a rule changes some answer's grade; caches of grades (baselines/probe.py) key on it.
 GRADER_VERSION = "4"   # 2: a choice gold spelled out longer than its option still names the option;
@@ -405,7 +406,6 @@ def graded_span(answer: str, scope: str = "whole") -> tuple[int, int]:
     if scope != "first-sentence":
         raise ValueError(f"grade scope (GRADE_SCOPE, --grade-scope) must be one of {', '.join(GRADE_SCOPES)}, "
                          f"got {scope!r}")
-    from verifier_service.text import split_sentences   # regex only: abbreviations and initials do not end it
     sentences = split_sentences(answer)
     return (sentences[0].start, sentences[0].end) if sentences else (0, len(answer))
 

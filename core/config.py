@@ -40,6 +40,7 @@ from core.verify_schema import INFO_SCORES, LABELS, Label
 # RLFHConfig adds their environment variables and CLI flags (reward_type / reward_setting below).
 from core.reward_settings import (DEFAULT_INFORMATIVE_MAP, DEFAULT_VERIFICATION_MAP,  # noqa: F401 (re-exported)
                                   RewardSettings)
+from core.verifier_backends import BACKEND_NAMES, VERIFIER_BACKENDS
 
 EMBEDDED_MODEL = "smollm2-135m-instruct"
 EMBEDDED_DATA = "halueval:train"
@@ -441,12 +442,8 @@ class ServiceSettings(Settings):
 
 
     # ---------------------------------------------------------------- verifier
-    verifier_backend: Literal["evidence", "judge", "llm", "self"] = setting(
-        "evidence", "Verifier: 'evidence' (no LLM, CPU: rules decide every label), 'judge' (the rules cut the "
-        "response and find the statements that claim nothing; a trained claim judge, CLAIM_JUDGE_WEIGHTS, labels "
-        "the rest against the evidence), 'llm' (OpenAI-compatible endpoint at MODEL_URL) or 'self' "
-        "(the policy's own rollout engines judge, as in the paper: `rlfh train` only, where the verifier replicas "
-        "are handed the engines; a standalone `rlfh serve` / `rlfh verify` has no policy to ask).",
+    verifier_backend: Literal[BACKEND_NAMES] = setting(
+        "evidence", "Verifier backend: " + "; ".join(f"'{b.name}' ({b.summary})" for b in VERIFIER_BACKENDS) + ".",
         env="VERIFIER_BACKEND", group="verifier")
     model_url: str = setting("", "OpenAI-compatible base URL for the llm backend (e.g. http://vllm:8000/v1).",
                              env="MODEL_URL", group="verifier")

@@ -194,3 +194,20 @@ def test_one_free_port():
     port = ports.free_port()
     lo, hi = ports.PORT_RANGE
     assert lo <= port <= hi and ports.port_is_free(port)
+
+
+def test_verifier_backends_are_listed_once():
+    """core/verifier_backends.py lists the backends; the config's choices, the verifier's builders and the
+    hand-written docs all name exactly those."""
+    import typing
+    from pathlib import Path
+
+    from core.config import RLFHConfig
+    from core.verifier_backends import BACKEND_NAMES
+    from verifier_service.core import BACKENDS, BUILDERS
+    assert typing.get_args(RLFHConfig.model_fields["verifier_backend"].annotation) == BACKEND_NAMES
+    assert BACKENDS == tuple(BUILDERS) == BACKEND_NAMES
+    root = Path(__file__).resolve().parents[1]
+    for doc in ("docs/ARCHITECTURE.md", "CONTRIBUTING.md", "docs/CONFIG.md"):
+        text = (root / doc).read_text(encoding="utf-8")
+        assert all(name in text for name in BACKEND_NAMES), doc

@@ -26,6 +26,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Callable, Optional, Protocol
 
+from core.verifier_backends import BACKEND_NAMES
 from core.verify_schema import VerifyRequest, VerifyResult
 
 if TYPE_CHECKING:  # heavy-ish imports only for type checkers
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 #: Greedy decoding is expected (verdicts should be reproducible).
 ChatFn = Callable[[list[list[dict]]], list[str]]
 
-BACKENDS = ("evidence", "judge", "llm", "self")
+BACKENDS = BACKEND_NAMES   # core/verifier_backends.py lists them once
 
 
 class Backend(Protocol):
@@ -54,31 +55,48 @@ class Backend(Protocol):
     def verify_many(self, reqs: list[VerifyRequest]) -> list[VerifyResult]: ...
 
 
+def _config_error(message: str):
+    from core.config import ConfigError   # core.config imports the verifier's settings, not the verifier
+    return ConfigError(message)
+
+
+def _evidence(cfg, chat_fn):
+    from verifier_service.evidence import EvidenceBackend
+    return EvidenceBackend(cfg)
+
+
+def _judge(cfg, chat_fn):
+    from verifier_service.judge import JudgeBackend      # loads a model on first use: only when asked for
+    return JudgeBackend(cfg)
+
+
+def _llm(cfg, chat_fn):
+    from verifier_service.llm_backend import LLMBackend, http_chat_fn
+    if not cfg.model_url:
+        raise _config_error("VERIFIER_BACKEND=llm needs MODEL_URL (--model-url): the base URL of an "
+                            "OpenAI-compatible endpoint, e.g. http://vllm:8000/v1")
+    return LLMBackend(cfg, http_chat_fn(cfg), name="llm", model=cfg.annotate_model or "default",
+                      endpoint=cfg.model_url)
+
+
+def _self(cfg, chat_fn):
+    from verifier_service.llm_backend import LLMBackend
+    if chat_fn is None:
+        raise _config_error("VERIFIER_BACKEND=self needs a chat_fn (the policy's rollout engine); "
+                            "pass Verifier(cfg, backend='self', chat_fn=...)")
+    return LLMBackend(cfg, chat_fn, name="self", model=getattr(chat_fn, "model_name", "policy"),
+                      endpoint="in-process")
+
+
+#: How each backend of core/verifier_backends.py is built (the import test checks the two lists are one).
+BUILDERS: dict[str, Callable[..., Backend]] = {"evidence": _evidence, "judge": _judge, "llm": _llm, "self": _self}
+assert tuple(BUILDERS) == BACKENDS, "core/verifier_backends.py and verifier_service.core.BUILDERS disagree"
+
+
 def _build_backend(name: str, cfg: "ServiceSettings", chat_fn: Optional[ChatFn]) -> Backend:
-    if name == "evidence":
-        from verifier_service.evidence import EvidenceBackend
-        return EvidenceBackend(cfg)
-    if name == "judge":
-        from verifier_service.judge import JudgeBackend
-        return JudgeBackend(cfg)
-    if name == "llm":
-        from verifier_service.llm_backend import LLMBackend, http_chat_fn
-        if not cfg.model_url:
-            from core.config import ConfigError
-            raise ConfigError("VERIFIER_BACKEND=llm needs MODEL_URL (--model-url): the base URL of an "
-                              "OpenAI-compatible endpoint, e.g. http://vllm:8000/v1")
-        return LLMBackend(cfg, http_chat_fn(cfg), name="llm",
-                          model=cfg.annotate_model or "default", endpoint=cfg.model_url)
-    if name == "self":
-        from verifier_service.llm_backend import LLMBackend
-        if chat_fn is None:
-            from core.config import ConfigError
-            raise ConfigError("VERIFIER_BACKEND=self needs a chat_fn (the policy's rollout engine); "
-                              "pass Verifier(cfg, backend='self', chat_fn=...)")
-        return LLMBackend(cfg, chat_fn, name="self", model=getattr(chat_fn, "model_name", "policy"),
-                          endpoint="in-process")
-    from core.config import ConfigError
-    raise ConfigError(f"VERIFIER_BACKEND={name!r}: must be one of {', '.join(BACKENDS)}")
+    if name not in BUILDERS:
+        raise _config_error(f"VERIFIER_BACKEND={name!r}: must be one of {', '.join(BACKENDS)}")
+    return BUILDERS[name](cfg, chat_fn)
 
 
 class Verifier:

@@ -48,7 +48,8 @@ def process_allocator(pid: Optional[int] = None) -> str:
 
 def cpu_summary() -> str:
     """One line for benchmark tables: cores, torch's CPU instruction set level and whether bf16 is native.
-    Timings on CPU depend on both (fp32 on AVX2 vs bf16 on AVX512-BF16 differ by ~2x), so every table says it."""
+    Timings on CPU depend on both (bf16 autocast on a CPU with native bf16 against fp32: docs/PERFORMANCE.md,
+    "Mixed precision on CPU"), so every table says it."""
     try:
         isa = torch.backends.cpu.get_cpu_capability()
     except Exception:  # noqa: BLE001 - older torch
@@ -137,8 +138,8 @@ def other_load(window_s: float = 0.2) -> float:
 #: Busy cores (other jobs) above which CPU_THREADS=0 uses one thread, and how long a probe's answer is kept.
 #: Most of a core: a CPU-bound job beside the run keeps at least one busy, while the run's own Ray processes
 #: (raylet, GCS, dashboard, the Serve replicas between calls) keep 0.3-0.6 of one busy on a quiet machine. At 0.5
-#: that noise alone sent whole phases to one thread (`make train` on 2 AVX2 cores, 2026-11-27: a 55 s train phase
-#: took 72 s, a 20 s reference forward 27 s). `rlfh eval` uses the same rule.
+#: that noise alone sent whole phases to one thread, and they ran slower (docs/PERFORMANCE.md, "CPU threads on a
+#: busy machine"). `rlfh eval` uses the same rule.
 BUSY_THRESHOLD = 0.9
 _PROBE_TTL_S = 30.0
 _probe: dict[str, float] = {}
@@ -148,8 +149,8 @@ def auto_cores(now: Optional[float] = None) -> int:
     """CPU_THREADS=0: every core on a quiet machine, ONE when other jobs keep most of a core busy (BUSY_THRESHOLD).
 
     On a shared 2-core machine two OpenMP threads that are descheduled in turn wait for each other at every
-    op: measured here (load average ~20), a forward+backward of 8 x 128 tokens took 35-47 s with one thread
-    and 46-130 s with two. The probe (0.2 s) is cached for 30 s per process.
+    op, so one thread is faster there (docs/PERFORMANCE.md, "CPU threads on a busy machine"). The probe (0.2 s
+    of /proc/stat) is cached for 30 s per process.
     """
     now = time.monotonic() if now is None else now
     if now - _probe.get("at", -1e9) > _PROBE_TTL_S:
@@ -342,8 +343,8 @@ HEAD_ONLY_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 #: Positions per chunk of the LM head + log-softmax (a chunk's fp32 logits: rows x vocab x 4 bytes).
 LOGPROB_CHUNK_ROWS = 256
 #: Under autograd, chunks are checkpointed (logits recomputed in the backward pass) only when the whole micro
-#: batch's fp32 logits would exceed this: below it, keeping them is cheaper than a second LM-head pass (on 2 CPU
-#: cores, 8 answers x 48 tokens of the embedded model, 75 MB of logits: 0.57 s instead of 0.85 s per micro batch).
+#: batch's fp32 logits would exceed this: below it, keeping them is cheaper than a second LM-head pass
+#: (docs/PERFORMANCE.md, "Log-probs under autograd").
 LOGPROB_KEEP_LOGITS_BYTES = 256 << 20
 
 

@@ -1,11 +1,11 @@
 """A lean sampling loop for Hugging Face decoder LMs: the model's own forward, a preallocated KV buffer.
 
-Why not ``model.generate``: on a 2-core CPU, generating 32 sequences of the embedded 135M model spent most of its
-time outside the matmuls (``rlfh bench gen`` / the profile in the closing note of issue 10):
+Why not ``model.generate``: on a CPU, generating a batch of sequences of the embedded 135M model spends most of
+its time outside the matmuls (the profile: docs/PERFORMANCE.md, "The rollout loop"):
 
-* sdpa's CPU flash kernel takes ~2.6 ms per layer for ONE query token (42% of a decode step);
-* ``DynamicCache`` re-concatenates every layer's keys and values at every step (O(length) copies, 20%);
-* ``torch.multinomial`` draws one exponential per vocabulary entry (32 x 49,152 per step, 20%);
+* sdpa's CPU flash kernel is slow for ONE query token, the shape of every decode step;
+* ``DynamicCache`` re-concatenates every layer's keys and values at every step (O(length) copies);
+* ``torch.multinomial`` draws one exponential per vocabulary entry (32 x 49,152 per step);
 * rows that already ended keep being computed until the longest one ends.
 
 This loop keeps the model's own forward (its embeddings, rotary positions, MLPs, norms and LM head, so any
@@ -36,7 +36,7 @@ from actors.types import MIN_SHARED_PREFIX, columns_after_shared_prefix, shared_
 
 ATTENTION_NAME = "rlfh_kv_buffer"
 #: Drop finished rows once this share of the batch has finished (each drop copies the live part of the buffer).
-COMPACT_SHARE = 0.1   # 0.25 before: 300 evidence-mode eval answers at 64 rows, 120 -> 110 s
+COMPACT_SHARE = 0.1   # 0.25 before; 0.1 was faster on a 64-row eval (docs/PERFORMANCE.md, "Evaluation decode batch")
 #: Prompt tokens (padding included) per prefill forward. Decoding wants many rows per step (the weights are read
 #: once per step for all of them); a prefill wants few, similar-length prompts per forward (less padding, smaller
 #: activations), so a wide batch is prefilled in chunks into the one buffer.
@@ -182,9 +182,9 @@ def weight_major_linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[to
     """``F.linear(x, weight, bias)`` computed as ``(weight @ x.T).T``: x [..., in], weight [out, in] -> [..., out].
 
     Why: for the LM head of a decode step (a few rows against a [vocab, hidden] weight) MKL's sgemm runs the
-    weight-major product ~1.4x faster on 2 AVX2 cores (32 rows x 49,152 x 576: 26 ms instead of 37 ms; the
-    per-layer projections gain little, so only the head is swapped). Same sums, another order: equal up to float
-    rounding. The result is a transposed (non-contiguous) view.
+    weight-major product faster (docs/PERFORMANCE.md, "The rollout loop"; the per-layer projections gain little,
+    so only the head is swapped). Same sums, another order: equal up to float rounding. The result is a
+    transposed (non-contiguous) view.
     """
     flat = x.reshape(-1, x.shape[-1])
     out = torch.matmul(weight, flat.t()).t()
@@ -227,9 +227,10 @@ def sample_next_tokens(logits: torch.Tensor, temperature: float, top_p: float,
     a draw from softmax(logits / temperature) restricted to the smallest top-probability set whose mass reaches
     ``top_p`` (nucleus). Returns [rows] int64.
 
-    Inverse CDF with one uniform per row (``torch.multinomial`` draws one exponential per vocabulary entry,
-    ~30 ms a step for 32 x 49,152 on 2 cores), in two levels so that no cumulative sum runs over the whole
-    vocabulary: pick the block of :data:`SAMPLE_BLOCK` tokens by the blocks' masses, then the token inside it.
+    Inverse CDF with one uniform per row (``torch.multinomial`` draws one exponential per vocabulary entry, a
+    large share of a CPU decode step: docs/PERFORMANCE.md, "The rollout loop"), in two levels so that no
+    cumulative sum runs over the whole vocabulary: pick the block of :data:`SAMPLE_BLOCK` tokens by the blocks'
+    masses, then the token inside it.
     ``uniform`` [rows, 1] in [0, 1): the draws to use (drawn here from ``generator`` when None). No host sync:
     the function can run inside a captured CUDA graph.
     """

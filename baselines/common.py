@@ -206,8 +206,8 @@ class TrainHistory:
 def train_last_layers(model, train_layers: int) -> int:
     """Train only the last ``train_layers`` transformer layers of a causal LM (and an untied LM head): the input
     embeddings (an LM head tied to them with them) and the layers below are frozen, so the backward stops at the
-    lowest trained layer. With 15 of the embedded model's 30 layers a warm-start SFT step on 2 cores takes about a
-    third less (`rlfh bench sft`). ``0`` trains every parameter. Returns the parameters left trainable."""
+    lowest trained layer, and a step is cheaper (docs/PERFORMANCE.md, "The warm start's SFT by trained layers";
+    `rlfh bench sft --train-layers`). ``0`` trains every parameter. Returns the parameters left trainable."""
     if train_layers:
         from actors.base import frozen_lower_modules
         decoder = model.get_decoder() if hasattr(model, "get_decoder") else model.base_model
@@ -226,8 +226,8 @@ def train_last_layers(model, train_layers: int) -> int:
 SFT_LOOP_VERSION = 2
 
 # What one more micro batch costs, in tokens: the shared system prompt's pass (about 30 tokens for the embedded
-# model's chat template), the LM head's dense gradient and the gradient accumulation; about 0.7 s against 6 ms a
-# token for the embedded model on 2 AVX2 cores (2026-11-28). The split is about as fast anywhere from 64 to 250.
+# model's chat template), the LM head's dense gradient and the gradient accumulation, priced as response tokens
+# (the measurement: docs/PERFORMANCE.md, "The warm start's SFT by micro-batch packing").
 MICRO_BATCH_COST_TOKENS = 128
 
 
@@ -292,8 +292,8 @@ def train_loop(model, examples: Sequence, step_loss: Callable, *, epochs: int, l
     if not examples:
         raise BaselineError("nothing to train on (no examples were built)")
     params = [p for p in model.parameters() if p.requires_grad]
-    # torch's fused kernel where it runs (CPU, CUDA): one pass over the weights, 0.16 s a step for the embedded
-    # model on 2 AVX2 cores where the per-tensor loop takes 0.69 s (docs/PERFORMANCE.md)
+    # torch's fused kernel where it runs (CPU, CUDA): one pass over the weights instead of a loop over the tensors,
+    # several times faster (docs/PERFORMANCE.md, "The warm start's SFT by micro-batch packing")
     fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, fused=fused or None)
     lengths = [len(getattr(e, "prompt_token_ids", ())) + len(getattr(e, "response_token_ids", ())) for e in examples]

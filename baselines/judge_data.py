@@ -149,7 +149,7 @@ def sample_policy_answers(items, n: int, temperature: float, evidence_share: flo
     """The policy's own sampled answers to ``items`` (train questions), ``n`` per question, with the passage in
     the prompt for a stable ``evidence_share`` of them (the grounded recipe's prompt) and closed book for the
     rest, each graded by the gold grader. Cached as JSONL under ``$RLFH_CACHE_DIR/judge/`` by a hash of the
-    model, questions and sampling settings: sampling is the slow part of building the data (minutes on 2 cores)."""
+    model, questions and sampling settings: sampling is the slow part of building the data."""
     import torch
     from core.assets import cache_dir, file_lock
     from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path

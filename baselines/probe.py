@@ -13,9 +13,9 @@ Probing is a one-off cost per (model, questions, k, temperature): the result is 
 fixed (:data:`PROBE_SEED`), not the run's: the probe measures the base model, so every seed's warm start shares
 one probe. The embedded model's probe of ``make train``'s questions ships with the code (:data:`SHIPPED_DIR`,
 how it was made in its README): the same file the cache would hold, found by the same key, so a fresh clone
-skips the one-off cost (about 8-11 minutes on 2 cores) unless asked to recompute it. The warm start's other
-measurement of the base model, its greedy answer to every training question
-(:func:`evaluation.answer_cache.greedy_answers`), is cached and shipped the same way (2-3 minutes on 2 cores).
+skips the one-off cost (minutes on a CPU: docs/PERFORMANCE.md, "The warm start's measurements of the base model")
+unless asked to recompute it. The warm start's other measurement of the base model, its greedy answer to every
+training question (:func:`evaluation.answer_cache.greedy_answers`), is cached and shipped the same way.
 """
 from __future__ import annotations
 
@@ -108,8 +108,8 @@ def probe_questions(model, tokenizer, items: Sequence, prompts: Sequence[str], *
         model_name: what names the model in the cache key (:func:`evaluation.answer_cache.model_key`).
         batch_size: rows per sampling call (``batch_size // k`` prompts x ``k`` samples).
         dtype: ``fp32`` samples with ``model`` as it is; ``bf16`` with a bfloat16 copy (what the trainer's
-            rollout engines sample with on a CPU with native bf16, ROLLOUT_DTYPE=auto; with 64 rows a call it took
-            half the time of fp32 at 32 on 2 EPYC cores with native bf16).
+            rollout engines sample with on a CPU with native bf16, ROLLOUT_DTYPE=auto; faster there:
+            docs/PERFORMANCE.md, "The warm start's measurements of the base model").
         shipped_root: where shipped probes are looked up after the cache (None: never; compute instead).
     Returns:
         (N probes in input order, where they came from: ``"cache"``, ``"shipped"`` or ``"computed"``).

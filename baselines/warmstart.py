@@ -1,8 +1,11 @@
 """Abstention-prior warm start: teach the model THAT it may decline, not WHEN (the RL recipe's first stage).
 
 A 135M instruct model never samples "I don't know." by itself, so on-policy RL has no abstention to weigh;
-injecting one off-policy candidate per group gives it a huge advantage in every all-wrong group and abstention
-spreads at random (experiments/2026-11-diary.md). This warm start makes abstention an ordinary on-policy action instead:
+injecting one off-policy candidate per group (ABSTAIN_SAMPLES=1) gives it a huge advantage in every all-wrong group
+and abstention spreads at random: in three closed-book runs that did so (2026-11-23, GRPO, 16-20 steps), no
+checkpoint declined significantly more selectively than declining as many questions at random (e.g. 53 of 100
+dev questions declined at step 10, 3 right answers kept where random declining keeps 4.2); ``rlfh select
+RUN_DIR`` measures this for a run. This warm start makes abstention an ordinary on-policy action instead:
 
 1. The base model answers every training question greedily with the trainer's prompt.
 2. Closed-book questions get the abstention text as their target with probability ``abstain_share``, chosen

@@ -47,7 +47,7 @@ def cpu_vendor(cpuinfo: str = "/proc/cpuinfo") -> str:
 
 
 def torch_uses_mkl() -> bool:
-    """Whether this environment's torch does its fp32 products with MKL (imports torch: about 2 s)."""
+    """Whether this environment's torch does its fp32 products with MKL (imports torch, which is slow)."""
     import torch
     return bool(torch.backends.mkl.is_available()) and "BLAS_INFO=mkl" in torch.__config__.show()
 

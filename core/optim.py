@@ -101,8 +101,9 @@ def make_adamw(params: list[torch.nn.Parameter], lr: float, state_dtype: str = "
                device: torch.device | str = "cpu") -> torch.optim.Optimizer:
     """The optimizer of a trainable actor on ``device``. ``state_dtype`` (OPTIM_STATE_DTYPE, ``auto`` resolved by
     :func:`resolve_state_dtype`): ``fp32``: ``torch.optim.AdamW``, with the fused kernel where every parameter is
-    a float tensor on CPU or CUDA (one pass over all tensors: 0.08 s instead of 0.43 s a step for the embedded
-    model on 2 cores); ``bf16``: :class:`AdamWLowPrecisionState` (0.27 s a step there).
+    a float tensor on CPU or CUDA (one pass over all tensors instead of a loop over them); ``bf16``:
+    :class:`AdamWLowPrecisionState` (half the state's memory, a slower step: docs/PERFORMANCE.md, "Optimizer
+    state").
     """
     state_dtype = resolve_state_dtype(state_dtype, device)
     if state_dtype == "bf16":

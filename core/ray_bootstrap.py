@@ -90,7 +90,7 @@ def worker_env(cfg) -> dict[str, str]:
         env.update(CPU_WORKER_ENV)
         # Ray gives each fractional-CPU actor OMP_NUM_THREADS=1. Keep it: the driver runs different actors
         # concurrently, and on a small shared CPU box one thread per actor is several times faster than
-        # oversubscribed OpenMP threads (measured: 4x124-token fwd+bwd of SmolLM2-135M 6 s vs 30 s).
+        # oversubscribed OpenMP threads (docs/PERFORMANCE.md, "CPU threads on a busy machine").
     from core.config import ProcessSettings
     cache = ProcessSettings.load().cache_dir       # a process setting: the workers must use this process's folder
     if cache:

@@ -88,8 +88,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "of a grounded reply, GRADE_SCOPE). Default: whole.")
     p.add_argument("--dtype", choices=list(EVAL_DTYPES), default="fp32",
                    help="Inference precision: fp32, bf16 or fp16 weights, or autocast (fp32 weights, bf16 matmuls: "
-                        "what a training rollout samples with; about 2x faster with passages in the prompt on a "
-                        "CPU with native bf16, and it changes some greedy answers). Default fp32.")
+                        "what a training rollout samples with; faster on a CPU with native bf16, and it changes "
+                        "some greedy answers). Default fp32.")
     p.add_argument("--threads", type=int, default=0,
                    help="Torch CPU threads (0: auto = all cores on an idle machine, 1 when other work keeps the "
                         "cores busy: on a shared small machine one thread avoids OpenMP stalls).")

@@ -11,7 +11,7 @@ from typing import Sequence
 
 
 #: Sequences per teacher-forced scoring forward. Unlike decoding, a forward gains nothing from more rows and pads
-#: more: 128 evidence-mode answers scored 64 wide took 66 s and 2.8 GB, 16 wide 42 s and 1.6 GB (2 cores).
+#: more, so it stays narrow (docs/PERFORMANCE.md, "Evaluation scoring batch").
 SCORE_BATCH_SIZE = 16
 
 

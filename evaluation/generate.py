@@ -33,8 +33,8 @@ class GenerationStats:
 
 
 #: `rlfh eval --batch-size`: prompts per sampling call. Each decode step reads every weight once for all its rows, so
-#: 64 rows decode about twice the tokens per second of 16 (2 cores, fp32); the prompts are still prefilled a few at a
-#: time (`actors.decode.PREFILL_TOKENS`). 300 evidence-mode dev questions, generate: 154 s at 16, 110 s at 64.
+#: wide batches decode more tokens per second (docs/PERFORMANCE.md, "Evaluation decode batch"); the prompts are still
+#: prefilled a few at a time (`actors.decode.PREFILL_TOKENS`).
 EVAL_BATCH_SIZE = 64
 
 #: `rlfh eval --dtype`: weight dtypes, and ``autocast`` (fp32 weights, bf16 matmuls: :func:`inference_precision`).
@@ -48,8 +48,8 @@ def weights_dtype(dtype: str) -> str:
 
 def inference_precision(model, dtype: str):
     """The context `rlfh eval` generates and scores in. ``autocast``: bf16 matmuls under ``torch.autocast`` over
-    fp32 weights, the numerics a colocated training rollout samples with (about 2x faster prompt prefill on a CPU
-    with native bf16; `rlfh bench gen --precision`). The weights are marked trainable because autocast caches
+    fp32 weights, the numerics a colocated training rollout samples with (faster on a CPU with native bf16:
+    docs/PERFORMANCE.md, "Mixed precision on CPU"). The weights are marked trainable because autocast caches
     only the bf16 casts of leaf tensors that require grad (else it re-casts every weight at every forward);
     nothing computes a gradient (every caller runs under ``no_grad``). Other dtypes: no context."""
     from contextlib import nullcontext

@@ -127,8 +127,8 @@ def pick_threads(requested: int = 0) -> int:
 
     Auto (0): every core on an idle machine, but ONE thread when other processes keep most of a core busy
     (the trainer's rule, ``actors.base.BUSY_THRESHOLD``). On a shared 2-core machine, two OpenMP threads that
-    are descheduled in turn wait for each other at every op: measured here, 16 answers took 300 s with 2
-    threads and 35 s with 1 while another job was training.
+    are descheduled in turn wait for each other at every op, so one is faster there while another job trains
+    (docs/PERFORMANCE.md, "CPU threads on a busy machine").
     """
     if requested > 0:
         return requested
@@ -425,7 +425,10 @@ def apply_grounding_gate(gens: list, items: list, grounded: list[Optional[float]
     content word to the question, 0.0 when none of the words it adds is in the passage. Either way, for an
     open question the passage did not give the model its answer. Yes / no and either-or questions are never
     declined: their right answer adds nothing to the question. Answers that already abstain are left alone.
-    On the base model's 200 dev evidence answers this declines 17, of which 15 were wrong (experiments/2026-11-diary.md).
+    On the base model's answers to 200 dev questions with their passage (the answers the rule was designed on) it
+    declined 17, of which 15 were wrong (2026-11-23, the gold grader of that day); `rlfh eval --model
+    smollm2-135m-instruct --data halueval:dev --mode evidence --limit 200 --grounding-gate --out OUT` measures it
+    again.
     Returns (generations, the replaced answer per item or None).
     """
     from core.questions import question_type

@@ -221,7 +221,7 @@ class RewardDeployment:
         # evidence work; waiting less would answer 502 while the judge is still retrying as configured
         from verifier_service.llm_backend import judge_time_bound_s
         self.verify_timeout_s = judge_time_bound_s(self.cfg) + 30.0
-        # warm up before Serve routes traffic here: the tokenizer (5 s on first use) loads now, not in a request
+        # warm up before Serve routes traffic here: the tokenizer (slow on first use) loads now, not in a request
         t0 = time.perf_counter()
         self._load_tokenizer()
         log.info("reward replica up in %.1f s (tokenizer %s): cache %s, settings %s", time.perf_counter() - t0,
@@ -502,7 +502,7 @@ class RewardDeployment:
                         out[name] = {k: int(v) for k, v in dep.replica_states.items()}
             return out
         now = time.monotonic()
-        if self._replica_states is None or now - self._replica_states[0] > 5.0:   # serve.status() is ~30 ms
+        if self._replica_states is None or now - self._replica_states[0] > 5.0:   # serve.status(): a controller call
             try:
                 self._replica_states = (now, await asyncio.wait_for(asyncio.to_thread(running), 3.0))
             except Exception as e:

@@ -206,7 +206,7 @@ for mode in $EVAL_MODES; do
     elif [[ "$name" == "trained" ]]; then
       model="$TRAINED"
     elif [[ "$name" == "prompt-only" ]]; then
-      EXTRA_ARGS=(--confidence off)   # its confidence AUROC is not part of the gate (~1 min saved in closed book)
+      EXTRA_ARGS=(--confidence off)   # its confidence AUROC is not part of the gate (one scoring forward saved)
     fi
     stamp "eval $name [$mode]"
     # base-model runs are re-used when nothing changed (same weights and settings)

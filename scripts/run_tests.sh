@@ -61,8 +61,8 @@ export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 DS_ACCELERATOR=cpu TOKEN
 # fixtures start once); every test that starts Ray, Serve or Redis does so on free ports, so two run side by side.
 # Default: 2 workers where there are 2 cores or more, each with ONE OpenMP thread (OMP_NUM_THREADS=1 unless set):
 # the suite leaves a core idle half the time (Ray start-up, HTTP, subprocesses), and one thread per worker keeps
-# two model tests from stalling each other (two OpenMP threads descheduled in turn wait at every op: with 2 threads
-# per worker one decode test took 201 s instead of 20 s; the suite's times: docs/PERFORMANCE.md, "The test suites").
+# two model tests from stalling each other (two OpenMP threads descheduled in turn wait at every op; the suite's
+# times, and what two threads per worker cost: docs/PERFORMANCE.md, "The test suites").
 # RLFH_TEST_WORKERS=0: one process, torch's default thread count.
 # the launchers' MKL_VENDOR_SHIM (core/cpu_blas.py): on an AMD CPU the suite runs the products as train.sh does
 preload=$($BIN/python -m core.cpu_blas preload 2> >(sed 's/^/[tests] /' >&2)) || exit 2

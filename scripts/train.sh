@@ -93,9 +93,9 @@ preload=$("$PY" -m core.cpu_blas preload --mode "$(setting MKL_VENDOR_SHIM)" 2> 
 if [[ -n "$preload" ]]; then export LD_PRELOAD="$preload"; fi
 stage_times=()   # "name seconds" of each stage, printed at the end (where a slow CPU spends the run)
 stage_start=$SECONDS
-# The CPU's name says little (both kinds of AMD EPYC measured here are "AMD EPYC"); native bf16 halves the run's
-# time: the trainer computes in bf16 autocast there and in fp32 elsewhere (TRAIN_AUTOCAST, ROLLOUT_DTYPE: auto),
-# by the rule in actors.base.cpu_has_fast_bf16, asked here too
+# The CPU's name says little (both kinds of AMD EPYC measured here are "AMD EPYC"); native bf16 shortens the run
+# (docs/PERFORMANCE.md): the trainer computes in bf16 autocast there and in fp32 elsewhere (TRAIN_AUTOCAST,
+# ROLLOUT_DTYPE: auto), by the rule in actors.base.cpu_has_fast_bf16, asked here too
 cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | xargs || true)
 isa=$("$PY" -c "from actors.base import cpu_has_fast_bf16 as f; print('native bf16' if f() else 'no native bf16: fp32')" \
       2>/dev/null || echo "bf16 support unknown")

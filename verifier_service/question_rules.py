@@ -44,6 +44,7 @@ class QuestionRules:
     restate_new_words: int = 0       # at most this many content words the question lacks: a restatement
     relevant_predicate_words: int = 1  # question predicate words (outside its names) a relevant statement repeats
     crucial_predicate_share: float = 0.5  # yes/no: share of the predicate a deciding statement repeats
+    frame_words: int = 2             # question content words a statement that fills the question's frame repeats
 
 
 RULES = QuestionRules()
@@ -63,28 +64,43 @@ class StatementView:
 
 
 def answer_statement(sentence_text: str, sentence_start: int, statements: Sequence[StatementView],
-                     question: str, gold: str) -> tuple[Optional[int], str, str]:
+                     question: str, gold: str, rules: "QuestionRules | None" = None) -> tuple[Optional[int], str, str]:
     """``(index, grade, reason)``: which statement of the reply's first sentence answers the question, and the
     gold grader's verdict on that sentence (``grade_answer``, strict, the sentence alone).
 
     A correct sentence is answered by the statement that completes its shortest right prefix (the answer is
     there once the prefix grades right: "Yes" of "Yes, both are American films"). An incorrect one is answered by
-    its first statement the backend took for an answer (never by one the backend labelled ``Vague``: it claims
-    nothing; a restated question is no wrong answer either); a reason in
+    its first statement the backend took for an answer, else by its first statement that repeats ``frame_words``
+    of the question's content words and adds one of its own (never by one the backend labelled ``Vague``: it
+    claims nothing); a reason in
     :data:`NO_ANSWER_REASONS`, or ``not_attempted``, means no statement answers. ``index`` is None then.
     """
+    rules = rules or RULES
     g = grade_answer(sentence_text, gold, question)
     if g.grade == NOT_ATTEMPTED or g.reason in NO_ANSWER_REASONS or not statements:
         return None, g.grade, g.reason
+    # the sentence's subject cut off as a bare name ("Lodewijk van den Berg" of "Lodewijk van den Berg (...) is a
+    # Dutch engineer who flew on ...") says nothing yet: what is said of it answers
+    said = [i for i, st in enumerate(statements) if i == len(statements) - 1 or not bare_name(st.text)]
     if g.grade == CORRECT:
-        for i, st in enumerate(statements):
-            prefix = sentence_text[:st.end - sentence_start]
+        for i in said:
+            prefix = sentence_text[:statements[i].end - sentence_start]
             if grade_answer(prefix, gold, question).grade == CORRECT:
                 return i, g.grade, g.reason
         return len(statements) - 1, g.grade, g.reason
     # a statement the backend found no claim in ("That is a good question") answers nothing wrongly
-    flagged = [i for i, st in enumerate(statements) if st.flagged_answer and st.label != "Vague"]
-    return (flagged[0] if flagged else None), g.grade, g.reason
+    flagged = [i for i in said if statements[i].flagged_answer and statements[i].label != "Vague"]
+    if flagged:
+        return flagged[0], g.grade, g.reason
+    # else the statement that fills the question's frame: it repeats the question's words and adds its own
+    # ("The director of the film which had "Hell" on its soundtrack was Callahan")
+    q = _stems(question)
+    for i in said:
+        st = statements[i]
+        stems = _stems(st.text)
+        if st.label != "Vague" and len(stems & q) >= rules.frame_words and (stems - q or T.numbers(st.text)):
+            return i, g.grade, g.reason
+    return None, g.grade, g.reason
 
 
 def _stems(text: str) -> set[str]:
@@ -93,6 +109,13 @@ def _stems(text: str) -> set[str]:
 
 def _names_in(text: str) -> set[str]:
     return {e.norm for e in T.entities(text) if e.kind in ("name", "quoted") and e.norm}
+
+
+def bare_name(text: str) -> bool:
+    """The statement is a name and nothing more (no number, no word outside its names)."""
+    names = _names_in(text)
+    return bool(names) and not T.numbers(text) and \
+        _stems(text) <= {w for n in names for w in T.content_words(n)}
 
 
 def states_gold(text: str, gold: Optional[str]) -> bool:
@@ -129,6 +152,8 @@ def informativeness_level(text: str, qi: QuestionInfo, gold: Optional[str], earl
         ps = _stems(prev)
         if stems and ps and len(stems & ps) >= rules.repeat_share * len(stems):
             return 1
+    if bare_name(text):
+        return 1    # a bare name: nothing is said of it
     q_names = {T.normalize(n) for n in list(qi.entities) + list(qi.options)} - {""}
     name_stems = {s for n in q_names for s in T.content_words(n)}
     new = stems - qi.stems
@@ -166,7 +191,7 @@ def apply_question_rules(sentences: list, question: str, gold: Optional[str], qi
         sent = sentences[first]
         views = [StatementView(st.text, st.start, st.end, st.label, hedged[first][i], flagged[first][i])
                  for i, st in enumerate(sent.statements)]
-        idx, grade, _ = answer_statement(sent.text, sent.start, views, question, gold)
+        idx, grade, _ = answer_statement(sent.text, sent.start, views, question, gold, rules)
         if idx is not None:
             st = sent.statements[idx]
             good = grade == CORRECT

@@ -45,6 +45,7 @@ class QuestionRules:
     relevant_predicate_words: int = 1  # question predicate words (outside its names) a relevant statement repeats
     crucial_predicate_share: float = 0.5  # yes/no: share of the predicate a deciding statement repeats
     frame_words: int = 2             # question content words a statement that fills the question's frame repeats
+    frame_new_words: int = 2         # ... and the content words of its own it adds, when it adds no name or number
 
 
 RULES = QuestionRules()
@@ -71,8 +72,8 @@ def answer_statement(sentence_text: str, sentence_start: int, statements: Sequen
     A correct sentence is answered by the statement that completes its shortest right prefix (the answer is
     there once the prefix grades right: "Yes" of "Yes, both are American films"). An incorrect one is answered by
     its first statement the backend took for an answer, else by its first statement that repeats ``frame_words``
-    of the question's content words and adds one of its own (never by one the backend labelled ``Vague``: it
-    claims nothing); a reason in
+    of the question's content words and adds a name, a number or ``frame_new_words`` content words of its own
+    (never by one the backend labelled ``Vague``: it claims nothing); a reason in
     :data:`NO_ANSWER_REASONS`, or ``not_attempted``, means no statement answers. ``index`` is None then.
     """
     rules = rules or RULES
@@ -98,7 +99,9 @@ def answer_statement(sentence_text: str, sentence_start: int, statements: Sequen
     for i in said:
         st = statements[i]
         stems = _stems(st.text)
-        if st.label != "Vague" and len(stems & q) >= rules.frame_words and (stems - q or T.numbers(st.text)):
+        own = {n for n in _names_in(st.text) if n not in T.normalize(question)}
+        if st.label != "Vague" and len(stems & q) >= rules.frame_words and (
+                own or T.numbers(st.text) - T.numbers(question) or len(stems - q) >= rules.frame_new_words):
             return i, g.grade, g.reason
     return None, g.grade, g.reason
 
@@ -112,9 +115,9 @@ def _names_in(text: str) -> set[str]:
 
 
 def bare_name(text: str) -> bool:
-    """The statement is a name and nothing more (no number, no word outside its names)."""
+    """The statement is one name and nothing more (no number, no word outside it)."""
     names = _names_in(text)
-    return bool(names) and not T.numbers(text) and \
+    return len(names) == 1 and not T.numbers(text) and \
         _stems(text) <= {w for n in names for w in T.content_words(n)}
 
 

@@ -16,7 +16,7 @@ One PPO step (:meth:`Trainer.step`) calls the named parts of :mod:`cluster.exper
 then the step's record goes to metrics.jsonl (:mod:`cluster.run_log`), with a checkpoint every SAVE_STEP. The
 math is :mod:`core.core_algos`' and the abstention policy :mod:`core.abstention`'s. The reward function is
 pluggable (``Trainer(cfg, reward_fn=...)``): the reward service is the default (:mod:`cluster.services`);
-:class:`cluster.experience.KeywordReward` is an in-process one for tests and demos.
+tests plug in an in-process one (``tests/doubles.py``).
 
 A batch whose rewards cannot be had (the reward service is down after the client's bounded retries) is skipped
 and counted, never trained on as zero reward; after :data:`MAX_CONSECUTIVE_SKIPS` in a row the run saves a
@@ -45,7 +45,7 @@ from cluster import step_metrics
 from cluster.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, save_checkpoint
 from cluster.data_order import load_prompts, next_prompt_indices, plan_steps
 from cluster.dev_eval import DevEvaluator
-from cluster.experience import KeywordReward, SkipCounter
+from cluster.experience import SkipCounter
 from cluster.model_export import export_final, save_policy
 from cluster.ppo_update import sync, update
 from cluster.recovery import ActorGroupsFailed, ActorRecovery
@@ -62,8 +62,7 @@ from core.ray_bootstrap import start_ray
 log = logging.getLogger(__name__)
 
 MAX_CONSECUTIVE_SKIPS = 5
-__all__ = ["Trainer", "TrainResult", "train", "KeywordReward", "PHASES", "ActorGroupsFailed",
-           "MAX_CONSECUTIVE_SKIPS"]
+__all__ = ["Trainer", "TrainResult", "train", "PHASES", "ActorGroupsFailed", "MAX_CONSECUTIVE_SKIPS"]
 
 
 @dataclass

@@ -7,10 +7,10 @@ Ray, so every piece is unit-testable with plain tensors:
   rollout samples (question, response, materials, gold answer and the engines'
   own token character offsets: alignment by offsets, never by re-decoding);
 * a **reward function** turns items into per-token rewards. :class:`ServiceReward`
-  (the default) calls the reward service over HTTP; :class:`KeywordReward` is a
-  tiny in-process one (rewards the tokens of a chosen word: tests, demos). Any
-  callable ``items -> list[result]`` works, where a result has the fields the
-  driver reads of the reward service's ``ItemReward`` (the one record of a reward: both return it);
+  (the default) calls the reward service over HTTP. Any callable ``items -> list[result]`` works, where a
+  result has the fields the driver reads of the reward service's ``ItemReward`` (the one record of a reward);
+  tests plug in ``tests/doubles.py``'s ``KeywordReward``, and :class:`KeywordReward` here is only
+  ``rlfh bench peer``'s;
 * :func:`fetch_rewards` calls it and turns "the service is down after its bounded
   retries" into a skipped, counted batch (never a zero reward);
 * :func:`rewards_to_tensors` places per-token rewards into ``[B, R]`` tensors
@@ -120,12 +120,9 @@ class SelfJudge:
 
 
 class KeywordReward:
-    """In-process reward: ``value`` on every token that overlaps an occurrence of ``word``.
-
-    Matching is case-insensitive on whole words of the response text; token positions come from the
-    items' ``token_offsets`` (the same alignment contract as the service). Tokens of a matched word get
-    label sign +1 (as a "Correct" statement), so FSPO runs work with it too. A response containing the
-    word counts as correct. Deterministic and instant: used by the learning test and for demos.
+    """``rlfh bench peer``'s reward (bench/peer.py): ``value`` on every token of a whole-word, case-insensitive
+    match of ``word``, the same instant reward for both trainers it times. Not the trainer's: the tests' copy is
+    ``tests/doubles.py``, and this one belongs in bench/ (it is here because bench/peer.py imports it from here).
     """
 
     def __init__(self, word: str, value: float = 1.0):

@@ -139,9 +139,9 @@ def test_trainer_evaluates_dev_in_the_loop_and_keeps_the_best_step(tmp_path, tin
     import json
 
     from cluster.driver import Trainer
-    from cluster.experience import KeywordReward
     from core.config import RLFHConfig
     from core.ray_bootstrap import start_ray
+    from doubles import KeywordReward
     cfg = RLFHConfig.load(
         environ={}, model_path=tiny_model_path, save_path=str(tmp_path), prompt_data="halueval:train",
         max_samples=32, rollout_batch_size=2, n_samples_per_prompt=2, generate_max_len=6, prompt_max_len=96,

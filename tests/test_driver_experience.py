@@ -10,13 +10,14 @@ import torch
 from actors.types import RolloutSample, make_batch, token_offsets
 from cluster.checkpoint import TrainerState
 from cluster.data_order import epoch_order, load_prompts, next_prompt_indices, plan_steps
-from cluster.experience import (KeywordReward, RewardUnavailable, ServiceReward, SkipCounter,
-                                fetch_rewards, graded_end_positions, inject_abstentions, label_mix,
-                                reward_items, rewards_to_tensors)
+from cluster.experience import (RewardUnavailable, ServiceReward, SkipCounter, fetch_rewards,
+                                graded_end_positions, inject_abstentions, label_mix, reward_items,
+                                rewards_to_tensors)
 from core.config import ConfigError, RLFHConfig
 from core.core_algos import last_token_values
 from core.data import QAItem
 from conftest import HANG_S, free_port
+from doubles import KeywordReward
 from reward_service.schemas import ItemReward
 
 

@@ -163,7 +163,8 @@ def test_resume_continues_at_the_same_step_and_data_position(cluster, run_dir, t
     costs ~20 s; resuming with the real service is tests/test_faults.py's SIGKILLed trainer (scripts/train.sh)."""
     from safetensors.torch import load_file
 
-    from cluster.driver import KeywordReward, Trainer
+    from cluster.driver import Trainer
+    from doubles import KeywordReward
     groups = cluster["groups"]
     cfg = tiny_cfg(run_dir, tiny_model_path)
     ck = Path(cfg.effective_ckpt_path)

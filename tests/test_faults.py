@@ -260,7 +260,8 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
     import threading
 
     from cluster.chaos import inject
-    from cluster.driver import ActorGroupsFailed, KeywordReward, Trainer
+    from cluster.driver import ActorGroupsFailed, Trainer
+    from doubles import KeywordReward
     from core.config import RLFHConfig
 
     # ACTOR_TIMEOUT_S: the SIGSTOPped engine is given up on after this long. Every call of the tiny model takes well

@@ -1,7 +1,7 @@
 """The loop learns: with an in-process token reward on one word, the policy says that word more often.
 
 The driver runs its real loop (real Ray actor groups, DeepSpeed on CPU, the real SmolLM2-135M, HF rollout
-engine, weight sync) with :class:`cluster.experience.KeywordReward` plugged in instead of the reward service.
+engine, weight sync) with :class:`doubles.KeywordReward` plugged in instead of the reward service.
 Before and after 3 steps the rollout engine samples 8 held-out prompts x 8 samples with a fixed seed; the share
 of responses containing the word and its mean count must rise clearly (measured on the 2-core CI machine,
 2026-11-26: 0.48 -> 0.88 and 0.58 -> 1.28 occurrences per 12-token response after 3 steps, against +0.25 and x1.5
@@ -34,7 +34,7 @@ def test_keyword_reward_raises_the_word_frequency(tmp_path):
     import ray
 
     from cluster.driver import Trainer
-    from cluster.experience import KeywordReward
+    from doubles import KeywordReward
     from core.config import RLFHConfig
     from core.data import load_items
     from core.prompts import render_prompt

@@ -6,7 +6,8 @@ Per request (all CPU, linear in the text):
    exact spans, and flags hedges and abstentions;
 2. a :class:`~verifier_service.retrieval.MaterialIndex` (BM25 via ``bm25s`` over the materials' sentences)
    is built once;
-3. every statement is checked:
+3. every statement is checked by the named rules of :data:`RULES`, the first that decides giving its verdict
+   (:func:`judge` has them as a table; every number they decide by is a field of :class:`JudgeThresholds`):
 
    * **unsupported facts** - a named entity or number that occurs neither in the materials, the question
      nor the gold answer makes the statement ``Wrong`` (a made-up name/date is the typical hallucination);
@@ -40,31 +41,118 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Optional
 
 from core.lexicon import country_aliases_of
 from core.verify_schema import Sentence, Statement, VerifyRequest, VerifyResult
 from verifier_service import text as T
 from verifier_service.question import (ALL_HEADS, LOCATION_WORDS, ORG_WORDS, AnswerRanker, QuestionInfo,
-                                       analyze_question, predict_yesno)
+                                       Ranking, analyze_question, predict_yesno)
 from verifier_service.question_rules import apply_question_rules
 from verifier_service.retrieval import MaterialIndex
 
 ALGO_VERSION = "evidence-2.0"  # bump on any verdict change: cached verdicts of other versions are not reused
 
-# Without a gold answer, a candidate answer's label comes from its ranking margin against the other
-# entities of the evidence: P(correct) = sigmoid(SLOPE * (margin + OFFSET)). The offset leans towards
-# "Correct" because the ranker is a heuristic: a candidate is only called Wrong when another entity fits
-# the question better by a margin of 1 (calibrated on the HaluEval dev split, never on test: 2.0 left 31% of
-# the right-vs-other-entity pairs with equal rewards, 1.0 leaves 24% and ranks 82% of them right by reward,
-# at 0.5 point of accuracy on HaluEval's own short right answers). What the label leaves equal, the
-# candidate's rank breaks (:func:`rank_informativeness`: 8% of those pairs keep equal rewards on dev).
-ANSWER_SLOPE, ANSWER_OFFSET = 0.9, 1.0
-# A statement whose words are, for this share of them, one unbroken stretch of the question restates it
-# (Vague). Tuned on the tune part of bench/data/real_answers.jsonl only.
-RESTATE_SHARE = 0.75
-OPTION_SLOPE, OPTION_OFFSET = 1.0, 1.0
+
+@dataclass(frozen=True)
+class JudgeThresholds:
+    """Every number :func:`judge`'s rules decide by, in one record (``THRESHOLDS``). Confidences are 0..1; a
+    ``*_base`` / ``*_gain`` pair is a confidence ``base + gain * x``. Replace a field with
+    :func:`dataclasses.replace` to try another value (:func:`_make_ctx` takes the record)."""
+
+    # -- answer calibration without a gold answer. A candidate's label comes from its ranking margin against
+    # the other entities of the evidence: P(correct) = sigmoid(SLOPE * (margin + OFFSET)). The offset leans
+    # towards "Correct" because the ranker is a heuristic: a candidate is only called Wrong when another
+    # entity fits the question better by a margin of 1 (calibrated on the HaluEval dev split, never on test:
+    # 2.0 left 31% of the right-vs-other-entity pairs with equal rewards, 1.0 leaves 24% and ranks 82% of them
+    # right by reward, at 0.5 point of accuracy on HaluEval's own short right answers). What the label leaves
+    # equal, the candidate's rank breaks (:func:`rank_informativeness`: 8% of those pairs keep equal rewards
+    # on dev).
+    answer_slope: float = 0.9
+    answer_offset: float = 1.0
+    option_slope: float = 1.0           # the same for the chosen option of an "A or B" question
+    option_offset: float = 1.0
+    option_not_found_p: float = 0.3     # P(correct) of a chosen option the evidence never mentions
+    option_denied_p: float = 0.5        # P(correct) of a denied option when the options cannot be compared
+    decision_p: float = 0.5             # P(correct) at or above which a ranked candidate is Correct
+
+    # -- reading the statement
+    # A statement whose words are, for this share of them, one unbroken stretch of the question restates it
+    # (Vague). Tuned on the tune part of bench/data/real_answers.jsonl only.
+    restate_share: float = 0.75
+    restate_gapped_share: float = 0.5   # ... or this share, when it is the question's words with a few left out
+    stance_overlap: float = 0.4         # share of question stems that makes a statement a yes/no stance
+    stance_entity_words: int = 4        # an answer phrase this short is an entity, not a stance
+    short_answer_words: int = 6         # a sole statement this short is itself the answer phrase
+    phrase_support: float = 0.7         # below this support in the materials a new name is unsupported
+
+    # -- statements that claim nothing
+    vague_confidence: float = 0.7       # a restatement, a question asked back, a tautology, no content
+    cut_off_confidence: float = 0.6     # a statement the token limit cut off mid-phrase
+    no_evidence_confidence: float = 0.3  # no materials and no gold answer: nothing to check against
+
+    # -- the answer's role
+    slot_fit: float = 0.7               # type fit of a question's own entity put in the asked slot ...
+    slot_shared_stems: int = 2          # ... by a statement sharing at least this many question stems
+    answer_fit: float = 0.5             # type fit of a new entity that answers the question (also: info 5)
+    filled_fit: float = -0.5            # type fit above which the name filling a copied question answers it
+    number_answer_fit: float = 1.0      # fit of a new number answering a number / date question
+    topical_cap: int = 3                # a statement is topical when it shares min(cap, question stems //
+    topical_divisor: int = 3            # divisor) of the question's stems (at least 1)
+
+    # -- the answer check
+    both_confidence: float = 0.9        # "yes or no": offers both answers (Wrong)
+    yesno_right_confidence: float = 0.95  # stance = the gold yes/no
+    yesno_wrong_confidence: float = 0.92  # stance != the gold yes/no
+    not_a_stance_confidence: float = 0.9  # an entity given as the answer to a yes/no question (Wrong)
+    option_denied_confidence: float = 0.85  # denies the option that is not the gold answer (Correct)
+    option_right_confidence: float = 0.93   # chose the gold option
+    option_wrong_confidence: float = 0.92   # chose another option, or all of them
+    gold_match: float = 0.6             # _gold_match score at which the statement states the gold answer
+    gold_whole: float = 1.0             # _gold_match score of the whole gold phrase
+    gold_conf_base: float = 0.75        # confidence of a stated gold answer: base + gain * match
+    gold_conf_gain: float = 0.2
+    gold_negated_confidence: float = 0.8  # negates the gold answer (Wrong)
+    gold_missed_conf_base: float = 0.85   # an answer that misses the gold: base - drop * match (Wrong)
+    gold_missed_conf_drop: float = 0.3
+    premise_denial_confidence: float = 0.55  # denies the question's premise (Wrong, without gold)
+    question_name_confidence: float = 0.7    # one of the question's own names offered as the answer (Wrong)
+    gold_stated_shared_stems: int = 2   # a statement of the gold sharing this many question stems answers it
+    negated_word_support: float = 0.6   # a negated claim with this word support ...
+    negated_claim_confidence: float = 0.6  # ... whose evidence states it positively (Wrong)
+
+    # -- the truth rules
+    max_confidence: float = 0.97        # cap of the summed confidences
+    unsupported_answer_confidence: float = 0.6  # the right answer wrapped in an unsupported name / number
+    unsupported_conf_base: float = 0.8  # an unsupported name / number: base + per_fact * count
+    unsupported_conf_per_fact: float = 0.05
+    contradicted_conf_base: float = 0.75  # the evidence puts another entity in its slot: base + gain * share
+    contradicted_conf_gain: float = 0.2
+    background_conf_base: float = 0.6   # a background fact the evidence states: base + gain * share
+    background_conf_gain: float = 0.3
+    put_in_share: float = 0.9           # an evidence sentence says this share of the rest of it ...
+    put_in_shared: int = 4              # ... and at least this many of its words, but not its entity
+    put_in_confidence: float = 0.7
+    wrapped_word_support: float = 0.5   # a right answer below this word support is wrapped in unsupported
+    wrapped_conf_base: float = 0.6      # claims: base + gain * (wrapped_word_support - word support)
+    wrapped_conf_gain: float = 0.3
+    slot_supported_word_support: float = 0.5  # the evidence states its entities and this share of its words
+    slot_supported_conf_base: float = 0.7     # base + gain * share
+    slot_supported_conf_gain: float = 0.25
+    lexical_support: float = 0.6        # word support at which a statement without other checks is Correct
+    lexical_conf_base: float = 0.5      # base + gain * |support - lexical_support| / lexical_support
+    lexical_conf_gain: float = 0.45
+    lexical_entity_bonus: float = 0.1   # added when its new names are all supported ...
+    lexical_entity_max: float = 0.95    # ... up to this
+    lexical_elsewhere_max: float = 0.55  # cap when its entity is in the materials, not where the rest is
+
+    # -- informativeness
+    info_word_support: float = 0.5      # a background statement with this word support is informative (3)
+
+
+THRESHOLDS = JudgeThresholds()
 
 _TEMPLATE_RE = re.compile(
     r"^\W*(?:so\s+|thus\s+|therefore\s+)?(?:i\s+think\s+|i\s+believe\s+|probably\s+|maybe\s+)?"
@@ -104,6 +192,7 @@ class _Ctx:
     # (start, end) of the last sentence when the reply stops without closing punctuation (cut off by the
     # token limit), else None
     cut_off: Optional[tuple[int, int]] = None
+    th: JudgeThresholds = THRESHOLDS    # the numbers the rules decide by
 
 
 class _PromptCache:
@@ -135,7 +224,7 @@ class _PromptCache:
 _CACHE = _PromptCache()
 
 
-def _make_ctx(req: VerifyRequest, n_statements: int) -> _Ctx:
+def _make_ctx(req: VerifyRequest, n_statements: int, th: Optional[JudgeThresholds] = None) -> _Ctx:
     idx, ranker = _CACHE.get(req.question, req.materials)
     qi = ranker.qi
     gold = (req.gold_answer or "").strip() or None
@@ -151,7 +240,8 @@ def _make_ctx(req: VerifyRequest, n_statements: int) -> _Ctx:
     yn_pred = predict_yesno(qi, idx) if (qi.qtype == "yesno" and not gold) else (None, 0.5)
     return _Ctx(req=req, idx=idx, qi=qi, ranker=ranker, gold=gold, gold_norm=gn, gold_yn=gyn,
                 gold_stems=set(T.content_words(gold)) if gold else set(),
-                gold_nums=T.numbers(gold) if gold else set(), n_statements=n_statements, yn_pred=yn_pred)
+                gold_nums=T.numbers(gold) if gold else set(), n_statements=n_statements, yn_pred=yn_pred,
+                th=THRESHOLDS if th is None else th)
 
 
 @dataclass
@@ -238,7 +328,7 @@ def _answer_phrase(st_text: str, ctx: _Ctx) -> Optional[str]:
     m = _TEMPLATE_RE.match(st_text)
     if m:
         return m.group("x").strip()
-    if ctx.n_statements == 1 and len(st_text.split()) <= 6:
+    if ctx.n_statements == 1 and len(st_text.split()) <= ctx.th.short_answer_words:
         x = _LEAD_IT_RE.sub("", st_text.strip()).strip(" .!?\"'")
         if not x:
             return None
@@ -249,19 +339,20 @@ def _answer_phrase(st_text: str, ctx: _Ctx) -> Optional[str]:
     return None
 
 
-def _stance(st_text: str, sent_text: str, first: bool, qi: QuestionInfo, answer: Optional[str]) -> Optional[str]:
+def _stance(st_text: str, sent_text: str, first: bool, qi: QuestionInfo, answer: Optional[str],
+            th: JudgeThresholds = THRESHOLDS) -> Optional[str]:
     """'yes' / 'no' when the statement takes a side on a yes/no question, else None."""
     src = answer if answer is not None else st_text
     m = _YESNO_RE.match(src) or (_YESNO_RE.match(sent_text) if first else None)
     if m:
         return "yes" if m.group(1).lower() in _YES else "no"
-    if answer is not None and len(answer.split()) <= 4:
+    if answer is not None and len(answer.split()) <= th.stance_entity_words:
         return None  # "The answer is Kings of Leon": an entity, not a stance
     stems = set(T.content_words(st_text))
     if not stems or not qi.stems:
         return None
     overlap = len(stems & qi.stems) / max(1, min(len(qi.stems), len(stems)))
-    if overlap >= 0.4:
+    if overlap >= th.stance_overlap:
         return "no" if _NEG_RE.search(st_text) else "yes"
     return None
 
@@ -558,7 +649,7 @@ def _fragment_check(ents: list, sent_text: str, idx: MaterialIndex, qi: Question
 
 
 def _restates_question(st_text: str, qi: QuestionInfo, new_ents: list, new_nums: set, new_stems: list,
-                       stance: Optional[str], option: Optional[str]) -> bool:
+                       stance: Optional[str], option: Optional[str], th: JudgeThresholds = THRESHOLDS) -> bool:
     """The statement adds no name, number or content word to the question (and is no yes/no stance or
     chosen option: "Onew and Judith Durham are both singers" answers "Are ... both singers?")."""
     if qi.qtype in ("yesno", "choice") or stance is not None or option is not None:
@@ -580,10 +671,10 @@ def _restates_question(st_text: str, qi: QuestionInfo, new_ents: list, new_nums:
         return False
     q = [_loose_stem(w) for w in T.normalize(qi.text).split() if w not in _WH_WORDS]
     run, end = _longest_common_run(st, q)
-    if not (run >= RESTATE_SHARE * len(st) and end == len(st)):
+    if not (run >= th.restate_share * len(st) and end == len(st)):
         # or the question's words in its order with a few left out ("Sorghum is a type of grass harvested for
         # edible fruit" for "Sorghum x drummondii is a type of grass harvested for what type of edible fruit")
-        if not (run >= 0.5 * len(st) and _gapped_copy(st, q)):
+        if not (run >= th.restate_gapped_share * len(st) and _gapped_copy(st, q)):
             return False
         end, run = len(st), len(st)
     # what precedes the copied stretch must not be a name: "The band Primal Scream is a 2011 British action
@@ -792,282 +883,582 @@ def _dangles(st_text: str) -> bool:
     return bool(_DANGLING_END_RE.search(t))
 
 
-def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx, st_start: int = -1, before: str = "") -> Verdict:
-    """Verdict for one statement (see the module docstring for the rules). ``st_start``: the statement's
-    offset in the response (-1: unknown), to tell the statement a cut-off reply ends in; ``before``: the
-    text of its sentence before it (a fragment that only repeats it claims nothing new)."""
+# ----------------------------------------------------------------------------- the rules
+
+@dataclass
+class _Content:
+    """Whether a statement claims anything checkable, and what it puts in the question's asked slot."""
+
+    has_content: bool
+    slot_ent: Optional[str]           # a name the statement puts in the asked slot (an answer attempt)
+    frag_sc: Optional["SlotCheck"]    # the slot check of a fragment, through its sentence
+    denial: bool                      # it denies something about the question's topic
+
+
+@dataclass
+class _Support:
+    """How much of the statement the materials and the gold answer state."""
+
+    unsup_ents: list                  # new names found neither in the materials nor in the gold answer
+    unsup_nums: set                   # new numbers found in neither
+    word_support: float               # share of its new content words found in them (1.0 when it has none)
+
+
+@dataclass
+class _AnswerCheck:
+    """The statement as an answer: whether it is one, and its truth against the gold answer or the ranker."""
+
+    is_answer: bool
+    cand: Optional[str]               # the candidate answer it names
+    fit: float = 0.0                  # how well the candidate fits the asked type
+    truth: Optional[float] = None     # signed, in [-1, 1]; None: nothing to say about it as an answer
+    confidence: float = 0.5
+    gold_stated: bool = False         # it states the whole gold answer
+    ranked: Optional[Ranking] = None  # the ranker's verdict on a candidate checked without gold
+    evidence: list = field(default_factory=list)  # the evidence sentences the check used
+
+
+@dataclass
+class _StatementFacts:
+    """What the rules read about one statement. The fields are read once per statement; the properties below
+    them are computed on first use (each once), in the order the rules ask for them, which is the order of
+    the original cascade (the answer ranker's cache must see its calls in that order)."""
+
+    ctx: _Ctx
+    text: str                         # the statement, hedge cues blanked (and a word the cut-off cut dropped)
+    sent: str                         # its sentence, hedge cues blanked
+    first: bool                       # the first statement of the reply
+    before: str                       # the text of its sentence before it
+    in_cut_off: bool                  # it lies in the last sentence of a reply cut off by the token limit
+    answer: Optional[str]             # the phrase it offers as the answer ("The answer is X" -> X)
+    stems: list                       # its content words (stems)
+    ents: list                        # its names and numbers
+    new_ents: list                    # ... those the question does not mention
+    new_nums: set                     # its numbers the question does not have
+    new_stems: list                   # its content words the question and its own names do not have
+    stance: Optional[str]             # "yes" / "no" / "both" on a yes/no question
+    option: Optional[str]             # the option of an "A or B" question it picks
+    hits: list                        # (sentence index, score) of the evidence sentences it matches best
+    evidence: list                    # their texts
+    named: Optional[str]              # a name of the question that is the whole complement of its copula
+
+    @property
+    def th(self) -> JudgeThresholds:
+        return self.ctx.th
+
+    @property
+    def qi(self) -> QuestionInfo:
+        return self.ctx.qi
+
+    @property
+    def idx(self) -> MaterialIndex:
+        return self.ctx.idx
+
+    @cached_property
+    def q_shared(self) -> set:
+        """Its content words that are the question's."""
+        return set(self.stems) & self.qi.stems
+
+    @cached_property
+    def content(self) -> _Content:
+        return _find_content(self)
+
+    @cached_property
+    def support(self) -> _Support:
+        return _find_support(self)
+
+    @cached_property
+    def filled(self) -> bool:
+        """The question with its slot filled: every word but its one new name (or its new numbers) is the
+        question's ("Deltora Quest made its Pakistani debut on a TV channel created by Turner International
+        Pakistan" for "... on a TV channel created by what company?"). Its one claim is the answer: the
+        question's names in it are the question's premise (a multi-hop question's first hop, often in another
+        evidence sentence than the answer), so the slot check of the whole statement does not overrule the
+        answer check."""
+        return (self.qi.qtype not in ("yesno", "choice") and bool(self.new_ents) and self.answer is None
+                and (len(self.new_ents) == 1 or all(e.kind in ("number", "date") for e in self.new_ents))
+                and not [w for w in self.new_stems if w not in FILLER_STEMS]
+                and _fills_question(self.text, self.new_ents, self.qi))
+
+    @cached_property
+    def answer_check(self) -> _AnswerCheck:
+        return _check_negated_claim(self, _check_answer(self))
+
+    @cached_property
+    def negated_claim(self) -> bool:
+        """It carries a negation (and is no bare yes/no)."""
+        return bool(_NEG_RE.search(self.text)) and not _YESNO_RE.match(self.text)
+
+    @cached_property
+    def firm(self) -> bool:
+        """It gives an answer in so many words ("The answer is X", "Yes, ..."); an option merely mentioned in
+        a background fact is not one."""
+        return self.answer is not None or (self.stance is not None and bool(_YESNO_RE.match(self.text)))
+
+    @cached_property
+    def slot(self) -> Optional[SlotCheck]:
+        return _find_slot(self)
+
+    @cached_property
+    def gold_ok(self) -> bool:
+        """It gives the gold answer where the question asks for it: a slot check on its other words does not
+        overrule that ("took its name from a song by Puerto Rican singer Ricky Martin")."""
+        a, ctx, th = self.answer_check, self.ctx, self.th
+        return ctx.gold is not None and a.truth is not None and a.truth > 0 and (
+            self.firm or ((a.is_answer or (a.gold_stated and len(self.q_shared) >= th.gold_stated_shared_stems))
+                          and not _contradicted_without(self.text, ctx.gold, self.idx, self.qi)))
+
+
+def _read_statement(st_text: str, sent_text: str, first: bool, ctx: _Ctx, st_start: int,
+                    before: str) -> _StatementFacts:
+    """The statement's words, names, numbers, stance and option against the question, and its evidence."""
     qi, idx = ctx.qi, ctx.idx
     # hedge cues ("I think", "probably") are not claims: they neither need nor get evidence
     st_text, sent_text = T.strip_hedges(st_text), T.strip_hedges(sent_text)
-    if ctx.cut_off is not None and ctx.cut_off[0] <= st_start < ctx.cut_off[1]:
+    in_cut_off = ctx.cut_off is not None and ctx.cut_off[0] <= st_start < ctx.cut_off[1]
+    if in_cut_off:
         # the reply was cut off: its last word may be cut too ("built in 19" for 1970, "the band Pr")
         st_text = _drop_cut_word(st_text, ctx)
     answer = _answer_phrase(st_text, ctx)
     stems = T.content_words(st_text)
     ents = [e for e in T.entities(st_text) if e.norm and e.norm not in ("answer",)]
     new_ents = [e for e in ents if not qi.mentions(e.text)]
-    nums = T.numbers(st_text)
-    q_nums = T.numbers(qi.text)
-    new_nums = nums - q_nums
+    new_nums = T.numbers(st_text) - T.numbers(qi.text)
     ent_words = {T.stem(w) for e in ents for w in T.words(e.text)}
     q_loose = {_loose_stem(w) for w in qi.stems}
     new_stems = [s for s in stems if s not in qi.stems and _loose_stem(s) not in q_loose and s not in ent_words
                  and not s.isdigit()]
-    stance = _stance(st_text, sent_text, first, qi, answer) if qi.qtype == "yesno" else None
+    stance = _stance(st_text, sent_text, first, qi, answer, ctx.th) if qi.qtype == "yesno" else None
     if stance is not None and _BOTH_YN_RE.search(st_text):
         stance = "both"  # "Yes or no": offers both answers, so it matches neither (Wrong, like "A or B")
     option = _chosen_option(st_text, qi) if qi.options else None
-
-    # evidence sentences for the statement
     hits = idx.search(stems + new_stems, k=2)
-    evidence = [idx.sents[i].text for i, _ in hits]
-
     # "The school is The Hill School", "The flag carrier airline of India is Gurgaon": a copula whose
     # complement is one of the question's names offers that name as the answer (not a restatement)
     named = _named_complement(st_text) if qi.qtype not in ("yesno", "choice") else None
     if named is not None and not qi.mentions(named):
         named = None
-    if named is None and _restates_question(st_text, qi, new_ents, new_nums, new_stems, stance, option):
-        # every word, name and number of it is the question's: it claims nothing the question did not
-        # (restating the question earns no truth reward, right or wrong)
-        return Verdict(truth=0.0, confidence=0.7, informativeness=1, evidence=evidence, vague=True)
-    if sent_text.rstrip().endswith("?") and sent_text.rstrip().rstrip("?").rstrip().endswith(st_text.rstrip(" ?")):
-        # the reply asks (back) a question: "... starring Joseph Mazzello as who?" claims nothing
-        return Verdict(truth=0.0, confidence=0.7, informativeness=1, evidence=[], vague=True)
-    if _tautology(st_text, before):
-        # "... are both plants that are both Hottonia and Othonna", "The team of X was once the team of X":
-        # it only repeats what its own sentence already said
-        return Verdict(truth=0.0, confidence=0.7, informativeness=1, evidence=evidence, vague=True)
-    if ctx.cut_off is not None and ctx.cut_off[0] <= st_start < ctx.cut_off[1] and _dangles(st_text):
-        # the reply was cut off inside this statement ("known for her work in films such as"): no claim yet
-        return Verdict(truth=0.0, confidence=0.6, informativeness=1, evidence=evidence, vague=True)
+    return _StatementFacts(ctx=ctx, text=st_text, sent=sent_text, first=first, before=before,
+                           in_cut_off=in_cut_off, answer=answer, stems=stems, ents=ents, new_ents=new_ents,
+                           new_nums=new_nums, new_stems=new_stems, stance=stance, option=option, hits=hits,
+                           evidence=[idx.sents[i].text for i, _ in hits], named=named)
 
-    denial = bool(_NEG_RE.search(st_text)) and bool(set(stems) & qi.stems) and qi.qtype != "yesno"
+
+def _find_content(f: _StatementFacts) -> _Content:
+    """Whether the statement has checkable content, and the name it puts in the asked slot."""
+    qi, idx, ctx, th = f.qi, f.idx, f.ctx, f.th
+    denial = bool(_NEG_RE.search(f.text)) and bool(f.q_shared) and qi.qtype != "yesno"
     # content words count only when checkable: found in the question, the evidence or the gold answer
     # ("That is a good question." has content words but nothing to check)
-    relevant = [w for w in new_stems if w not in FILLER_STEMS and (w in idx.vocab or w in ctx.gold_stems)]
-    has_content = bool(new_ents or new_nums or stance or option or answer or denial or relevant
-                       or (new_stems and not set(new_stems) <= FILLER_STEMS and (set(stems) & qi.stems)))
+    relevant = [w for w in f.new_stems if w not in FILLER_STEMS and (w in idx.vocab or w in ctx.gold_stems)]
+    has_content = bool(f.new_ents or f.new_nums or f.stance or f.option or f.answer or denial or relevant
+                       or (f.new_stems and not set(f.new_stems) <= FILLER_STEMS and f.q_shared))
     slot_ent = None
-    if named is not None:
-        slot_ent, has_content = named, True
-    if not has_content and qi.qtype in ("person", "location", "date", "number", "work", "org") and ents:
+    if f.named is not None:
+        slot_ent, has_content = f.named, True
+    if not has_content and qi.qtype in ("person", "location", "date", "number", "work", "org") and f.ents:
         # "Jason Lester won the 2003 World Series of Poker" for "Who won ..., leaving Jason Lester 4th?":
         # restates the question and fills its slot with an entity taken from the question itself
-        fits = [(ctx.ranker.score(e.text)[1], e.text) for e in ents]
-        fit, txt = max(fits)
-        if fit >= 0.7 and len(set(stems) & qi.stems) >= 2:
+        fit, txt = max((ctx.ranker.score(e.text)[1], e.text) for e in f.ents)
+        if fit >= th.slot_fit and len(f.q_shared) >= th.slot_shared_stems:
             slot_ent, has_content = txt, True
-    own_slot = None
     if slot_ent is None and qi.qtype not in ("yesno", "choice"):
         # "The Big Ten Conference won the 1914 championship ..." for "Which team won the 1914 championship of
         # the Big Ten Conference?": one of the question's own names put before the verb the wh-subject takes
-        own_slot = _own_name_in_subject_slot(st_text, qi)
+        own_slot = _own_name_in_subject_slot(f.text, qi)
         if own_slot is not None:
             slot_ent, has_content = own_slot, True
     if not has_content and ctx.gold and ctx.n_statements == 1 and qi.qtype != "yesno" and (
-            ents or [w for w in new_stems if w not in FILLER_STEMS]):
+            f.ents or [w for w in f.new_stems if w not in FILLER_STEMS]):
         # the whole response is this one statement and it does not give the gold answer: an answer attempt
         # ("Both have experience in cinematography." for "film director"), checkable against the gold
         has_content = True
     frag_sc = None
-    if not has_content and ents and sent_text.strip() != st_text.strip():
+    if not has_content and f.ents and f.sent.strip() != f.text.strip():
         # a list item naming an entity of the question ("..., Albania, Council of Europe, Monaco"): it
         # restates nothing, it puts that entity where the evidence has another one
-        frag_sc = _fragment_check(ents, sent_text, idx, qi)
+        frag_sc = _fragment_check(f.ents, f.sent, idx, qi)
         if frag_sc is not None and frag_sc.state == "contradicted":
             has_content = True
-    if not has_content and _EXAMPLES_RE.match(st_text) and [w for w in new_stems if w not in FILLER_STEMS]:
+    if not has_content and _EXAMPLES_RE.match(f.text) and [w for w in f.new_stems if w not in FILLER_STEMS]:
         # "such as a hurricane or a tsunami": examples name specific instances; ones that neither the
         # evidence, the question nor the gold answer has are unsupported claims, not filler
         has_content = True
-    if not has_content:
-        restates = bool(set(stems) & qi.stems)
-        return Verdict(truth=0.0, confidence=0.7, informativeness=1 if restates or not stems else 2,
-                       evidence=evidence, vague=True)
+    return _Content(has_content=has_content, slot_ent=slot_ent, frag_sc=frag_sc, denial=denial)
 
-    # ---- unsupported facts
+
+def _find_support(f: _StatementFacts) -> _Support:
+    """The statement's new names and numbers that neither the materials nor the gold answer state, and the
+    share of its new content words they have."""
+    idx, ctx, th = f.idx, f.ctx, f.th
+
     def supported_phrase(t: str) -> float:
         if ctx.gold_norm and (T.normalize(t) in ctx.gold_norm or ctx.gold_norm in T.normalize(t)):
             return 1.0
         support = idx.phrase_support(t, GENERIC_NAME_WORDS)
-        if support < 0.7:
+        if support < th.phrase_support:
             # "UK-based" where the passage says "Britain's": another name of the same country counts
             for alias in country_aliases(t):
                 support = max(support, idx.phrase_support(alias, GENERIC_NAME_WORDS),
                               1.0 if ctx.gold_norm and alias.lower() in ctx.gold_norm else 0.0)
         return support
 
-    unsup_ents = [e for e in new_ents if supported_phrase(e.text) < 0.7]
-    unsup_nums = new_nums - idx.numbers - ctx.gold_nums
+    unsup_ents = [e for e in f.new_ents if supported_phrase(e.text) < th.phrase_support]
+    unsup_nums = f.new_nums - idx.numbers - ctx.gold_nums
     vocab = idx.vocab | ctx.gold_stems
-    word_support = (sum(1 for s in new_stems if s in vocab) / len(new_stems)) if new_stems else 1.0
+    word_support = (sum(1 for s in f.new_stems if s in vocab) / len(f.new_stems)) if f.new_stems else 1.0
+    return _Support(unsup_ents=unsup_ents, unsup_nums=unsup_nums, word_support=word_support)
 
-    # ---- the question with its slot filled: every word but its new names / numbers is the question's
-    # ("Deltora Quest made its Pakistani debut on a TV channel created by Turner International Pakistan" for
-    # "... on a TV channel created by what company?"). Its one claim is the answer: the question's names in
-    # it are the question's premise (a multi-hop question's first hop, often in another evidence sentence
-    # than the answer), so the slot check of the whole statement does not overrule the answer check.
-    filled = (qi.qtype not in ("yesno", "choice") and bool(new_ents) and answer is None
-              and (len(new_ents) == 1 or all(e.kind in ("number", "date") for e in new_ents))
-              and not [w for w in new_stems if w not in FILLER_STEMS] and _fills_question(st_text, new_ents, qi))
 
-    # ---- answer role & check
-    truth_ans: Optional[float] = None   # signed, in [-1, 1]
-    gold_stated = False                 # the statement states the whole gold answer
-    conf_ans = 0.5
-    is_answer = answer is not None or stance is not None or option is not None or denial or slot_ent is not None
-    ans_fit = 0.0
-    ranked = None                       # the ranker's verdict on a candidate answer checked without gold
-    cand = answer or slot_ent
-    if not is_answer and qi.qtype not in ("yesno", "choice"):
-        # a new entity of the asked type in a statement about the question's topic answers it
-        topical = len(set(stems) & qi.stems) >= max(1, min(3, len(qi.stems) // 3))
-        best_fit, best_e = -9.0, None
-        for e in new_ents:
-            _, fit, _ = ctx.ranker.score(e.text)
-            if fit > best_fit:
-                best_fit, best_e = fit, e
-        # (the name that fills a copied question's slot is its answer unless its type is plainly another)
-        if best_e is not None and (best_fit >= 0.5 or (filled and best_fit > -0.5)) \
-                and (topical or ctx.n_statements == 1):
-            is_answer, cand, ans_fit = True, best_e.text, best_fit
-        elif qi.qtype in ("number", "date") and new_nums and (topical or ctx.n_statements == 1):
-            is_answer, ans_fit = True, 1.0  # "won two titles" answers "how many titles"
-    if stance == "both":
-        truth_ans, conf_ans = -1.0, 0.9
-    elif ctx.gold:
-        if ctx.gold_yn and qi.qtype == "yesno":
-            if stance is not None:
-                truth_ans, conf_ans = (1.0, 0.95) if stance == ctx.gold_yn else (-1.0, 0.92)
-            elif is_answer:
-                truth_ans, conf_ans = -1.0, 0.9  # an entity given as the answer to a yes/no question
-        else:
-            gm = _gold_match(st_text, ctx)
-            gold_stated = gm >= 1.0
-            negated = gm >= 0.6 and _negates(st_text, ctx.gold)
-            if option is not None and ctx.qi.options:
-                opt_ok = _option_matches_gold(option, ctx) and not _mentions_all_options(st_text, qi)
-                if not opt_ok and _denies_option(st_text, option, first):
-                    # "Camlaren Mine was not": denies the option that is not the answer
-                    truth_ans, conf_ans = 1.0, 0.85
-                else:
-                    truth_ans, conf_ans = (1.0, 0.93) if opt_ok and not negated else (-1.0, 0.92)
-            elif gm >= 0.6 and not negated:
-                truth_ans, conf_ans = 1.0, 0.75 + 0.2 * gm
-            elif negated:
-                truth_ans, conf_ans = -1.0, 0.8
-            elif is_answer or ctx.n_statements == 1:
-                truth_ans, conf_ans = -1.0, 0.85 - 0.3 * gm
+def _answer_role(f: _StatementFacts) -> _AnswerCheck:
+    """Whether the statement answers the question (a phrase given as the answer, a stance, an option, a
+    denial, a name in the asked slot, or a new entity of the asked type), and with what candidate."""
+    qi, ctx, th, c = f.qi, f.ctx, f.th, f.content
+    is_answer = (f.answer is not None or f.stance is not None or f.option is not None or c.denial
+                 or c.slot_ent is not None)
+    a = _AnswerCheck(is_answer=is_answer, cand=f.answer or c.slot_ent)
+    if is_answer or qi.qtype in ("yesno", "choice"):
+        return a
+    # a new entity of the asked type in a statement about the question's topic answers it
+    topical = len(f.q_shared) >= max(1, min(th.topical_cap, len(qi.stems) // th.topical_divisor))
+    # (every new entity is scored, in order: the ranker's cache keeps what it saw first)
+    fits = [(ctx.ranker.score(e.text)[1], e) for e in f.new_ents]
+    best_fit, best_e = max(fits, key=lambda x: x[0]) if fits else (None, None)
+    # (the name that fills a copied question's slot is its answer unless its type is plainly another)
+    if best_e is not None and (best_fit >= th.answer_fit or (f.filled and best_fit > th.filled_fit)) \
+            and (topical or ctx.n_statements == 1):
+        a.is_answer, a.cand, a.fit = True, best_e.text, best_fit
+    elif qi.qtype in ("number", "date") and f.new_nums and (topical or ctx.n_statements == 1):
+        a.is_answer, a.fit = True, th.number_answer_fit  # "won two titles" answers "how many titles"
+    return a
+
+
+def _check_answer(f: _StatementFacts) -> _AnswerCheck:
+    """The answer's truth: offering both yes and no is wrong; else against the gold answer when there is
+    one, or by the ranker and the yes/no prediction without it."""
+    a = _answer_role(f)
+    if f.stance == "both":
+        a.truth, a.confidence = -1.0, f.th.both_confidence
+    elif f.ctx.gold:
+        _check_against_gold(f, a)
     else:
-        if qi.qtype == "yesno" and stance is not None and ctx.yn_pred[0] is not None:
-            agree = stance == ctx.yn_pred[0]
-            truth_ans, conf_ans = (1.0 if agree else -1.0), ctx.yn_pred[1]
-        elif qi.qtype == "yesno" and is_answer and stance is None:
-            truth_ans, conf_ans = -1.0, 0.9
-        elif option is not None:
-            r = ctx.ranker.rank(option)
-            p = _sigmoid(OPTION_SLOPE * (r.margin + OPTION_OFFSET)) if r.found else 0.3
-            if _denies_option(st_text, option, first):
-                # "Camlaren Mine was not": denies the option; right when another option fits better
-                others = [ctx.ranker.rank(o).score for o in qi.options if o != option]
-                best = max(others, default=-math.inf)
-                p = _sigmoid(OPTION_SLOPE * (best - r.score)) if r.found and best > -math.inf else 0.5
-            truth_ans, conf_ans = (1.0 if p >= 0.5 else -1.0), max(p, 1 - p)
-            evidence = [idx.sents[i].text for i in r.evidence] + evidence
-        elif denial and not new_ents and not new_nums and idx.sents:
-            # "X was not replaced by a smart card": denies the question's premise, which the evidence states
-            truth_ans, conf_ans = -1.0, 0.55
-        elif is_answer and slot_ent is not None and answer is None and _question_name(slot_ent, qi):
-            # a question does not name its own answer (an "A or B" question excepted): one of its names offered
-            # as the answer ("The flag carrier airline of India is Gurgaon" for "What is a low-cost airline
-            # headquartered at Gurgaon ...?") is another of its entities put in the asked slot
-            truth_ans, conf_ans = -1.0, 0.7
-        elif is_answer and cand:
-            r = ctx.ranker.rank(cand)
-            if r.found:
-                p = _sigmoid(ANSWER_SLOPE * (r.margin + ANSWER_OFFSET))
-                truth_ans, conf_ans = (1.0 if p >= 0.5 else -1.0), max(p, 1 - p)
-                evidence = [idx.sents[i].text for i in r.evidence] + evidence
-                ranked = r
-            ans_fit = max(ans_fit, r.type_fit)
+        _check_without_gold(f, a)
+    return a
 
-    # ---- a negated claim whose positive form the evidence states is wrong ("X is not Y" vs "X is Y")
-    negated_claim = bool(_NEG_RE.search(st_text)) and not _YESNO_RE.match(st_text)
-    if negated_claim and truth_ans is None and not unsup_ents and not unsup_nums and new_stems \
-            and word_support >= 0.6 and (new_ents or new_nums) and hits:
-        if not any(_NEG_RE.search(idx.sents[i].text) for i, _ in hits):
-            truth_ans, conf_ans = -1.0, 0.6
 
-    # ---- evidence strength: the statement's entities against the evidence sentence that says the rest of it
-    # an answer the statement gives in so many words ("The answer is X", "Yes, ..."); an option merely
-    # mentioned in a background fact is not one
-    firm = answer is not None or (stance is not None and bool(_YESNO_RE.match(st_text)))
-    sc = frag_sc
-    if sc is None and ents and not _TEMPLATE_RE.match(st_text) and not unsup_ents and not unsup_nums:
-        sc = slot_check(st_text, idx, qi)
-        if sc is None and sent_text.strip() != st_text.strip():
-            sc = _fragment_check(ents, sent_text, idx, qi)
-    if sc is not None:
-        evidence = [idx.sents[sc.sentence].text] + evidence
-    # the statement gives the gold answer where the question asks for it: a slot check on its other words
-    # does not overrule that ("took its name from a song by Puerto Rican singer Ricky Martin")
-    gold_ok = ctx.gold is not None and truth_ans is not None and truth_ans > 0 and (
-        firm or ((is_answer or (gold_stated and len(set(stems) & qi.stems) >= 2))
-                 and not _contradicted_without(st_text, ctx.gold, idx, qi)))
-
-    # ---- combine
-    no_evidence = False
-    by_rank = False                     # the verdict is the ranker's: grade informativeness by rank
-    if not idx.sents and not ctx.gold:
-        truth, conf, no_evidence = 0.0, 0.3, True  # nothing to check against: uncheckable, not wrong
-    elif unsup_ents or unsup_nums:
-        k = len(unsup_ents) + len(unsup_nums)
-        if truth_ans is not None and truth_ans > 0:
-            truth, conf = -1.0, 0.6  # the right answer wrapped in an unsupported name/number
+def _check_against_gold(f: _StatementFacts, a: _AnswerCheck) -> None:
+    """The answer compared with the gold answer: the gold yes/no, the gold option, or the gold phrase."""
+    qi, ctx, th = f.qi, f.ctx, f.th
+    if ctx.gold_yn and qi.qtype == "yesno":
+        if f.stance is not None:
+            a.truth, a.confidence = ((1.0, th.yesno_right_confidence) if f.stance == ctx.gold_yn
+                                     else (-1.0, th.yesno_wrong_confidence))
+        elif a.is_answer:
+            a.truth, a.confidence = -1.0, th.not_a_stance_confidence  # an entity given as the answer
+        return
+    gm = _gold_match(f.text, ctx)
+    a.gold_stated = gm >= th.gold_whole
+    negated = gm >= th.gold_match and _negates(f.text, ctx.gold)
+    if f.option is not None and ctx.qi.options:
+        opt_ok = _option_matches_gold(f.option, ctx) and not _mentions_all_options(f.text, qi)
+        if not opt_ok and _denies_option(f.text, f.option, f.first):
+            # "Camlaren Mine was not": denies the option that is not the answer
+            a.truth, a.confidence = 1.0, th.option_denied_confidence
         else:
-            truth, conf = -1.0, min(0.97, 0.8 + 0.05 * k)
-    elif sc is not None and sc.state == "contradicted" and not gold_ok and not (filled and truth_ans is not None):
-        # "a 2004 comedy film" where the sentence saying the rest has "a 1988 comedy film": the swapped
-        # entity occurs elsewhere in the materials, but the evidence puts another one in its place
-        truth, conf = -1.0, 0.75 + 0.2 * sc.context_share
-    elif sc is not None and sc.state == "supported" and not firm and ctx.n_statements > 1 \
-            and truth_ans is not None and truth_ans < 0 and not negated_claim:
-        # a background fact stated by the evidence, not offered as the answer: true, whatever the answer is
-        truth, conf = 1.0, 0.6 + 0.3 * sc.context_share
-    elif sc is not None and sc.state == "elsewhere" and sc.context_share >= 0.9 and sc.shared >= 4 \
-            and not gold_ok and not (filled and truth_ans is not None):
-        # one evidence sentence says all the rest of it, but not this entity: the entity was put in
-        truth, conf = -1.0, 0.7
-    elif truth_ans is not None:
-        truth, conf = truth_ans, conf_ans
-        by_rank = ranked is not None
-        if truth > 0 and new_stems and word_support < 0.5:
-            # right answer wrapped in unsupported claims
-            truth, conf, by_rank = -1.0, 0.6 + 0.3 * (0.5 - word_support), False
-    elif sc is not None and sc.state == "supported" and word_support >= 0.5:
-        truth, conf = 1.0, min(0.97, 0.7 + 0.25 * sc.context_share)
-    else:
-        truth = 1.0 if word_support >= 0.6 else -1.0
-        conf = 0.5 + 0.45 * abs(word_support - 0.6) / 0.6
-        if new_ents and not unsup_ents:
-            conf = min(0.95, conf + 0.1)
-        if sc is not None and sc.state == "elsewhere" and truth > 0:
-            conf = min(conf, 0.55)  # its entity is in the materials, but not where the rest of it is
+            a.truth, a.confidence = ((1.0, th.option_right_confidence) if opt_ok and not negated
+                                     else (-1.0, th.option_wrong_confidence))
+    elif gm >= th.gold_match and not negated:
+        a.truth, a.confidence = 1.0, th.gold_conf_base + th.gold_conf_gain * gm
+    elif negated:
+        a.truth, a.confidence = -1.0, th.gold_negated_confidence
+    elif a.is_answer or ctx.n_statements == 1:
+        a.truth, a.confidence = -1.0, th.gold_missed_conf_base - th.gold_missed_conf_drop * gm
 
-    # ---- informativeness
+
+def _check_without_gold(f: _StatementFacts, a: _AnswerCheck) -> None:
+    """The answer without a gold answer: a stance against the yes/no prediction, an option or a candidate by
+    its ranking margin among the evidence's entities, a denied premise, a question's own name."""
+    qi, idx, ctx, th = f.qi, f.idx, f.ctx, f.th
+    if qi.qtype == "yesno" and f.stance is not None and ctx.yn_pred[0] is not None:
+        agree = f.stance == ctx.yn_pred[0]
+        a.truth, a.confidence = (1.0 if agree else -1.0), ctx.yn_pred[1]
+    elif qi.qtype == "yesno" and a.is_answer and f.stance is None:
+        a.truth, a.confidence = -1.0, th.not_a_stance_confidence
+    elif f.option is not None:
+        r = ctx.ranker.rank(f.option)
+        p = _sigmoid(th.option_slope * (r.margin + th.option_offset)) if r.found else th.option_not_found_p
+        if _denies_option(f.text, f.option, f.first):
+            # "Camlaren Mine was not": denies the option; right when another option fits better
+            others = [ctx.ranker.rank(o).score for o in qi.options if o != f.option]
+            best = max(others, default=-math.inf)
+            p = (_sigmoid(th.option_slope * (best - r.score)) if r.found and best > -math.inf
+                 else th.option_denied_p)
+        a.truth, a.confidence = (1.0 if p >= th.decision_p else -1.0), max(p, 1 - p)
+        a.evidence = [idx.sents[i].text for i in r.evidence]
+    elif f.content.denial and not f.new_ents and not f.new_nums and idx.sents:
+        # "X was not replaced by a smart card": denies the question's premise, which the evidence states
+        a.truth, a.confidence = -1.0, th.premise_denial_confidence
+    elif a.is_answer and f.content.slot_ent is not None and f.answer is None \
+            and _question_name(f.content.slot_ent, qi):
+        # a question does not name its own answer (an "A or B" question excepted): one of its names offered
+        # as the answer ("The flag carrier airline of India is Gurgaon" for "What is a low-cost airline
+        # headquartered at Gurgaon ...?") is another of its entities put in the asked slot
+        a.truth, a.confidence = -1.0, th.question_name_confidence
+    elif a.is_answer and a.cand:
+        r = ctx.ranker.rank(a.cand)
+        if r.found:
+            p = _sigmoid(th.answer_slope * (r.margin + th.answer_offset))
+            a.truth, a.confidence = (1.0 if p >= th.decision_p else -1.0), max(p, 1 - p)
+            a.evidence = [idx.sents[i].text for i in r.evidence]
+            a.ranked = r
+        a.fit = max(a.fit, r.type_fit)
+
+
+def _check_negated_claim(f: _StatementFacts, a: _AnswerCheck) -> _AnswerCheck:
+    """A negated claim whose positive form the evidence states is wrong ("X is not Y" vs "X is Y"): it
+    takes an answer's verdict when the answer check had none."""
+    s, th = f.support, f.th
+    if f.negated_claim and a.truth is None and not s.unsup_ents and not s.unsup_nums and f.new_stems \
+            and s.word_support >= th.negated_word_support and (f.new_ents or f.new_nums) and f.hits:
+        if not any(_NEG_RE.search(f.idx.sents[i].text) for i, _ in f.hits):
+            a.truth, a.confidence = -1.0, th.negated_claim_confidence
+    return a
+
+
+def _find_slot(f: _StatementFacts) -> Optional[SlotCheck]:
+    """Evidence strength: the statement's entities against the evidence sentence that says the rest of it
+    (a fragment's through its sentence); None for an answer template or a statement with unsupported facts."""
+    sc = f.content.frag_sc
+    s = f.support
+    if sc is None and f.ents and not _TEMPLATE_RE.match(f.text) and not s.unsup_ents and not s.unsup_nums:
+        sc = slot_check(f.text, f.idx, f.qi)
+        if sc is None and f.sent.strip() != f.text.strip():
+            sc = _fragment_check(f.ents, f.sent, f.idx, f.qi)
+    return sc
+
+
+def _claims_nothing(f: _StatementFacts, informativeness: int = 1, evidence: Optional[list] = None,
+                    confidence: Optional[float] = None) -> Verdict:
+    """The verdict of a statement that claims nothing: Vague, no truth reward either way."""
+    return Verdict(truth=0.0, confidence=f.th.vague_confidence if confidence is None else confidence,
+                   informativeness=informativeness, evidence=f.evidence if evidence is None else evidence,
+                   vague=True)
+
+
+def _decided(f: _StatementFacts, truth: float, confidence: float, by_rank: bool = False,
+             vague: bool = False) -> Verdict:
+    """The verdict of a checked statement: its truth and confidence, its informativeness, and the evidence
+    sentences (the slot check's, the answer check's, then the retrieved ones)."""
+    a, sc = f.answer_check, f.slot
+    evidence = ([f.idx.sents[sc.sentence].text] if sc is not None else []) + a.evidence + f.evidence
+    return Verdict(truth=truth, confidence=max(0.0, min(1.0, confidence)),
+                   informativeness=informativeness_of(f, truth, by_rank), evidence=list(dict.fromkeys(evidence)),
+                   vague=vague, answer=a.is_answer)
+
+
+def informativeness_of(f: _StatementFacts, truth: float, by_rank: bool) -> int:
+    """Informativeness (1-5) of a checked statement from its role for the question: a candidate ranked
+    without gold by its rank; an answer of the asked type (or a stance, an option, a right answer) 5; another
+    answer 4; new names / numbers 4 on the question's topic, else 3; new words 3 when on the topic or
+    supported, else 2; nothing new 2."""
+    a, ctx, th = f.answer_check, f.ctx, f.th
     if by_rank:
-        info = rank_informativeness(ranked.above, truth > 0)
-    elif is_answer and (ans_fit >= 0.5 or stance is not None or option is not None
-                      or (ctx.gold and truth_ans is not None and truth_ans > 0)):
-        info = 5
-    elif is_answer:
-        info = 4
-    elif new_ents or new_nums:
-        info = 4 if set(stems) & qi.stems else 3
-    elif new_stems:
-        info = 3 if (set(stems) & qi.stems or word_support >= 0.5) else 2
-    else:
-        info = 2
-    return Verdict(truth=truth, confidence=max(0.0, min(1.0, conf)), informativeness=info,
-                   evidence=list(dict.fromkeys(evidence)), vague=no_evidence, answer=is_answer)
+        return rank_informativeness(a.ranked.above, truth > 0)
+    if a.is_answer and (a.fit >= th.answer_fit or f.stance is not None or f.option is not None
+                        or (ctx.gold and a.truth is not None and a.truth > 0)):
+        return 5
+    if a.is_answer:
+        return 4
+    if f.new_ents or f.new_nums:
+        return 4 if f.q_shared else 3
+    if f.new_stems:
+        return 3 if (f.q_shared or f.support.word_support >= th.info_word_support) else 2
+    return 2
+
+
+# -- the rules, in the order judge applies them. Each returns a Verdict, or None to pass the statement on.
+
+def rule_restates_question(f: _StatementFacts) -> Optional[Verdict]:
+    """Every word, name and number of it is the question's: it claims nothing the question did not
+    (restating the question earns no truth reward, right or wrong). Vague, informativeness 1."""
+    if f.named is None and _restates_question(f.text, f.qi, f.new_ents, f.new_nums, f.new_stems, f.stance,
+                                              f.option, f.th):
+        return _claims_nothing(f)
+    return None
+
+
+def rule_asks_back(f: _StatementFacts) -> Optional[Verdict]:
+    """The reply asks (back) a question ending in this statement ("... starring Joseph Mazzello as who?"):
+    it claims nothing. Vague, informativeness 1, no evidence."""
+    sent = f.sent.rstrip()
+    if sent.endswith("?") and sent.rstrip("?").rstrip().endswith(f.text.rstrip(" ?")):
+        return _claims_nothing(f, evidence=[])
+    return None
+
+
+def rule_tautology(f: _StatementFacts) -> Optional[Verdict]:
+    """It only repeats what its own sentence already said ("... are both plants that are both Hottonia and
+    Othonna", "The team of X was once the team of X"). Vague, informativeness 1."""
+    return _claims_nothing(f) if _tautology(f.text, f.before) else None
+
+
+def rule_cut_off(f: _StatementFacts) -> Optional[Verdict]:
+    """The reply was cut off inside this statement ("known for her work in films such as"): no claim yet.
+    Vague, informativeness 1."""
+    if f.in_cut_off and _dangles(f.text):
+        return _claims_nothing(f, confidence=f.th.cut_off_confidence)
+    return None
+
+
+def rule_no_content(f: _StatementFacts) -> Optional[Verdict]:
+    """Nothing checkable: no new name, number, stance, option, answer or checkable word. Vague,
+    informativeness 1 when it shares the question's words (or has none), else 2."""
+    if f.content.has_content:
+        return None
+    return _claims_nothing(f, informativeness=1 if f.q_shared or not f.stems else 2)
+
+
+def rule_nothing_to_check(f: _StatementFacts) -> Optional[Verdict]:
+    """Neither materials nor a gold answer: nothing to check against, so uncheckable (Vague), not wrong."""
+    if f.idx.sents or f.ctx.gold:
+        return None
+    return _decided(f, 0.0, f.th.no_evidence_confidence, vague=True)
+
+
+def rule_unsupported_fact(f: _StatementFacts) -> Optional[Verdict]:
+    """A new name or number that neither the materials, the question nor the gold answer has: Wrong (a
+    made-up name / date is the typical hallucination), even around the right answer."""
+    s, th = f.support, f.th
+    if not (s.unsup_ents or s.unsup_nums):
+        return None
+    a = f.answer_check
+    if a.truth is not None and a.truth > 0:
+        return _decided(f, -1.0, th.unsupported_answer_confidence)  # the right answer wrapped in it
+    k = len(s.unsup_ents) + len(s.unsup_nums)
+    return _decided(f, -1.0, min(th.max_confidence, th.unsupported_conf_base + th.unsupported_conf_per_fact * k))
+
+
+def rule_slot_contradicted(f: _StatementFacts) -> Optional[Verdict]:
+    """The evidence sentence that says the rest of it puts another entity in its entity's slot ("a 2004
+    comedy film" where it says "a 1988 comedy film", though 2004 occurs elsewhere): Wrong, unless it gives
+    the gold answer where asked or fills a copied question's slot with its answer."""
+    sc, th = f.slot, f.th
+    if sc is None or sc.state != "contradicted" or f.gold_ok or (f.filled and f.answer_check.truth is not None):
+        return None
+    return _decided(f, -1.0, th.contradicted_conf_base + th.contradicted_conf_gain * sc.context_share)
+
+
+def rule_background_supported(f: _StatementFacts) -> Optional[Verdict]:
+    """A background fact the evidence states, not offered as the answer (one of several statements, its
+    answer check negative, no negation): Correct, whatever the answer is."""
+    sc, a, th = f.slot, f.answer_check, f.th
+    if sc is not None and sc.state == "supported" and not f.firm and f.ctx.n_statements > 1 \
+            and a.truth is not None and a.truth < 0 and not f.negated_claim:
+        return _decided(f, 1.0, th.background_conf_base + th.background_conf_gain * sc.context_share)
+    return None
+
+
+def rule_entity_put_in(f: _StatementFacts) -> Optional[Verdict]:
+    """One evidence sentence says all the rest of it, but not its entity: the entity was put in. Wrong
+    (with the same exceptions as a contradicted slot)."""
+    sc, th = f.slot, f.th
+    if sc is not None and sc.state == "elsewhere" and sc.context_share >= th.put_in_share \
+            and sc.shared >= th.put_in_shared and not f.gold_ok \
+            and not (f.filled and f.answer_check.truth is not None):
+        return _decided(f, -1.0, th.put_in_confidence)
+    return None
+
+
+def rule_answer_wrapped(f: _StatementFacts) -> Optional[Verdict]:
+    """A right answer wrapped in claims the evidence does not have (under half its new words supported):
+    Wrong."""
+    a, s, th = f.answer_check, f.support, f.th
+    if a.truth is not None and a.truth > 0 and f.new_stems and s.word_support < th.wrapped_word_support:
+        return _decided(f, -1.0, th.wrapped_conf_base + th.wrapped_conf_gain * (th.wrapped_word_support
+                                                                                  - s.word_support))
+    return None
+
+
+def rule_answer_check(f: _StatementFacts) -> Optional[Verdict]:
+    """The answer check's verdict (gold answer, option, stance, ranked candidate, negated claim); a
+    candidate ranked without gold grades its informativeness by its rank."""
+    a = f.answer_check
+    if a.truth is None:
+        return None
+    return _decided(f, a.truth, a.confidence, by_rank=a.ranked is not None)
+
+
+def rule_slot_supported(f: _StatementFacts) -> Optional[Verdict]:
+    """The evidence sentence that says the rest of it states its entities, and half its new words are
+    supported: Correct."""
+    sc, th = f.slot, f.th
+    if sc is not None and sc.state == "supported" and f.support.word_support >= th.slot_supported_word_support:
+        return _decided(f, 1.0, min(th.max_confidence,
+                                    th.slot_supported_conf_base + th.slot_supported_conf_gain * sc.context_share))
+    return None
+
+
+def rule_lexical_support(f: _StatementFacts) -> Verdict:
+    """Whatever is left: Correct when enough of its new content words are in the evidence, else Wrong; the
+    confidence grows with the distance from that threshold (less when its entity is not where the rest is)."""
+    s, sc, th = f.support, f.slot, f.th
+    truth = 1.0 if s.word_support >= th.lexical_support else -1.0
+    distance = abs(s.word_support - th.lexical_support)
+    conf = th.lexical_conf_base + th.lexical_conf_gain * distance / th.lexical_support
+    if f.new_ents and not s.unsup_ents:
+        conf = min(th.lexical_entity_max, conf + th.lexical_entity_bonus)
+    if sc is not None and sc.state == "elsewhere" and truth > 0:
+        conf = min(conf, th.lexical_elsewhere_max)  # its entity is in the materials, but not where the rest is
+    return _decided(f, truth, conf)
+
+
+RULES = (
+    rule_restates_question,
+    rule_asks_back,
+    rule_tautology,
+    rule_cut_off,
+    rule_no_content,
+    rule_nothing_to_check,
+    rule_unsupported_fact,
+    rule_slot_contradicted,
+    rule_background_supported,
+    rule_entity_put_in,
+    rule_answer_wrapped,
+    rule_answer_check,
+    rule_slot_supported,
+    rule_lexical_support,
+)
+
+
+def judge(st_text: str, sent_text: str, first: bool, ctx: _Ctx, st_start: int = -1, before: str = "") -> Verdict:
+    """Verdict for one statement: the first rule of :data:`RULES` that decides it. ``st_start``: the
+    statement's offset in the response (-1: unknown), to tell the statement a cut-off reply ends in;
+    ``before``: the text of its sentence before it (a fragment that only repeats it claims nothing new).
+
+    ==========================  ====================================================================
+    rule                        decides
+    ==========================  ====================================================================
+    rule_restates_question      Vague (1): it only restates the question
+    rule_asks_back              Vague (1): it asks a question back
+    rule_tautology              Vague (1): it repeats its own sentence
+    rule_cut_off                Vague (1): the token limit cut it off mid-phrase
+    rule_no_content             Vague (1-2): nothing checkable in it
+    rule_nothing_to_check       Vague: neither materials nor a gold answer
+    rule_unsupported_fact       Wrong: a new name / number nothing supports
+    rule_slot_contradicted      Wrong: the evidence has another entity in its slot
+    rule_background_supported   Correct: a background fact the evidence states, not the answer
+    rule_entity_put_in          Wrong: the evidence says the rest of it, without its entity
+    rule_answer_wrapped         Wrong: a right answer wrapped in unsupported words
+    rule_answer_check           the answer check's verdict (gold, option, stance, ranker, negation)
+    rule_slot_supported         Correct: the evidence states its entities and most of its words
+    rule_lexical_support        Correct / Wrong by the share of its new words in the evidence
+    ==========================  ====================================================================
+
+    The numbers the rules decide by are ``ctx.th`` (:class:`JudgeThresholds`, by default ``THRESHOLDS``).
+    """
+    f = _read_statement(st_text, sent_text, first, ctx, st_start, before)
+    for rule in RULES:
+        v = rule(f)
+        if v is not None:
+            return v
+    raise AssertionError("rule_lexical_support decides every statement")  # pragma: no cover

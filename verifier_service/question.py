@@ -661,8 +661,9 @@ class AnswerRanker:
                 return 0.7
             ctx_heads |= {w for w in st[pos + n:pos + n + 2] if w in ALL_HEADS}
         own = (xw | ctx_heads) & ALL_HEADS
-        if own and head in ALL_HEADS and _head_type(head) == _head_type(next(iter(own))):
-            return -0.5  # same category, different head ("stadium" for "what town")
+        if own and head in ALL_HEADS and _head_type(head) == _head_type(min(own)):
+            return -0.5  # same category, different head ("stadium" for "what town"); min: the same head in every
+            #              process (a set's first element moves with the string hash seed)
         return 0.0
 
     def score(self, x: str) -> tuple[float, float, list[int]]:

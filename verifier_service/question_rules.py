@@ -4,11 +4,12 @@ Two named rules, applied by the ``evidence`` and ``judge`` backends after every 
 (:func:`apply_question_rules`):
 
 - **the answer follows the grader** (:func:`answer_statement`): with a gold answer in the request, the statement
-  of the reply's first sentence that answers the question takes the gold grader's verdict on that sentence
-  (``core.grader.grade_answer``): ``Correct`` when it grades correct, ``Wrong`` when it commits to another
-  answer, each hedged when the statement is; its informativeness is 5. A sentence the grader reads as no answer
-  (a restated question, a yes/no question answered with neither, an option named without the comparison asked
-  for) has no answer statement. So the token-level reward and the outcome reward agree on the answer.
+  that answers the question, in the reply's first sentence (or a later one that says "the answer is"), takes the
+  gold grader's verdict on that sentence (``core.grader.grade_answer``): ``Correct`` when it grades correct, a
+  wrong answer stays ``Wrong`` (each hedged when the statement is); its informativeness is 5. A sentence the
+  grader reads as no answer (a restated question, a yes/no question answered with neither, an option named
+  without the comparison asked for) has no answer statement. So the token-level reward and the outcome reward
+  agree on the answer.
 - **informativeness against the question** (:func:`informativeness_level`), the RLFH paper's five levels: 5
   answers the question, 4 is crucial to the answer (it states the gold answer, or the date, number or property
   a comparison or yes/no question turns on), 3 is relevant (about the question's subject: one of its predicate
@@ -21,6 +22,7 @@ Every threshold is in :data:`RULES` (one record). Written on the tune part of
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -30,6 +32,8 @@ from verifier_service import text as T
 from verifier_service.question import QuestionInfo
 
 GOOD, BAD = ("Correct", "Hedged correct"), ("Wrong", "Hedged wrong")
+#: A later sentence that says it gives the answer can hold the answer statement ("So the answer is Gustave Eiffel")
+ANSWER_CUE = re.compile(r"\banswer\s+(?:is|was|would\s+be|:)", re.IGNORECASE)
 
 #: Grader reasons that mean "no answer was given" (nothing to label Wrong): the reply restated or echoed the
 #: question, named both options, or named an option without the comparison asked for.
@@ -44,7 +48,7 @@ class QuestionRules:
     restate_new_words: int = 0       # at most this many content words the question lacks: a restatement
     relevant_predicate_words: int = 1  # question predicate words (outside its names) a relevant statement repeats
     crucial_predicate_share: float = 0.5  # yes/no: share of the predicate a deciding statement repeats
-    frame_words: int = 2             # question content words a statement that fills the question's frame repeats
+    frame_words: int = 2             # predicate words a statement that fills the question's frame repeats
     frame_new_words: int = 2         # ... and the content words of its own it adds, when it adds no name or number
 
 
@@ -66,15 +70,15 @@ class StatementView:
 
 def answer_statement(sentence_text: str, sentence_start: int, statements: Sequence[StatementView],
                      question: str, gold: str, rules: "QuestionRules | None" = None) -> tuple[Optional[int], str, str]:
-    """``(index, grade, reason)``: which statement of the reply's first sentence answers the question, and the
-    gold grader's verdict on that sentence (``grade_answer``, strict, the sentence alone).
+    """``(index, grade, reason)``: which statement of an answer sentence answers the question, and the gold
+    grader's verdict on that sentence (``grade_answer``, strict, the sentence alone).
 
     A correct sentence is answered by the statement that completes its shortest right prefix (the answer is
     there once the prefix grades right: "Yes" of "Yes, both are American films"). An incorrect one is answered by
-    its first statement the backend took for an answer, else by its first statement that repeats ``frame_words``
-    of the question's content words and adds a name, a number or ``frame_new_words`` content words of its own
-    (never by one the backend labelled ``Vague``: it claims nothing); a reason in
-    :data:`NO_ANSWER_REASONS`, or ``not_attempted``, means no statement answers. ``index`` is None then.
+    a statement the backend labelled wrong too: the first it took for an answer, else the first that repeats
+    ``frame_words`` of the question's predicate (its content words outside its names) and adds a name, a number or
+    ``frame_new_words`` content words of its own. A reason in :data:`NO_ANSWER_REASONS`, or ``not_attempted``,
+    means no statement answers; ``index`` is None then.
     """
     rules = rules or RULES
     g = grade_answer(sentence_text, gold, question)
@@ -89,18 +93,22 @@ def answer_statement(sentence_text: str, sentence_start: int, statements: Sequen
             if grade_answer(prefix, gold, question).grade == CORRECT:
                 return i, g.grade, g.reason
         return len(statements) - 1, g.grade, g.reason
-    # a statement the backend found no claim in ("That is a good question") answers nothing wrongly
-    flagged = [i for i in said if statements[i].flagged_answer and statements[i].label != "Vague"]
+    # a wrong answer is one the backend found wrong too: a statement it labelled right is supported background
+    # ("The Eiffel Tower is a wrought-iron lattice tower in Paris", before "So the answer is Gustave Eiffel"), one
+    # it labelled Vague claims nothing ("That is a good question")
+    said = [i for i in said if statements[i].label in BAD]
+    flagged = [i for i in said if statements[i].flagged_answer]
     if flagged:
         return flagged[0], g.grade, g.reason
     # else the statement that fills the question's frame: it repeats the question's words and adds its own
     # ("The director of the film which had "Hell" on its soundtrack was Callahan")
     q = _stems(question)
+    predicate = q - {w for n in _names_in(question) for w in T.content_words(n)}
     for i in said:
         st = statements[i]
         stems = _stems(st.text)
         own = {n for n in _names_in(st.text) if n not in T.normalize(question)}
-        if st.label != "Vague" and len(stems & q) >= rules.frame_words and (
+        if len(stems & predicate) >= rules.frame_words and (
                 own or T.numbers(st.text) - T.numbers(question) or len(stems - q) >= rules.frame_new_words):
             return i, g.grade, g.reason
     return None, g.grade, g.reason
@@ -189,18 +197,21 @@ def apply_question_rules(sentences: list, question: str, gold: Optional[str], qi
     what the backend gave them: 1 or 2). With a gold answer the answer statement gets the grader's label and 5;
     without one it keeps the backend's label and informativeness (the ranker's own levels)."""
     answer_at: Optional[tuple[int, int]] = None
-    first = next((si for si, s in enumerate(sentences) if s.statements), None)
-    if gold and first is not None:
-        sent = sentences[first]
-        views = [StatementView(st.text, st.start, st.end, st.label, hedged[first][i], flagged[first][i])
+    # the answer sentence: the reply's first, or a later one that says it gives the answer ("So the answer is X")
+    candidates = [si for si, s in enumerate(sentences) if s.statements]
+    candidates = candidates[:1] + [si for si in candidates[1:] if ANSWER_CUE.search(sentences[si].text)]
+    for si in candidates if gold else []:
+        sent = sentences[si]
+        views = [StatementView(st.text, st.start, st.end, st.label, hedged[si][i], flagged[si][i])
                  for i, st in enumerate(sent.statements)]
         idx, grade, _ = answer_statement(sent.text, sent.start, views, question, gold, rules)
         if idx is not None:
             st = sent.statements[idx]
             good = grade == CORRECT
-            st.label = (GOOD if good else BAD)[1 if hedged[first][idx] else 0]
+            st.label = (GOOD if good else BAD)[1 if hedged[si][idx] else 0]
             st.informativeness = 5
-            answer_at = (first, idx)
+            answer_at = (si, idx)
+            break
     earlier: list[str] = []
     for si, sent in enumerate(sentences):
         for i, st in enumerate(sent.statements):

@@ -5,8 +5,9 @@ import argparse
 
 from cluster.cli import add_subcommands
 
-BENCHES = ["bench.verifier", "bench.judge_speed", "bench.rewards", "bench.train", "bench.abstain", "bench.drift",
-           "bench.peer", "bench.scaling", "bench.gen", "bench.sft", "bench.blas"]
+BENCHES = ["bench.verifier", "bench.grader", "bench.informativeness", "bench.reward_order", "bench.judge_speed",
+           "bench.rewards", "bench.train", "bench.abstain", "bench.drift", "bench.peer", "bench.scaling", "bench.gen",
+           "bench.sft", "bench.blas"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -25,7 +25,8 @@ COMPARE_DESCRIPTION = """\
 Compare `rlfh eval` runs: pair items by question, test the differences, write a report.
 
 Runs are grouped by data and prompt mode. For every pair of runs in a group: exact McNemar tests on
-incorrect vs not-incorrect and on correct vs not, and paired bootstrap CIs of the differences. The
+incorrect vs not-incorrect and on correct vs not, and paired bootstrap CIs of the differences (of the
+verifier's fact precision and supported statements per answer too, where both runs were verified). The
 verdict "fewer hallucinations, correct answers kept" needs incorrect answers significantly fewer
 (p < 0.05) while correct answers are not significantly fewer. Selectivity against the first run of each
 mode (the reference): a random-abstention baseline (the reference declining as many random questions),
@@ -176,6 +177,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--expect-mode", action="append", choices=["closed", "evidence"], default=None,
                    metavar="MODE", help="With --expect: only these prompt modes are gated (repeatable; default: "
                                         "all). The other modes are still compared and reported.")
+    c.add_argument("--expect-against", action="append", default=None, metavar="NAME",
+                   help="With --expect: judge the gate only against these runs (repeatable; default: every other "
+                        "run of the mode). The others are still compared and reported: the held-out report gates "
+                        "against the base model and shows the warm start's paired tests without gating on them.")
     c.set_defaults(func=_cmd_compare)
 
     s = sub.add_parser("select", help="Pick a training run's checkpoint on the dev split by the selectivity gate "
@@ -252,7 +257,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     print(f"report: {args.out}/report.md")
     if args.expect:
         try:
-            failures = GATES[args.gate](report, args.expect, args.expect_mode)
+            failures = GATES[args.gate](report, args.expect, args.expect_mode, args.expect_against)
         except CompareError as e:
             print(f"rlfh compare: {e}", file=sys.stderr)
             return 2

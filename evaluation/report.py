@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -114,7 +114,32 @@ def compare_pair(a: dict, b: dict, n_boot: int = 2000, seed: int = 0) -> dict[st
             "fewer_incorrect_significant": significantly_fewer(inc, "b"),
             "fewer_correct_significant": significantly_fewer(cor, "b"),
             "success": success,
-            "verdict": verdict, "transitions": transitions}
+            "verdict": verdict, "transitions": transitions,
+            "verifier_diff": verifier_diff(ra, rb, n_boot=n_boot, seed=seed)}
+
+
+def verifier_diff(ra: list[dict], rb: list[dict], n_boot: int = 2000, seed: int = 0) -> Optional[dict[str, Any]]:
+    """Paired bootstrap CIs (b - a) of the training verifier's fact precision (supported statements of all stated,
+    as :func:`evaluation.runner.summarise` counts it) and supported statements per answer, on the paired items that
+    both runs verified. None when no item has both verifier records."""
+    from core.verify_schema import GOOD_LABELS
+    from evaluation.stats import paired_bootstrap_ratio_diff
+    both = [(x["verifier"], y["verifier"]) for x, y in zip(ra, rb) if x.get("verifier") and y.get("verifier")]
+    if not both:
+        return None
+
+    def supported(v: dict) -> float:
+        return float(sum(n for lab, n in v["labels"].items() if lab in GOOD_LABELS))
+
+    sa, sb = [supported(a) for a, _ in both], [supported(b) for _, b in both]
+    stated_a = [float(sum(a["labels"].values())) for a, _ in both]
+    stated_b = [float(sum(b["labels"].values())) for _, b in both]
+    ones = [1.0] * len(both)
+    out: dict[str, Any] = {"n_paired": len(both)}
+    for key, (da, db) in (("fact_precision", (stated_a, stated_b)), ("supported_statements_per_answer", (ones, ones))):
+        v, lo, hi = paired_bootstrap_ratio_diff(sa, da, sb, db, n_boot=n_boot, seed=seed)
+        out[key] = {"value": v, "ci95": [lo, hi]}
+    return out
 
 
 def significantly_fewer(test: dict, side: str) -> bool:
@@ -144,13 +169,15 @@ def judge(inc: dict, cor: dict, new: str = "b") -> tuple[bool, str]:
     return bool(fewer_incorrect and not fewer_correct), verdict
 
 
-def expectation_failures(report: dict[str, Any], name: str, modes: Optional[list[str]] = None) -> list[str]:
+def expectation_failures(report: dict[str, Any], name: str, modes: Optional[list[str]] = None,
+                         against: Optional[Sequence[str]] = None) -> list[str]:
     """Why run ``name`` is not *selective* in its groups (empty list: it is).
 
     In every group (of the ``modes`` prompt modes; None: every group) the run must have
 
-    1. significantly fewer incorrect answers than every other run, with correct answers not significantly
-       fewer (exact McNemar, p < alpha);
+    1. significantly fewer incorrect answers than every other run (of ``against``, when given: e.g. the base
+       model only, so the held-out report's warm-start row is compared but not gated), with correct answers not
+       significantly fewer (exact McNemar, p < alpha);
     2. accuracy on its attempted answers significantly above the reference's (the group's first run, e.g. the
        base model): the paired bootstrap 95% CI of the difference lies above 0, so its abstentions fall on
        questions the reference got wrong;
@@ -187,6 +214,8 @@ def expectation_failures(report: dict[str, Any], name: str, modes: Optional[list
             found = True
             side = "b" if pr["b"] == name else "a"
             other = pr["a"] if side == "b" else pr["b"]
+            if against is not None and other not in against:
+                continue
             ok, verdict = judge(pr["mcnemar_incorrect"], pr["mcnemar_correct"], new=side)
             if not ok:
                 failures.append(f"{gname}: {name} vs {other}: {verdict} (incorrect McNemar "
@@ -204,12 +233,14 @@ def expectation_failures(report: dict[str, Any], name: str, modes: Optional[list
 GROUNDED_GATE = {"correct_gain": 0.10, "incorrect_drop": 0.15, "precision_gain": 0.15}
 
 
-def grounded_failures(report: dict[str, Any], name: str, modes: Optional[list[str]] = None) -> list[str]:
+def grounded_failures(report: dict[str, Any], name: str, modes: Optional[list[str]] = None,
+                      against: Optional[Sequence[str]] = None) -> list[str]:
     """Why run ``name`` does not pass the grounded gate in its groups (empty list: it does).
 
     In every group (of the ``modes`` prompt modes; default: evidence, the passage in the prompt), against every
     other run of the group (the base model; in `make demo` also the prompt-only baseline, so a gain a prompt alone
-    gives is not credited to training):
+    gives is not credited to training), or only those named in ``against`` (the held-out report gates against the
+    base model, and compares with its warm-start row without gating):
 
     1. correct answers up by at least ``GROUNDED_GATE["correct_gain"]`` and significantly more (exact McNemar on
        right answers, p < alpha);
@@ -223,7 +254,7 @@ def grounded_failures(report: dict[str, Any], name: str, modes: Optional[list[st
         if not {m.get("mode") for m in g["models"]} & set(modes):
             continue
         stats = {m["name"]: m["metrics"].get("verifier") for m in g["models"]}
-        for ref in [m["name"] for m in g["models"] if m["name"] != name]:
+        for ref in [m["name"] for m in g["models"] if m["name"] != name and (against is None or m["name"] in against)]:
             pair = next((p for p in g["pairs"] if {p["a"], p["b"]} == {ref, name}), None)
             if pair is None:
                 continue

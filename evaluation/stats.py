@@ -2,7 +2,8 @@
 
 - :func:`outcome_metrics`: SimpleQA's rates and F-score from grade labels.
 - :func:`bootstrap_ci`: seeded, vectorised percentile bootstrap of any of those metrics.
-- :func:`paired_bootstrap_diff`: CI of a paired difference between two models on the same items.
+- :func:`paired_bootstrap_diff`: CI of a paired difference between two models on the same items;
+  :func:`paired_bootstrap_ratio_diff`: the same for a ratio of sums (fact precision, statements per answer).
 - :func:`mcnemar_exact`: exact two-sided McNemar test on paired binary outcomes.
 """
 from __future__ import annotations
@@ -120,6 +121,37 @@ def paired_bootstrap_diff(grades_a: Sequence[str], grades_b: Sequence[str], n_bo
     lo, hi = 100 * alpha / 2, 100 * (1 - alpha / 2)
     return {k: (pb[k] - pa[k], float(np.percentile(rb[k] - ra[k], lo)), float(np.percentile(rb[k] - ra[k], hi)))
             for k in METRICS}
+
+
+def paired_bootstrap_ratio_diff(num_a: Sequence[float], den_a: Sequence[float], num_b: Sequence[float],
+                                den_b: Sequence[float], n_boot: int = 2000, alpha: float = 0.05, seed: int = 0
+                                ) -> tuple[float, float, float]:
+    """Paired bootstrap of ``sum(num_b) / sum(den_b) - sum(num_a) / sum(den_a)`` over the same items (shape ``[n]``
+    each; one resample of the items for both models), e.g. fact precision (supported / stated statements per answer)
+    or supported statements per answer (``den`` all 1).
+
+    Returns ``(point, low, high)`` at level ``1 - alpha``; a resample whose denominator sums to 0 is left out (NaN
+    everywhere when every one is, or with no items).
+    """
+    arrs = [np.asarray(x, dtype=float) for x in (num_a, den_a, num_b, den_b)]
+    if len({a.shape for a in arrs}) != 1:
+        raise ValueError(f"paired_bootstrap_ratio_diff: shapes {[a.shape for a in arrs]}; pair the items first")
+    na, da, nb, db = arrs
+    nan = float("nan")
+    if na.size == 0:
+        return (nan, nan, nan)
+
+    def ratio(num, den):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.nan)
+
+    point = float(ratio(nb.sum(), db.sum()) - ratio(na.sum(), da.sum()))
+    idx = bootstrap_indices(na.size, n_boot, seed)
+    d = ratio(nb[idx].sum(-1), db[idx].sum(-1)) - ratio(na[idx].sum(-1), da[idx].sum(-1))
+    d = d[~np.isnan(d)]
+    if d.size == 0:
+        return (point, nan, nan)
+    return (point, float(np.percentile(d, 100 * alpha / 2)), float(np.percentile(d, 100 * (1 - alpha / 2))))
 
 
 # ----------------------------------------------------------------------------- McNemar

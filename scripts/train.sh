@@ -18,7 +18,8 @@
 # cluster is joined (what main is sized for), and none (every setting at its default) otherwise.
 #
 # The stages: 1. a warm start (WARM_START: an abstention SFT of the base model, cached per model and settings);
-# 2. RL (`rlfh train`); 3. a held-out report (HELDOUT_REPORT: base vs trained on test questions the run never saw).
+# 2. RL (`rlfh train`); 3. a held-out report (HELDOUT_REPORT: base and warm start vs trained on test questions the
+# run never saw: the gate against the base model, RL's share against the warm start).
 # Stages 1 and 3 read train.sh's own settings (WARM_START*, PROBE_RECOMPUTE, HELDOUT_*), typed and checked in
 # core/config.py (LauncherSettings) like the others, and set by recipes like the others. The only things this
 # script decides itself are launcher mechanics: the environment of the local embedded Ray (below), the warm start's
@@ -99,6 +100,7 @@ stage_start=$SECONDS
 cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | xargs || true)
 isa=$("$PY" -c "from actors.base import cpu_has_fast_bf16 as f; print('native bf16' if f() else 'no native bf16: fp32')" \
       2>/dev/null || echo "bf16 support unknown")
+WARM_DIR=""   # the warm start's folder (stage 1), when there is one: RL trains from it, the report compares with it
 if [[ "$WARM_START" != "none" ]]; then
   # cached per model and settings: a second run re-uses the folder (rlfh baseline warmstart checks the settings)
   # the warm start uses the RL's own prompts, seed, sampling temperature and abstention price
@@ -148,9 +150,9 @@ echo "[train.sh] 2/3 RL: rlfh train -> $SAVE_PATH"
 "$RLFH" train "$@"
 stage_times+=("RL $((SECONDS - stage_start)) s"); stage_start=$SECONDS
 
-echo "[train.sh] 3/3 held-out report: scripts/heldout_report.sh $BASE_MODEL"
+echo "[train.sh] 3/3 held-out report: scripts/heldout_report.sh $BASE_MODEL${WARM_DIR:+ $WARM_DIR}"
 rc=0
-bash scripts/heldout_report.sh "$BASE_MODEL" || rc=$?
+bash scripts/heldout_report.sh "$BASE_MODEL" ${WARM_DIR:+"$WARM_DIR"} || rc=$?
 stage_times+=("held-out report $((SECONDS - stage_start)) s")
 echo "[train.sh] time: $(IFS=,; echo "${stage_times[*]}" | sed 's/,/, /g'); total $SECONDS s on $(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN) cores" \
      "(${cpu:-CPU}, $isa)"

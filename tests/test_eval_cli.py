@@ -224,7 +224,9 @@ def test_heldout_summary_tables_and_verdicts(tmp_path, capsys):
     rc = summary_main([str(rep / "report.json")])
     out = capsys.readouterr().out
     assert rc == 3                                             # the evidence half fails
-    assert "PASSED: selective" in out and "FAILED: significantly fewer correct answers" in out
+    # not strict (HELDOUT_STRICT off): the check that was not met reads "not met", never FAILED
+    assert "PASSED: selective" in out and "not met: significantly fewer correct answers" in out
+    assert "FAILED" not in out
     assert "random abstention (base declining 24, as many as trained)" in out and "question-type rule" in out
     assert "accuracy on attempted" in out
     # 40 questions, 10 right for the base: the closed-book verdict says how little it can show at this size

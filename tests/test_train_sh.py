@@ -7,11 +7,12 @@ checkpoints and the same command run again, then the held-out report and what th
   by PID after step 3 (checkpoint 2 is the last one); nothing the dead trainer's embedded Ray started is left.
 - Run 2, the same command with the recipe's held-out report on and the same CKPT_PATH: the warm start comes from its
   cache, the trainer resumes at the checkpoint's step and data position, redoes the lost step on the same prompts
-  and rollout, metrics.jsonl continues the curve (the first run's lines kept), and the report follows: four
-  held-out questions with the passage (HELDOUT_LIMIT=0: no closed-book half), too few for any gate to pass, so the
-  verdict fails and the job does not (exit 0).
+  and rollout, metrics.jsonl continues the curve (the first run's lines kept), and the report follows: the base
+  model, the warm start and the trained model on four held-out questions with the passage (HELDOUT_LIMIT=0: no
+  closed-book half), too few for any gate to pass, so the verdict says the gate was not met (never FAILED), the run
+  reads as finished, and the job does not fail (exit 0).
 - The same finished run's report again with HELDOUT_STRICT on (`scripts/heldout_report.sh`, train.sh's stage 3 on
-  its own, the answers re-used): exit status 3.
+  its own, the answers re-used): exit status 3, and the summary says FAILED.
 - `make demo` (scripts/demo.sh) on the same finished run: base, prompt-only and trained, closed book and with the
   passage, judged by the grounded gate against both baselines; the demo is strict: exit status 3.
 """
@@ -156,9 +157,19 @@ def test_grounded_recipe_killed_resumed_and_reported_only_strict_mode_fails_on_t
           f"(Ray, reward service, actors, checkpoint load) and finished with its report in "
           f"{time.monotonic() - t_rerun:.0f} s")
 
-    # the report: the gate was not met, and the job says so without failing
+    # the report: the gate was not met, and the job says so without failing (no FAILED without HELDOUT_STRICT)
     assert "3/3 held-out report" in out2
     assert "the held-out gate was not met" in out2 and "with HELDOUT_STRICT on, it exits 3" in out2
+    screen = " ".join(out2[out2.index("3/3 held-out report"):].split())   # rich wraps at 140 columns
+    assert "FAILED" not in screen and "gate not met: " in screen
+    assert "the held-out grounded gate was not met (the verdicts above)" in screen
+    # the warm start's row and RL's share: the trained model against it, paired, each metric's verdict
+    assert "base, warm start vs trained" in screen and "RL's share (trained vs warm-start: incorrect" in screen
+    assert "trained vs base and vs warm-start" in screen and "fact precision (verifier)" in screen
+    assert re.search(r"(improved|no significant change|worse): [+-]\d+\.\d pts", screen), screen[-3000:]
+    # FINAL_MODEL=last, the run reached its last step
+    assert f"finished: the run reached its end after {STEPS} RL steps" in screen
+    assert f"the final model is the policy of step {STEPS} (the last step)" in screen
     # judged by the grounded gate (HELDOUT_GATE=grounded): with the passage, and with the verifier's statement table
     assert "EXPECTATION NOT MET" in out2 and "needs +10" in out2 and "the verifier's statements" in out2
     # the held-out report asked as trained and graded the answer sentence only; the base model's answers are
@@ -167,19 +178,28 @@ def test_grounded_recipe_killed_resumed_and_reported_only_strict_mode_fails_on_t
     summary = json.loads((run / "heldout" / "trained_evidence" / "summary.json").read_text())
     assert (summary["system"], summary["grade_scope"], summary["max_new_tokens"]) == ("grounded", "first-sentence", 12)
     assert summary["system_prompt"] == SYSTEM_GROUNDED
-    base = sorted(p.name for p in (tmp_path / "cache" / "heldout").iterdir())
-    assert len(base) == 1 and base[0].endswith("-4-evidence-grounded"), base
+    # ... and so are the warm start's (its folder's name carries its settings)
+    cached = sorted(p.name for p in (tmp_path / "cache" / "heldout").iterdir())
+    assert len(cached) == 2 and all(c.endswith("-4-evidence-grounded") for c in cached), cached
+    (warm_cached,) = [c for c in cached if c.startswith(warm_dir.name + "-")]
     report = json.loads((run / "heldout" / "report" / "report.json").read_text())
     assert report["groups"] and all("evidence" in name for name in report["groups"]), list(report["groups"])
+    assert [[m["name"] for m in g["models"]] for g in report["groups"].values()] == [["base", "warm-start", "trained"]]
 
-    # strict: the same finished run's report again, now exit status 3
+    # strict: the same finished run's report again, now exit status 3 and FAILED
     answers = run / "heldout" / "trained_evidence" / "answers.jsonl"
-    stamp = answers.stat().st_mtime_ns
-    r = subprocess.run(["bash", "scripts/heldout_report.sh", tiny_model_path], cwd=ROOT, capture_output=True, text=True,
-                       env={**env, "RECIPE": "grounded", "HELDOUT_STRICT": "1"}, timeout=300)
+    warm_answers = tmp_path / "cache" / "heldout" / warm_cached / "answers.jsonl"
+    stamps = [answers.stat().st_mtime_ns, warm_answers.stat().st_mtime_ns]
+    r = subprocess.run(["bash", "scripts/heldout_report.sh", tiny_model_path, str(warm_dir)], cwd=ROOT,
+                       capture_output=True, text=True, env={**env, "RECIPE": "grounded", "HELDOUT_STRICT": "1"},
+                       timeout=300)
     assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-3000:]
     assert "the held-out gate was not met" not in r.stdout and "EXPECTATION NOT MET" in r.stdout
-    assert answers.stat().st_mtime_ns == stamp          # re-used, not generated again
+    assert "FAILED: the held-out grounded gate was not met" in " ".join(r.stdout.split())
+    assert [answers.stat().st_mtime_ns, warm_answers.stat().st_mtime_ns] == stamps   # re-used, not generated again
+    r = subprocess.run(["bash", "scripts/heldout_report.sh", tiny_model_path, str(tmp_path / "nowhere")], cwd=ROOT,
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 2 and "is no model folder" in r.stderr
     r = subprocess.run(["bash", "scripts/heldout_report.sh"], cwd=ROOT, capture_output=True, text=True, env=env,
                        timeout=60)
     assert r.returncode == 2 and "usage: bash scripts/heldout_report.sh BASE_MODEL" in r.stderr
@@ -194,6 +214,7 @@ def test_grounded_recipe_killed_resumed_and_reported_only_strict_mode_fails_on_t
                             "EVAL_LIMIT": "4"})
     assert r.returncode == 3, r.stdout[-3000:] + r.stderr[-3000:]
     assert "did not pass the grounded gate in (evidence) mode" in r.stderr, r.stderr[-2000:]
+    assert "FAILED: the held-out grounded gate was not met" in " ".join(r.stdout.split())   # the demo is strict
     assert f"resuming at step {STEPS}" in r.stdout + r.stderr             # nothing trained again
     evals = {p.name: json.loads((p / "summary.json").read_text()) for p in (demo / "eval").iterdir()}
     assert {name: s["system"] for name, s in evals.items()} == {

@@ -171,13 +171,51 @@ def best_dev_step(dev_rows: list[dict[str, Any]]) -> Optional[int]:
     return None
 
 
+def _declines(rows: list[dict[str, Any]], prefix: str) -> bool:
+    """Some record of ``rows`` has a share declined above 0 under a key starting with ``prefix``: the recipe
+    abstains. No such key, or only zeros and NaNs (a recipe that never declines, e.g. grounded): False."""
+    return any(isinstance(v, (int, float)) and math.isfinite(v) and v > 0
+               for r in rows for k, v in r.items() if k.startswith(prefix))
+
+
+def curve_panels(rows: list[dict[str, Any]], dev_rows: Optional[list[dict[str, Any]]] = None) -> list[str]:
+    """The panels of ``training_curves.png`` that fit the run, in drawing order (``rows``: its trained steps).
+
+    Always ``reward`` and ``kl``; ``labels`` (the verifier's label mix) where a record has one; ``rollout_declined``
+    (the policy's samples declined per question type) and ``dev_declined`` (the dev answers declined per type) only
+    where the recipe abstains (:func:`_declines`: a grounded run's shares are all 0, an empty panel); ``dev`` where
+    there are in-loop dev evaluations."""
+    dev_rows = [d for d in (dev_rows or []) if "dev/score" in d]
+    panels = ["reward", "kl"]
+    if any(k.startswith("label_share/") for r in rows for k in r):
+        panels.append("labels")
+    if _declines(rows, "rollout/abstain/"):
+        panels.append("rollout_declined")
+    if dev_rows:
+        panels.append("dev")
+        mode = "closed" if any("dev/closed/score" in d for d in dev_rows) else "evidence"
+        if _declines(dev_rows, f"dev/{mode}/abstain/"):
+            panels.append("dev_declined")
+    return panels
+
+
+def panel_grid(n: int) -> tuple[int, int]:
+    """(rows, columns) of ``n`` panels: one row up to 3, 2 x 2 for 4, rows of 3 beyond."""
+    if n <= 3:
+        return 1, max(n, 1)
+    if n == 4:
+        return 2, 2
+    return (n + 2) // 3, 3
+
+
 def plot_curves(rows: list[dict[str, Any]], out_png: str | Path,
                 dev_rows: Optional[list[dict[str, Any]]] = None) -> Optional[Path]:
     """Training curves into ``out_png`` (matplotlib Agg). None when no step trained.
 
-    Top row: reward, KL, label mix (share of statements per verifier label). Bottom row, when the run has
-    them: the policy's own samples declined per question type (``rollout/abstain/TYPE``), and the in-loop dev
-    evaluation (``dev_rows``, greedy): correct / incorrect / declined and the declined share per question type,
+    The panels that fit the run (:func:`curve_panels`), laid out by :func:`panel_grid`: reward, KL, label mix
+    (share of statements per verifier label); where the recipe abstains, the policy's own samples declined per
+    question type (``rollout/abstain/TYPE``); with in-loop dev evaluations (``dev_rows``, greedy), correct /
+    incorrect (/ declined, where the recipe abstains) and, where it abstains, the declined share per question type,
     with a dotted line at the best dev step.
     """
     trained = [r for r in rows if not r.get("skipped")]
@@ -189,11 +227,15 @@ def plot_curves(rows: list[dict[str, Any]], out_png: str | Path,
 
     steps = [r["step"] for r in trained]
     dev_rows = [d for d in (dev_rows or []) if "dev/score" in d]
-    has_types = any(k.startswith("rollout/abstain/") for r in trained for k in r)
-    two_rows = has_types or bool(dev_rows)
-    fig, grid = plt.subplots(2 if two_rows else 1, 3, figsize=(15, 8 if two_rows else 4), squeeze=False)
-    axes = list(grid[0])
-    ax = axes[0]
+    panels = curve_panels(trained, dev_rows)
+    n_rows, n_cols = panel_grid(len(panels))
+    fig, grid = plt.subplots(n_rows, n_cols, figsize=(5 * n_cols, 4 * n_rows), squeeze=False)
+    flat = [a for row in grid for a in row]
+    for a in flat[len(panels):]:
+        a.set_visible(False)
+    axes = dict(zip(panels, flat))
+
+    ax = axes["reward"]
     ax.plot(steps, [r.get("reward_mean", float("nan")) for r in trained], marker="o", ms=3, label="total reward")
     if any("score_mean" in r for r in trained):
         ax.plot(steps, [r.get("score_mean", float("nan")) for r in trained], marker=".", ms=3, alpha=0.7,
@@ -203,51 +245,57 @@ def plot_curves(rows: list[dict[str, Any]], out_png: str | Path,
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
 
-    ax = axes[1]
+    ax = axes["kl"]
     ax.plot(steps, [r.get("kl", float("nan")) for r in trained], color="tab:red", marker="o", ms=3)
     ax.set_title("KL to reference (per token)")
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)
 
-    ax = axes[2]
-    colors = {"Correct": "tab:green", "Hedged correct": "yellowgreen", "Vague": "tab:gray",
-              "Hedged wrong": "tab:orange", "Wrong": "tab:red"}
-    for lab in LABELS:
-        ax.plot(steps, [label_mix(r)[lab] for r in trained], label=lab, color=colors[lab], marker=".", ms=3)
-    ax.set_title("label mix (share of statements)")
-    ax.set_xlabel("step")
-    ax.set_ylim(0, 1)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+    if "labels" in axes:
+        ax = axes["labels"]
+        colors = {"Correct": "tab:green", "Hedged correct": "yellowgreen", "Vague": "tab:gray",
+                  "Hedged wrong": "tab:orange", "Wrong": "tab:red"}
+        for lab in LABELS:
+            ax.plot(steps, [label_mix(r)[lab] for r in trained], label=lab, color=colors[lab], marker=".", ms=3)
+        ax.set_title("label mix (share of statements)")
+        ax.set_xlabel("step")
+        ax.set_ylim(0, 1)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
 
-    if two_rows:
+    if "rollout_declined" in axes:
+        _per_type_panel(axes["rollout_declined"], steps, trained, "rollout/abstain/{t}", ".",
+                        "rollouts: share declined, per question type")
+    if dev_rows:
         dsteps = [d["step"] for d in dev_rows]
         mode = "closed" if any("dev/closed/score" in d for d in dev_rows) else "evidence"
-        _per_type_panel(grid[1][0], steps, trained, "rollout/abstain/{t}", ".",
-                        "rollouts: share declined, per question type")
-        ax = grid[1][1]
+        abstains = "dev_declined" in axes or _declines(dev_rows, f"dev/{mode}/abstain")
+        ax = axes["dev"]
         for key, name, c in (("correct", "correct", "tab:green"), ("incorrect", "incorrect", "tab:red"),
                              ("abstain", "declined", "tab:gray")):
+            if key == "abstain" and not abstains:
+                continue
             ax.plot(dsteps, [d.get(f"dev/{mode}/{key}", float("nan")) for d in dev_rows], marker="o", ms=3,
                     label=name, color=c)
             if mode == "closed" and any("dev/evidence/correct" in d for d in dev_rows) and key != "abstain":
                 ax.plot(dsteps, [d.get(f"dev/evidence/{key}", float("nan")) for d in dev_rows], ls="--",
                         color=c, alpha=0.6, label=f"{name} (with passage)")
-        _finish_share_axis(ax, f"dev, greedy ({mode} book)" if dev_rows else "dev: off (DEV_EVAL_STEP=0)", 7)
-        _per_type_panel(grid[1][2], dsteps, dev_rows, f"dev/{mode}/abstain/{{t}}", "o",
-                        "dev, greedy: share declined per question type")
+        _finish_share_axis(ax, f"dev, greedy ({mode} book)", 7)
+        if "dev_declined" in axes:
+            _per_type_panel(axes["dev_declined"], dsteps, dev_rows, f"dev/{mode}/abstain/{{t}}", "o",
+                            "dev, greedy: share declined per question type")
         best = best_dev_step(dev_rows)
         if best is not None:   # the step FINAL_MODEL=best exports: where to read the dev panels
-            for a in (grid[1][1], grid[1][2]):
+            for a in (axes[k] for k in ("dev", "dev_declined") if k in axes):
                 a.axvline(best, color="black", ls=":", lw=1.2, label=f"best dev step ({best})")
                 a.legend(fontsize=8)
-        axes += list(grid[1])
 
     skipped = [r["step"] for r in rows if r.get("skipped")]
-    for a in axes:
+    for a in axes.values():
         for s in skipped:
             a.axvline(s, color="black", alpha=0.15, lw=4)
-    fig.suptitle("RLFH training curves" + (f" (grey bars: {len(skipped)} skipped batches)" if skipped else ""))
+    fig.suptitle("RLFH training curves" + (f" (grey bars: {len(skipped)} skipped batches)" if skipped else "")
+                 + ("" if dev_rows else "; no in-loop dev evaluation (DEV_EVAL_STEP=0)"))
     fig.tight_layout()
     out_png = Path(out_png)
     out_png.parent.mkdir(parents=True, exist_ok=True)

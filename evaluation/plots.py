@@ -152,8 +152,29 @@ def plot_risk_coverage(report: dict[str, Any], out_png: str | Path) -> Optional[
     return out_png
 
 
+def _has_values(rows: list[dict[str, Any]], key: str, positive: bool = False) -> bool:
+    """Some record of ``rows`` has a finite number under ``key`` (above 0 with ``positive``)."""
+    import math
+    return any(isinstance(r.get(key), (int, float)) and math.isfinite(r[key]) and (r[key] > 0 or not positive)
+               for r in rows)
+
+
+def training_panels(rows: list[dict[str, Any]]) -> list[str]:
+    """The panels of the report's ``training_curves.png`` that fit the run: ``reward`` and ``kl`` always, ``labels``
+    where a record has a verifier label mix, ``behaviour`` where it has a correct rate, a response length, or an
+    abstain rate above 0 (a recipe that never declines, e.g. grounded, draws no abstention line)."""
+    panels = ["reward", "kl"]
+    if any(f"label_share/{lab}" in r for r in rows for lab in LABEL_COLORS):
+        panels.append("labels")
+    if (_has_values(rows, "correct_rate") or _has_values(rows, "response_length")
+            or _has_values(rows, "abstain_rate", positive=True)):
+        panels.append("behaviour")
+    return panels
+
+
 def plot_training(run_dir: str | Path, out_png: str | Path) -> Optional[Path]:
-    """Reward, KL, label mix and rollout behaviour (correct / abstain rate, length) from RUN_DIR/metrics.jsonl."""
+    """Reward, KL, label mix and rollout behaviour (correct / abstain rate, length) from RUN_DIR/metrics.jsonl: the
+    panels that fit the run (:func:`training_panels`), in a row up to 3 and 2 x 2 for 4."""
     from evaluation.report import read_metrics
     rows = [r for r in read_metrics(run_dir) if not r.get("skipped")]
     if not rows:
@@ -164,45 +185,51 @@ def plot_training(run_dir: str | Path, out_png: str | Path) -> Optional[Path]:
     def series(key):
         return [r.get(key, float("nan")) if isinstance(r.get(key), (int, float)) else float("nan") for r in rows]
 
-    fig, axes = plt.subplots(2, 2, figsize=(12, 7.5))
-    ax = axes[0][0]
+    panels = training_panels(rows)
+    shape = (2, 2) if len(panels) == 4 else (1, len(panels))
+    fig, grid = plt.subplots(*shape, figsize=(6 * shape[1], 3.75 * shape[0] + (0.5 if shape[0] == 1 else 0)),
+                             squeeze=False)
+    axes = dict(zip(panels, [a for row in grid for a in row]))
+    ax = axes["reward"]
     ax.plot(steps, series("reward_mean"), marker="o", ms=3, label="token reward (sum per response)")
     if any("score_mean" in r for r in rows):
         ax.plot(steps, series("score_mean"), marker=".", ms=3, alpha=0.7, label="verifier score")
     ax.set_title("reward per response")
     ax.legend(fontsize=8)
 
-    ax = axes[0][1]
+    ax = axes["kl"]
     ax.plot(steps, series("kl"), color="tab:red", marker="o", ms=3)
     ax.set_title("KL to the reference (per token)")
 
-    ax = axes[1][0]
-    for lab, color in LABEL_COLORS.items():
-        key = f"label_share/{lab}"
-        if any(key in r for r in rows):
-            ax.plot(steps, series(key), label=lab, color=color, marker=".", ms=3)
-    ax.set_ylim(0, 1)
-    ax.set_title("verifier label mix of rollout statements")
-    ax.legend(fontsize=8)
-
-    ax = axes[1][1]
-    for key, color, lab in (("correct_rate", "tab:green", "rollouts judged correct"),
-                            ("abstain_rate", "tab:gray", "rollouts abstaining")):
-        if any(key in r for r in rows):
-            ax.plot(steps, series(key), color=color, marker=".", ms=3, label=lab)
-    ax.set_ylim(0, 1)
-    ax.set_title("rollout behaviour")
-    if any("response_length" in r for r in rows):
-        ax2 = ax.twinx()
-        ax2.plot(steps, series("response_length"), color="tab:blue", alpha=0.5, ls="--", label="length (tokens)")
-        ax2.set_ylabel("response length (tokens)", color="tab:blue")
-        h1, l1 = ax.get_legend_handles_labels()
-        h2, l2 = ax2.get_legend_handles_labels()
-        ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="upper left")
-    else:
+    if "labels" in axes:
+        ax = axes["labels"]
+        for lab, color in LABEL_COLORS.items():
+            key = f"label_share/{lab}"
+            if any(key in r for r in rows):
+                ax.plot(steps, series(key), label=lab, color=color, marker=".", ms=3)
+        ax.set_ylim(0, 1)
+        ax.set_title("verifier label mix of rollout statements")
         ax.legend(fontsize=8)
+
+    if "behaviour" in axes:
+        ax = axes["behaviour"]
+        for key, color, lab in (("correct_rate", "tab:green", "rollouts judged correct"),
+                                ("abstain_rate", "tab:gray", "rollouts abstaining")):
+            if _has_values(rows, key, positive=key == "abstain_rate"):
+                ax.plot(steps, series(key), color=color, marker=".", ms=3, label=lab)
+        ax.set_ylim(0, 1)
+        ax.set_title("rollout behaviour")
+        h1, l1 = ax.get_legend_handles_labels()
+        if _has_values(rows, "response_length"):
+            ax2 = ax.twinx()
+            ax2.plot(steps, series("response_length"), color="tab:blue", alpha=0.5, ls="--", label="length (tokens)")
+            ax2.set_ylabel("response length (tokens)", color="tab:blue")
+            h2, l2 = ax2.get_legend_handles_labels()
+            h1, l1 = h1 + h2, l1 + l2
+        if h1:
+            ax.legend(h1, l1, fontsize=8, loc="upper left")
     from matplotlib.ticker import MaxNLocator
-    for a in axes.flat:
+    for a in axes.values():
         a.xaxis.set_major_locator(MaxNLocator(integer=True))
         a.set_xlabel("step")
         a.grid(alpha=0.3)

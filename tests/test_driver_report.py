@@ -56,3 +56,47 @@ def test_best_dev_step_is_the_last_evaluations_report_and_is_drawn(tmp_path):
     rows = [_row(i, 0.1 * i, 0.001 * i, 0.1 * i) for i in range(1, 9)]
     png = plot_curves(rows, tmp_path / "curves.png", dev)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _png_size(path) -> tuple[int, int]:
+    from PIL import Image
+    with Image.open(path) as im:
+        return im.size
+
+
+def test_training_curves_show_only_the_panels_that_fit_the_recipe(tmp_path):
+    """A recipe that never declines (grounded: every share declined 0, or NaN, or not logged) gets no abstention
+    panels, and the panels left are laid out without holes (2 x 2 for four); an abstaining one gets all six."""
+    from cluster.train_report import curve_panels, panel_grid
+    from evaluation.plots import plot_training, training_panels
+
+    def rows(declined: float) -> list[dict]:
+        return [{**_row(i, 0.1 * i, 0.001 * i, 0.1 * i), "rollout/abstain/yes_no": 0.0,
+                 "rollout/abstain/open": declined} for i in range(1, 7)]
+
+    def dev(declined: float) -> list[dict]:
+        return [{"step": s, "dev/score": 0.1, "dev/best_step": 0.0, "dev/evidence/correct": 0.3,
+                 "dev/evidence/incorrect": 0.6, "dev/evidence/abstain": declined,
+                 "dev/evidence/abstain/open": declined, "dev/evidence/abstain/yes_no": 0.0} for s in (0, 3, 6)]
+
+    grounded = curve_panels(rows(0.0), dev(0.0))
+    assert grounded == ["reward", "kl", "labels", "dev"]
+    assert curve_panels(rows(float("nan")), dev(float("nan"))) == grounded
+    assert curve_panels(rows(0.25), dev(0.1)) == ["reward", "kl", "labels", "rollout_declined", "dev", "dev_declined"]
+    assert curve_panels(rows(0.0)) == ["reward", "kl", "labels"]          # no dev evaluation: no dev panel
+    assert [panel_grid(n) for n in (2, 3, 4, 5, 6)] == [(1, 2), (1, 3), (2, 2), (2, 3), (2, 3)]
+    # 5 x 4 inches a panel at 110 dpi
+    assert _png_size(plot_curves(rows(0.0), tmp_path / "g.png", dev(0.0))) == (1100, 880)
+    assert _png_size(plot_curves(rows(0.25), tmp_path / "a.png", dev(0.1))) == (1650, 880)
+    assert _png_size(plot_curves(rows(0.0), tmp_path / "n.png")) == (1650, 440)
+
+    # the report's copy (`rlfh compare --run`): no abstention line where nothing was declined; a panel with no data
+    # at all (no label mix, no rollout behaviour) is not drawn
+    assert training_panels(rows(0.0)) == ["reward", "kl", "labels", "behaviour"]    # response length
+    bare = [{"step": i, "reward_mean": 0.1, "kl": 0.0, "abstain_rate": 0.0} for i in range(1, 4)]
+    assert training_panels(bare) == ["reward", "kl"]
+    assert training_panels([{**r, "abstain_rate": 0.2} for r in bare]) == ["reward", "kl", "behaviour"]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in bare))
+    png = plot_training(tmp_path / "run", tmp_path / "report.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and _png_size(png)[0] > _png_size(png)[1]

@@ -24,9 +24,9 @@ SUBCOMMANDS = [
     "baselines.cli",             # baseline rtuning|dpo
     "baselines.judge_cli",       # judge train|eval
     "core.config",            # config
-    "cluster.submit",            # submit
-    "cluster.chaos",             # chaos list|kill
-    "cluster.show",              # show (a run's samples.jsonl as an HTML page)
+    "ops.submit",                # submit
+    "ops.chaos",                 # chaos list|kill
+    "ops.show",                  # show (a run's samples.jsonl as an HTML page)
 ]
 
 

@@ -1,7 +1,7 @@
 """One line of SAVE_PATH/samples.jsonl: what the policy said at a step, and what the verifier made of it.
 
 The run log (:meth:`cluster.run_log.RunLog.write_samples`) writes :func:`sample_record` for the first LOG_SAMPLES
-responses of each step; ``rlfh show`` (:mod:`cluster.show`) reads them back with :func:`read_samples` and renders
+responses of each step; ``rlfh show`` (:mod:`ops.show`) reads them back with :func:`read_samples` and renders
 the page. Both sides live here, so the record has one definition.
 
 A record (keys in this order; the first eight are what runs wrote before the per-token fields were added, and a

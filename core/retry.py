@@ -2,7 +2,7 @@
 
 Every network caller retries a bounded number of times and waits between attempts:
 the trainer's reward client (:mod:`reward_service.client`), the LLM judge (:mod:`verifier_service.llm_backend`)
-and ``rlfh submit``'s job-API calls (:mod:`cluster.submit`). They differ in *what* they retry (a 4xx is not
+and ``rlfh submit``'s job-API calls (:mod:`ops.submit`). They differ in *what* they retry (a 4xx is not
 retried by the reward client; the judge re-sends only the failed conversations of a batch), not in *how long*
 they wait, which is :func:`backoff_delay`: exponential from ``base_s``, capped at ``cap_s`` so that a large
 retry count cannot turn into minutes of sleeping.

@@ -72,7 +72,7 @@ def main() -> int:
     with open(out / "samples.jsonl", "w", encoding="utf-8") as fh:
         for rec in build_records(args.backend):
             fh.write(json.dumps(rec) + "\n")
-    from cluster.show import build
+    from ops.show import build
     page, shown, _ = build(out)
     print(f"wrote {out / 'samples.jsonl'} and {page} ({shown} rollouts)")
     return 0

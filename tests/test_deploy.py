@@ -93,7 +93,7 @@ def _submit_args(*argv):
 
 
 def test_submit_payload_has_non_default_settings_and_explicit_env(monkeypatch):
-    from cluster.submit import build_payload
+    from ops.submit import build_payload
     for k in ("REWARD_API_TOKEN", "REDIS_URL", "MODEL_API_KEY", "GRANULARITY", "RAY_ADDRESS"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("GRANULARITY", "sentence")
@@ -119,7 +119,7 @@ def test_submit_payload_has_non_default_settings_and_explicit_env(monkeypatch):
     (["--working-dir", "/nonexistent/rlfh"], "--working-dir"),
 ])
 def test_submit_rejects_bad_input_naming_it(argv, needle):
-    from cluster.submit import build_payload
+    from ops.submit import build_payload
     args = _submit_args(*argv)
     with pytest.raises(ConfigError, match=re.escape(needle)):
         build_payload(args, RLFHConfig.from_args(args))
@@ -147,7 +147,7 @@ def test_submit_cli_dry_run_and_address_errors(capsys, monkeypatch):
 def test_submit_auth_headers_and_masked_dry_run(monkeypatch, capsys):
     """The connection check and the submission use the same token: --auth-token, else RAY_AUTH_TOKEN."""
     from cluster.cli import main
-    from cluster.submit import auth_headers
+    from ops.submit import auth_headers
     monkeypatch.setenv("RAY_AUTH_TOKEN", "env-token")
     assert auth_headers(None) == {"Authorization": "Bearer env-token"}
     assert auth_headers("flag-token") == {"Authorization": "Bearer flag-token"}

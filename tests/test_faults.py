@@ -259,7 +259,7 @@ def test_driver_restarts_dead_or_hung_actors_from_the_checkpoint_and_gives_up_wh
     import json
     import threading
 
-    from cluster.chaos import inject
+    from ops.chaos import inject
     from cluster.driver import ActorGroupsFailed, Trainer
     from doubles import KeywordReward
     from core.config import RLFHConfig
@@ -413,7 +413,7 @@ def test_separate_layout_dead_rollout_engine_restarted_and_the_self_judge_follow
 
     from conftest import free_port
 
-    from cluster.chaos import inject
+    from ops.chaos import inject
     from cluster.driver import Trainer
     from core.config import RLFHConfig
 

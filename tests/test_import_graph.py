@@ -2,8 +2,9 @@
 included: a function-level import is still a dependency, it only hides it from import-time checks.
 
 The layering, bottom to top: core (settings, contracts, metrics, retry, offline assets, the math) <-
-verifier_service <- reward_service <- actors <- evaluation <- cluster (the trainer) <- integrations / baselines <-
-bench (LAYERS: a benchmark may time anything below it, the baselines' training loop included). The tests fail
+verifier_service <- reward_service <- actors <- evaluation <- cluster (the trainer) <- integrations / baselines /
+ops (the operator's tools) <- bench (LAYERS: a benchmark may time anything below it, the baselines' training loop
+included). The tests fail
 on any import that goes up or sideways between layers, and on any cycle.
 """
 from __future__ import annotations
@@ -14,11 +15,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("core", "actors", "cluster", "reward_service", "verifier_service", "evaluation", "integrations",
-            "baselines", "bench")
+            "baselines", "ops", "bench")
 
 #: The layers, bottom to top; packages in one layer may not import each other.
 LAYERS = (("core",), ("verifier_service",), ("reward_service",), ("actors",), ("evaluation",), ("cluster",),
-          ("integrations", "baselines"), ("bench",))
+          ("integrations", "baselines", "ops"), ("bench",))
 
 
 def package_imports() -> dict[tuple[str, str], list[str]]:

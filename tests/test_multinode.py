@@ -1,5 +1,5 @@
 """The separate layout on a real multi-node Ray cluster, built on this machine as Ray's own tests build one
-(``cluster.local_cluster``: ``ray.cluster_utils.Cluster``'s head in this process, each worker ``ray start --block``): a head (the driver, Ray's GCS and dashboard, Serve's controller) and three worker
+(``ops.local_cluster``: ``ray.cluster_utils.Cluster``'s head in this process, each worker ``ray start --block``): a head (the driver, Ray's GCS and dashboard, Serve's controller) and three worker
 nodes, each a raylet of its own offering one custom resource that names it. Every node binds 127.0.0.1 (Ray token
 auth is off on loopback, as in every test). The placement is the user's settings:
 
@@ -56,9 +56,9 @@ def _alive_actors() -> dict[str, list]:
 
 @pytest.fixture(scope="module")
 def cluster():
-    """Head + three worker nodes (cluster.local_cluster: each worker is ``ray start --block``, as in a KubeRay pod),
+    """Head + three worker nodes (ops.local_cluster: each worker is ``ray start --block``, as in a KubeRay pod),
     every Ray port on 127.0.0.1."""
-    from cluster.local_cluster import LocalCluster
+    from ops.local_cluster import LocalCluster
     c = LocalCluster(head_cpus=1, dashboard_port=free_port())
     try:
         nodes = {name: c.add_node({name: 1}) for name in (TRAIN, ROLLOUT, SERVICE)}
@@ -168,7 +168,7 @@ def test_a_placement_no_node_offers_fails_at_once_naming_the_setting(cluster, tr
 
 
 def test_losing_the_rollout_node_mid_run(cluster, trainer, caplog):
-    from cluster.chaos import inject
+    from ops.chaos import inject
     c, nodes = cluster
     assert trainer.state.step == 2 and trainer.last_checkpoint, "runs after the first test (its 2 steps, checkpoint)"
     metrics_path = trainer.run_log.metrics_path

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from actors import group
-from cluster import chaos
+from ops import chaos
 from core.config import ConfigError, RLFHConfig
 from core.placement import check_node_resources
 

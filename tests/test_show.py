@@ -1,4 +1,4 @@
-"""``rlfh show``: a run's samples.jsonl as an HTML page (cluster/show.py), from records written the way a training
+"""``rlfh show``: a run's samples.jsonl as an HTML page (ops/show.py), from records written the way a training
 run writes them (cluster/samples_log.sample_record: the rollout's tokens from SmolLM2's tokenizer, the tiny model's
 too, the verifier's result, the reward service's token rewards)."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from actors.types import RolloutSample, token_offsets
 from cluster.cli import main as rlfh
 from cluster.samples_log import BASE_KEYS, read_samples, sample_record
-from cluster.show import build, render_page
+from ops.show import build, render_page
 from core.config import RLFHConfig
 from core.data import QAItem
 from core.verify_schema import Sentence, Statement, VerifyRequest, VerifyResult

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import soak
+from ops import soak
 from conftest import free_port
 
 

@@ -192,7 +192,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                               "or its node id.")
     k.add_argument("--wait-s", type=float, default=600.0, help="Give up waiting after this long (default 600).")
     k.set_defaults(func=_cmd_kill)
-    from cluster import soak
+    from ops import soak
     so = csub.add_parser("soak", help="Train for a set time on a local multi-node cluster while killing a random "
                                       "actor, replica, Redis or node every N seconds; print what it cost.",
                          description=plain_doc(soak.__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -201,7 +201,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_soak(args: argparse.Namespace) -> int:
-    from cluster import soak
+    from ops import soak
     from core.config import ConfigError
     try:
         soak.soak(args)

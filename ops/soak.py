@@ -6,7 +6,7 @@
 
 What it builds, all on this machine and all children of this process (so ``rlfh chaos`` finds every one):
 
-- a Ray cluster (:mod:`cluster.local_cluster`): a head (GCS, dashboard, Serve's controller, the HTTP proxy) and
+- a Ray cluster (:mod:`ops.local_cluster`): a head (GCS, dashboard, Serve's controller, the HTTP proxy) and
   three worker nodes, ``rlfh_train`` (policy, critic), ``rlfh_rollout`` (rollout engine, reference) and
   ``rlfh_service`` (the Serve verifier and reward replicas), placed by the ``*_NODE_RESOURCE`` settings;
 - a redis-server on a free loopback port (the verification cache);
@@ -121,7 +121,7 @@ class FaultInjector(threading.Thread):
                     self.faults[-1].error = self.faults[-1].error or repr(e)
 
     def inject_one(self) -> Fault:
-        from cluster.chaos import inject, last_step
+        from ops.chaos import inject, last_step
         kind = self.rng.choice(self.kinds)
         fault = Fault(kind, round(time.monotonic() - self._t0, 1), last_step(self.save_path))
         self.faults.append(fault)
@@ -143,7 +143,7 @@ class FaultInjector(threading.Thread):
         return fault
 
     def _kill_node(self, fault: Fault, inject) -> None:
-        from cluster.local_cluster import node_is_dead
+        from ops.local_cluster import node_is_dead
         resource = self.rng.choice(sorted(NODES))
         fault.target = resource
         done = inject(os.getpid(), "node", node=resource, wait_s=30)
@@ -220,7 +220,7 @@ def _run(cfg, stop_after_s: Optional[float] = None, steps: Optional[int] = None)
 
 
 def soak(args: argparse.Namespace) -> dict:
-    from cluster.local_cluster import LocalCluster
+    from ops.local_cluster import LocalCluster
     from core.ports import free_port
     for flag, value, low in (("--minutes", args.minutes, 0), ("--every", args.every, 0)):
         if not value > low:

@@ -33,7 +33,7 @@ OBJECT_STORE_BYTES = 200 * 1024 ** 2
 
 class WorkerNode:
     """One worker node with ``resources``, joined to the head at ``address``: a child process
-    (``python -m cluster.local_cluster``) that starts a raylet as ``ray start --address=ADDRESS --block`` does,
+    (``python -m ops.local_cluster``) that starts a raylet as ``ray start --address=ADDRESS --block`` does,
     and ends when its raylet does. Returns once the GCS lists it alive (``node_id``); RuntimeError when it has not
     joined within ``timeout_s``."""
 
@@ -42,7 +42,7 @@ class WorkerNode:
         self.resources = dict(resources)
         before = {n["NodeID"] for n in ray.nodes()}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cluster.local_cluster", "--address", address, "--num-cpus", f"{num_cpus:g}",
+            [sys.executable, "-m", "ops.local_cluster", "--address", address, "--num-cpus", f"{num_cpus:g}",
              "--resources", json.dumps(self.resources)],
             cwd=str(Path(__file__).resolve().parents[1]), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True)

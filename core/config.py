@@ -47,7 +47,7 @@ EMBEDDED_DATA = "halueval:train"
 
 #: Settings that hold secrets (REDIS_URL may carry a password). They are masked when printed
 #: (``rlfh config``, ``rlfh serve``, ``rlfh submit --dry-run``) and are not put into a Serve config
-#: or a job's runtime env unless asked for (``reward_service.serve_config``, ``cluster.submit``).
+#: or a job's runtime env unless asked for (``reward_service.serve_config``, ``ops.submit``).
 SECRET_ENVS: tuple[str, ...] = ("REWARD_API_TOKEN", "MODEL_API_KEY", "REDIS_URL")
 
 

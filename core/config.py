@@ -619,9 +619,10 @@ class LauncherSettings(Settings):
         "answers.",
         env="PROBE_RECOMPUTE", group="launcher", cli=False)
     heldout_report: bool = setting(
-        False, "scripts/train.sh: after training, answer held-out questions with the base and the trained model "
-        "(greedy, closed book and with the passage) and print the before/after tables and the gate verdict "
-        "(a failed gate ends the job normally unless HELDOUT_STRICT).", env="HELDOUT_REPORT", group="launcher",
+        False, "scripts/train.sh: after training, answer held-out questions with the base model, the warm start "
+        "(when there is one) and the trained model (greedy, closed book and with the passage) and print the tables, "
+        "each metric's verdict against base and warm start, and the gate verdict (a gate not met ends the job "
+        "normally unless HELDOUT_STRICT).", env="HELDOUT_REPORT", group="launcher",
         cli=False)
     heldout_gate: Literal["selective", "grounded"] = setting(
         "selective", "scripts/train.sh: the held-out report's gate. selective: closed book, significantly fewer wrong "

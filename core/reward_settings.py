@@ -9,7 +9,7 @@
   (``reward_type`` / ``reward_setting`` there) and only adds the environment variable and the CLI flag;
 - ``reward_service.token_rewards`` computes with a :class:`RewardSettings` instance.
 
-Light on purpose (pydantic and ``core.verify_schema`` only): ``core.config`` imports it, so it must not
+Light on purpose (pydantic, ``core.errors`` and ``core.verify_schema`` only): ``core.config`` imports it, so it must not
 import cluster, actors or torch.
 """
 from __future__ import annotations
@@ -18,17 +18,19 @@ from typing import Annotated, Any, Literal, Mapping, Optional, get_args, get_ori
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, create_model
 
+from core.errors import ConfigError
 from core.verify_schema import INFO_SCORES, LABELS
 
-# Truthfulness reward per statement label. Wrong costs more than Correct earns,
-# and hedging a wrong fact is punished less than asserting it (the behaviour we
-# want the model to learn at its knowledge boundary).
+# Truthfulness reward per statement label. A wrong statement costs twice what a right one earns (a careful reader
+# ranks fewer wrong statements before more right ones: `rlfh bench reward-order`, docs/REWARD.md), and hedging a
+# wrong fact is punished less than asserting it (the behaviour we want the model to learn at its knowledge
+# boundary).
 DEFAULT_VERIFICATION_MAP: dict[str, float] = {
     "Correct": 1.0,
     "Hedged correct": 0.5,
     "Vague": -0.2,
-    "Hedged wrong": -0.5,
-    "Wrong": -1.0,
+    "Hedged wrong": -1.0,
+    "Wrong": -2.0,
 }
 # Informativeness reward per 1-5 score: uninformative filler is slightly
 # negative so that "say nothing" is not free.
@@ -140,7 +142,6 @@ class RewardSettings(BaseModel):
     @classmethod
     def from_config(cls, cfg: Any) -> "RewardSettings":
         """From an ``RLFHConfig`` (or anything with one attribute per reward setting)."""
-        from core.config import ConfigError  # lazy: this module must stay importable below cluster
         try:
             return cls(**{name: getattr(cfg, name) for name in cls.model_fields})
         except RewardInputError as e:

@@ -41,9 +41,14 @@ def two_sentences(label1="Correct", label2="Wrong", info1=5, info2=3, span1=(0, 
     ])
 
 
+# The hand-computed cases below use these label values (Wrong -1, as the default map had before it moved to -2):
+# the arithmetic is what they check, not the defaults.
+HAND_MAP = '{"Wrong": -1, "Hedged wrong": -0.5}'
+
+
 @pytest.fixture
 def base() -> RewardSettings:
-    return RewardSettings.from_config(RLFHConfig.load(environ={}))
+    return RewardSettings.from_config(RLFHConfig.load(environ={"VERIFICATION_MAP": HAND_MAP}))
 
 
 def test_reward_settings_defaults_are_the_configs():

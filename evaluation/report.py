@@ -486,22 +486,40 @@ def _diff(entry: dict) -> str:
 
 
 def render_markdown(report: dict[str, Any], out: Path) -> str:
-    L: list[str] = [f"# {report['title']}", ""]
-    L += ["Two judges grade every answer:", "",
-          "1. **Gold-answer grader (primary, independent of training)**: SimpleQA-style `correct` / `incorrect` / "
-          "`not attempted` against the dataset's gold answer (normalised containment, token F1, yes/no and "
-          "choice-question rules; explicit abstentions are *not attempted*; a hedged answer is graded on what it "
-          "says, so a hedged wrong answer counts as incorrect). Any other answer that does not give the gold "
-          "answer counts as *incorrect* -- stricter than SimpleQA's LLM grader, which calls a non-committal "
-          "answer *not attempted*; without an LLM a vague answer cannot be told from a wrong one, so the grader "
-          "errs against the model.",
-          "2. **The training verifier** (the atomic-fact verifier whose labels were the training reward). It is "
-          "**not independent**: a trained model can learn to please it. Shown for insight only.", "",
-          f"Numbers are percentages of items with 95% bootstrap CIs. Paired tests: exact McNemar on the same "
-          f"items (alpha = {report['alpha']}). *Incorrect* is the hallucination rate; a model that only learned to "
-          "refuse shows up as a high abstention rate with fewer correct answers and short answers.", ""]
-    L += ["## Verdicts", ""]
+    """report.md's text (``out``: the report folder, unused). Sections top to bottom: how the answers are graded,
+    the verdicts, one section per group (:func:`_md_group`), the training run, the plots, how to read it."""
+    L = _md_preamble(report)
+    L += _md_verdicts(report["groups"])
     for gname, g in report["groups"].items():
+        L += _md_group(gname, g)
+    L += _md_training(report.get("training"))
+    L += _md_plots(report["plots"])
+    L += _md_how_to_read()
+    return "\n".join(L)
+
+
+def _md_preamble(report: dict[str, Any]) -> list[str]:
+    """The title and what the two judges are."""
+    return [f"# {report['title']}", "",
+            "Two judges grade every answer:", "",
+            "1. **Gold-answer grader (primary, independent of training)**: SimpleQA-style `correct` / `incorrect` / "
+            "`not attempted` against the dataset's gold answer (normalised containment, token F1, yes/no and "
+            "choice-question rules; explicit abstentions are *not attempted*; a hedged answer is graded on what it "
+            "says, so a hedged wrong answer counts as incorrect). Any other answer that does not give the gold "
+            "answer counts as *incorrect* -- stricter than SimpleQA's LLM grader, which calls a non-committal "
+            "answer *not attempted*; without an LLM a vague answer cannot be told from a wrong one, so the grader "
+            "errs against the model.",
+            "2. **The training verifier** (the atomic-fact verifier whose labels were the training reward). It is "
+            "**not independent**: a trained model can learn to please it. Shown for insight only.", "",
+            f"Numbers are percentages of items with 95% bootstrap CIs. Paired tests: exact McNemar on the same "
+            f"items (alpha = {report['alpha']}). *Incorrect* is the hallucination rate; a model that only learned to "
+            "refuse shows up as a high abstention rate with fewer correct answers and short answers.", ""]
+
+
+def _md_verdicts(groups: dict[str, Any]) -> list[str]:
+    """One line per pair of every group, and a warning for a group without a prompt-only baseline."""
+    L = ["## Verdicts", ""]
+    for gname, g in groups.items():
         for pr in g["pairs"]:
             mi, mc = pr["mcnemar_incorrect"], pr["mcnemar_correct"]
             L.append(f"- **{gname}** — {pr['b']} vs {pr['a']}: **{pr['verdict']}** (incorrect "
@@ -511,158 +529,226 @@ def render_markdown(report: dict[str, Any], out: Path) -> str:
             L.append(f"- **{gname}**: no prompt-only baseline (`rlfh eval --system may-abstain`) in this group: a "
                      "gain a prompt alone would give cannot be told apart from a training gain here.")
     L.append("")
-    for gname, g in report["groups"].items():
-        L += [f"## {gname}", ""]
-        L += ["| model | n | correct | incorrect | not attempted | correct given attempted | F-score | "
-              "abstention | mean words |",
-              "|---|---|---|---|---|---|---|---|---|"]
-        for m in g["models"]:
-            mm = m["metrics"]
-            gd = mm["gold"]
-            mw = mm["mean_answer_words"]
-            L.append(f"| {m['name']} | {mm['n']} | {_ci(gd['correct'])} | {_ci(gd['incorrect'])} | "
-                     f"{_ci(gd['not_attempted'])} | {_ci(gd['accuracy_given_attempted'])} | {_ci(gd['f_score'])} | "
-                     f"{_ci(mm['abstain_rate'])} | {mw['value']:.1f} |")
-        sel = g.get("selectivity") or {}
-        for mname, e in (sel.get("runs") or {}).items():
-            rnd = e["random"]
-            if mname == sel.get("reference") or rnd["n_abstain"] == 0:
-                continue
-            L.append(f"| *random abstention: {sel['reference']} declining {rnd['n_abstain']} random questions "
-                     f"(as many as {mname})* | {rnd['n']} | {pct(rnd['correct'])} [{pct(rnd['correct_ci95'][0])}, "
-                     f"{pct(rnd['correct_ci95'][1])}] | {pct(rnd['incorrect'])} [{pct(rnd['incorrect_ci95'][0])}, "
-                     f"{pct(rnd['incorrect_ci95'][1])}] | {pct(rnd['not_attempted'])} | "
-                     f"{pct(rnd['accuracy_given_attempted'])} | - | - | - |")
-        if sel.get("type_rule"):
-            tr = sel["type_rule"]
-            tm = tr["metrics"]
-            L.append(f"| *{tr['name']}* | {tr['n']} | {pct(tm['correct'])} | {pct(tm['incorrect'])} | "
-                     f"{pct(tm['not_attempted'])} | {pct(tm['accuracy_given_attempted'])} | {pct(tm['f_score'])} | "
-                     "- | - |")
-        if sel.get("runs"):
-            L += ["", f"**Selectivity** against {sel['reference']} (the reference). *Declined*: questions the "
-                      f"model did not attempt that {sel['reference']} did; a selective model declines where the "
-                      "reference was wrong. *Random abstention*: the reference declining as many random questions "
-                      "(p: exact probability of keeping at least this many right answers by chance). *AUROC*: the "
-                      "model's confidence (mean token log-prob) against correctness on its attempted answers "
-                      "(0.5 = no signal; - where not recorded). *P(abstain) AUROC*: the model's teacher-forced "
-                      f"probability of its abstention reply (`rlfh eval --abstain-threshold`), lower where "
-                      f"{sel['reference']} was right, on every question.", "",
-                  f"| model | declined | {sel['reference']} right / wrong there | correct (random abstention "
-                  "expects) | p | confidence AUROC | risk-coverage AURC | P(abstain) AUROC |",
-                  "|---|---|---|---|---|---|---|---|"]
-            for mname, e in sel["runs"].items():
-                ov, rnd = e["overlap"], e["random"]
-                au = "-" if e.get("auroc") is None or math.isnan(e["auroc"]) else f"{e['auroc']:.3f}"
-                rc = e.get("risk_coverage") or {}
-                aurc = "-" if rc.get("aurc") is None or math.isnan(rc.get("aurc", float("nan"))) else \
-                    f"{rc['aurc']:.3f}"
-                pa = e.get("p_abstain_auroc")
-                pa = "-" if pa is None or math.isnan(pa) else f"{pa:.3f}"
-                L.append(f"| {mname} | {ov['declined']} | {ov['ref_right']} / {ov['ref_wrong']} | "
-                         f"{rnd['observed_correct']} ({rnd['correct'] * rnd['n']:.1f}) | {_p(rnd['p_value'])} | "
-                         f"{au} | {aurc} | {pa} |")
-            L += ["", "**Outcomes per question type** (from the question text: yes/no, two options \"A or B\", "
-                      "open), counts correct / incorrect / not attempted:", "",
-                  "| model | " + " | ".join(f"{t} (n={next(iter(sel['runs'].values()))['per_type'][t]['n']})"
-                                           for t in ("yes_no", "choice", "open")) + " |", "|---|---|---|---|"]
-            for mname, e in sel["runs"].items():
-                cells = [f"{e['per_type'][t]['correct']} / {e['per_type'][t]['incorrect']} / "
-                         f"{e['per_type'][t]['not_attempted']}" for t in ("yes_no", "choice", "open")]
-                L.append(f"| {mname} | " + " | ".join(cells) + " |")
-            with_known = {m: e["per_knowledge"] for m, e in sel["runs"].items() if e.get("per_knowledge")}
-            if with_known:
-                from evaluation.knowledge import BUCKETS
-                first = next(iter(with_known.values()))
-                L += ["", f"**Outcomes by what {sel['reference']} knew** (its sampled answers per question, graded: "
-                          "*never* none right, *sometimes* under half, *mostly* half or more; `rlfh eval "
-                          "--knowledge-samples`). Counts correct / incorrect / not attempted, and the share not "
-                          "attempted. A selective model declines in *never* and keeps answering in *mostly*; a "
-                          "randomly silent one declines the same share everywhere.", "",
-                      "| model | " + " | ".join(f"{b} (n={first[b]['n']})" for b in BUCKETS) + " |",
-                      "|---|---|---|---|"]
-                for mname, pk in with_known.items():
-                    cells = [f"{pk[b]['correct']} / {pk[b]['incorrect']} / {pk[b]['not_attempted']} "
-                             f"({pct(pk[b]['not_attempted'] / pk[b]['n']) if pk[b]['n'] else '-'})" for b in BUCKETS]
-                    L.append(f"| {mname} | " + " | ".join(cells) + " |")
-        lenient = [(m["name"], m["metrics"].get("lenient")) for m in g["models"]]
-        if any(x and x["differ"] for _, x in lenient):
-            L += ["", "**Grader sensitivity.** The strict reading (used everywhere above) grades an implicit yes/no "
-                      "answer that does not address the question, and a gold found only inside a hyphenated compound "
-                      "(\"Canadian-American\" for \"American\"), as incorrect. The lenient (earlier) reading:", ""]
-            for mname, x in lenient:
-                if x:
-                    L.append(f"- {mname}: correct {pct(x['correct'])}, incorrect {pct(x['incorrect'])} "
-                             f"({x['differ']} grade(s) differ from the strict reading)")
-            L.append("")
-        L += ["", "**Paired tests** (second model minus first; McNemar counts are items where only the first / "
-                  "only the second has the outcome):", "",
-              "| first | second | n | incorrect: first-only / second-only, p | correct: first-only / second-only, p | "
-              "Δ incorrect | Δ correct | Δ not attempted | verdict |",
-              "|---|---|---|---|---|---|---|---|---|"]
-        for pr in g["pairs"]:
-            mi, mc = pr["mcnemar_incorrect"], pr["mcnemar_correct"]
-            L.append(f"| {pr['a']} | {pr['b']} | {pr['n_paired']} | {mi['a_only']} / {mi['b_only']}, "
-                     f"p={_p(mi['p_value'])} | {mc['a_only']} / {mc['b_only']}, p={_p(mc['p_value'])} | "
-                     f"{_diff(pr['diff']['incorrect'])} | {_diff(pr['diff']['correct'])} | "
-                     f"{_diff(pr['diff']['not_attempted'])} | **{pr['verdict']}** |")
-        if any(m["metrics"].get("verifier") for m in g["models"]):
-            L += ["", "**The training verifier's statement metrics** (not independent of training):", "",
-                  "| model | statements per answer | supported per answer | Correct | Hedged correct | Vague | "
-                  "Hedged wrong | Wrong | fact precision | verifier abstention |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
-            for m in g["models"]:
-                v = m["metrics"].get("verifier")
-                if not v:
-                    L.append(f"| {m['name']} | - | - | - | - | - | - | - | - | - |")
-                    continue
-                ls = v["label_share"]
-                supported = v.get("supported_statements_per_answer")
-                L.append(f"| {m['name']} | {v['statements_per_answer']:.2f} | "
-                         + ("-" if supported is None else f"{supported:.2f}") + " | "
-                         + " | ".join(pct(ls[lab]) for lab in VERIFIER_LABELS)
-                         + f" | {pct(v['fact_precision'])} | {pct(v['abstain_rate'])} |")
-        if g.get("examples"):
-            L += ["", f"<details><summary>Example answers that changed ({g['models'][0]['name']} → "
-                      f"{g['models'][-1]['name']})</summary>", ""]
-            for ex in g["examples"]:
-                L += [f"- **Q:** {ex['question']}  (gold: *{ex['gold']}*)",
-                      f"  - {ex['a']}: {_quote(ex['a_answer'])} → `{ex['a_grade']}`",
-                      f"  - {ex['b']}: {_quote(ex['b_answer'])} → `{ex['b_grade']}`"]
-            L += ["", "</details>"]
+    return L
+
+
+def _md_group(gname: str, g: dict[str, Any]) -> list[str]:
+    """A group's section: outcomes, selectivity, grader sensitivity, paired tests, verifier metrics, examples."""
+    sel = g.get("selectivity") or {}
+    L = [f"## {gname}", ""]
+    L += _md_outcomes(g["models"], sel)
+    if sel.get("runs"):
+        L += _md_selectivity(sel)
+        L += _md_per_type(sel)
+        L += _md_per_knowledge(sel)
+    L += _md_grader_sensitivity(g["models"])
+    L += _md_paired_tests(g["pairs"])
+    if any(m["metrics"].get("verifier") for m in g["models"]):
+        L += _md_verifier(g["models"])
+    if g.get("examples"):
+        L += _md_examples(g)
+    L.append("")
+    return L
+
+
+def _md_outcomes(models: list[dict], sel: dict[str, Any]) -> list[str]:
+    """The gold grader's outcomes per model, then the random-abstention and question-type-rule rows."""
+    L = ["| model | n | correct | incorrect | not attempted | correct given attempted | F-score | "
+         "abstention | mean words |",
+         "|---|---|---|---|---|---|---|---|---|"]
+    for m in models:
+        mm = m["metrics"]
+        gd = mm["gold"]
+        mw = mm["mean_answer_words"]
+        L.append(f"| {m['name']} | {mm['n']} | {_ci(gd['correct'])} | {_ci(gd['incorrect'])} | "
+                 f"{_ci(gd['not_attempted'])} | {_ci(gd['accuracy_given_attempted'])} | {_ci(gd['f_score'])} | "
+                 f"{_ci(mm['abstain_rate'])} | {mw['value']:.1f} |")
+    for mname, e in (sel.get("runs") or {}).items():
+        rnd = e["random"]
+        if mname == sel.get("reference") or rnd["n_abstain"] == 0:
+            continue
+        L.append(f"| *random abstention: {sel['reference']} declining {rnd['n_abstain']} random questions "
+                 f"(as many as {mname})* | {rnd['n']} | {pct(rnd['correct'])} [{pct(rnd['correct_ci95'][0])}, "
+                 f"{pct(rnd['correct_ci95'][1])}] | {pct(rnd['incorrect'])} [{pct(rnd['incorrect_ci95'][0])}, "
+                 f"{pct(rnd['incorrect_ci95'][1])}] | {pct(rnd['not_attempted'])} | "
+                 f"{pct(rnd['accuracy_given_attempted'])} | - | - | - |")
+    if sel.get("type_rule"):
+        tr = sel["type_rule"]
+        tm = tr["metrics"]
+        L.append(f"| *{tr['name']}* | {tr['n']} | {pct(tm['correct'])} | {pct(tm['incorrect'])} | "
+                 f"{pct(tm['not_attempted'])} | {pct(tm['accuracy_given_attempted'])} | {pct(tm['f_score'])} | "
+                 "- | - |")
+    return L
+
+
+def _md_selectivity(sel: dict[str, Any]) -> list[str]:
+    """Selectivity against the reference: declined questions, random abstention's p, the AUROCs and AURC."""
+    L = ["", f"**Selectivity** against {sel['reference']} (the reference). *Declined*: questions the "
+             f"model did not attempt that {sel['reference']} did; a selective model declines where the "
+             "reference was wrong. *Random abstention*: the reference declining as many random questions "
+             "(p: exact probability of keeping at least this many right answers by chance). *AUROC*: the "
+             "model's confidence (mean token log-prob) against correctness on its attempted answers "
+             "(0.5 = no signal; - where not recorded). *P(abstain) AUROC*: the model's teacher-forced "
+             f"probability of its abstention reply (`rlfh eval --abstain-threshold`), lower where "
+             f"{sel['reference']} was right, on every question.", "",
+         f"| model | declined | {sel['reference']} right / wrong there | correct (random abstention "
+         "expects) | p | confidence AUROC | risk-coverage AURC | P(abstain) AUROC |",
+         "|---|---|---|---|---|---|---|---|"]
+    for mname, e in sel["runs"].items():
+        ov, rnd = e["overlap"], e["random"]
+        au = "-" if e.get("auroc") is None or math.isnan(e["auroc"]) else f"{e['auroc']:.3f}"
+        rc = e.get("risk_coverage") or {}
+        aurc = "-" if rc.get("aurc") is None or math.isnan(rc.get("aurc", float("nan"))) else \
+            f"{rc['aurc']:.3f}"
+        pa = e.get("p_abstain_auroc")
+        pa = "-" if pa is None or math.isnan(pa) else f"{pa:.3f}"
+        L.append(f"| {mname} | {ov['declined']} | {ov['ref_right']} / {ov['ref_wrong']} | "
+                 f"{rnd['observed_correct']} ({rnd['correct'] * rnd['n']:.1f}) | {_p(rnd['p_value'])} | "
+                 f"{au} | {aurc} | {pa} |")
+    return L
+
+
+def _md_per_type(sel: dict[str, Any]) -> list[str]:
+    """Counts correct / incorrect / not attempted per question type (yes/no, choice, open), per model."""
+    L = ["", "**Outcomes per question type** (from the question text: yes/no, two options \"A or B\", "
+             "open), counts correct / incorrect / not attempted:", "",
+         "| model | " + " | ".join(f"{t} (n={next(iter(sel['runs'].values()))['per_type'][t]['n']})"
+                                  for t in ("yes_no", "choice", "open")) + " |", "|---|---|---|---|"]
+    for mname, e in sel["runs"].items():
+        cells = [f"{e['per_type'][t]['correct']} / {e['per_type'][t]['incorrect']} / "
+                 f"{e['per_type'][t]['not_attempted']}" for t in ("yes_no", "choice", "open")]
+        L.append(f"| {mname} | " + " | ".join(cells) + " |")
+    return L
+
+
+def _md_per_knowledge(sel: dict[str, Any]) -> list[str]:
+    """Outcomes per bucket of what the reference knew (`rlfh eval --knowledge-samples`); [] where not recorded."""
+    with_known = {m: e["per_knowledge"] for m, e in sel["runs"].items() if e.get("per_knowledge")}
+    if not with_known:
+        return []
+    from evaluation.knowledge import BUCKETS
+    first = next(iter(with_known.values()))
+    L = ["", f"**Outcomes by what {sel['reference']} knew** (its sampled answers per question, graded: "
+             "*never* none right, *sometimes* under half, *mostly* half or more; `rlfh eval "
+             "--knowledge-samples`). Counts correct / incorrect / not attempted, and the share not "
+             "attempted. A selective model declines in *never* and keeps answering in *mostly*; a "
+             "randomly silent one declines the same share everywhere.", "",
+         "| model | " + " | ".join(f"{b} (n={first[b]['n']})" for b in BUCKETS) + " |",
+         "|---|---|---|---|"]
+    for mname, pk in with_known.items():
+        cells = [f"{pk[b]['correct']} / {pk[b]['incorrect']} / {pk[b]['not_attempted']} "
+                 f"({pct(pk[b]['not_attempted'] / pk[b]['n']) if pk[b]['n'] else '-'})" for b in BUCKETS]
+        L.append(f"| {mname} | " + " | ".join(cells) + " |")
+    return L
+
+
+def _md_grader_sensitivity(models: list[dict]) -> list[str]:
+    """The lenient reading's correct / incorrect per model, where it differs from the strict one; else []."""
+    lenient = [(m["name"], m["metrics"].get("lenient")) for m in models]
+    if not any(x and x["differ"] for _, x in lenient):
+        return []
+    L = ["", "**Grader sensitivity.** The strict reading (used everywhere above) grades an implicit yes/no "
+             "answer that does not address the question, and a gold found only inside a hyphenated compound "
+             "(\"Canadian-American\" for \"American\"), as incorrect. The lenient (earlier) reading:", ""]
+    for mname, x in lenient:
+        if x:
+            L.append(f"- {mname}: correct {pct(x['correct'])}, incorrect {pct(x['incorrect'])} "
+                     f"({x['differ']} grade(s) differ from the strict reading)")
+    L.append("")
+    return L
+
+
+def _md_paired_tests(pairs: list[dict]) -> list[str]:
+    """One row per pair: McNemar counts and p for incorrect and correct, the differences, the verdict."""
+    L = ["", "**Paired tests** (second model minus first; McNemar counts are items where only the first / "
+             "only the second has the outcome):", "",
+         "| first | second | n | incorrect: first-only / second-only, p | correct: first-only / second-only, p | "
+         "Δ incorrect | Δ correct | Δ not attempted | verdict |",
+         "|---|---|---|---|---|---|---|---|---|"]
+    for pr in pairs:
+        mi, mc = pr["mcnemar_incorrect"], pr["mcnemar_correct"]
+        L.append(f"| {pr['a']} | {pr['b']} | {pr['n_paired']} | {mi['a_only']} / {mi['b_only']}, "
+                 f"p={_p(mi['p_value'])} | {mc['a_only']} / {mc['b_only']}, p={_p(mc['p_value'])} | "
+                 f"{_diff(pr['diff']['incorrect'])} | {_diff(pr['diff']['correct'])} | "
+                 f"{_diff(pr['diff']['not_attempted'])} | **{pr['verdict']}** |")
+    return L
+
+
+def _md_verifier(models: list[dict]) -> list[str]:
+    """The training verifier's statement metrics per model (dashes for a model without them)."""
+    L = ["", "**The training verifier's statement metrics** (not independent of training):", "",
+         "| model | statements per answer | supported per answer | Correct | Hedged correct | Vague | "
+         "Hedged wrong | Wrong | fact precision | verifier abstention |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+    for m in models:
+        v = m["metrics"].get("verifier")
+        if not v:
+            L.append(f"| {m['name']} | - | - | - | - | - | - | - | - | - |")
+            continue
+        ls = v["label_share"]
+        supported = v.get("supported_statements_per_answer")
+        L.append(f"| {m['name']} | {v['statements_per_answer']:.2f} | "
+                 + ("-" if supported is None else f"{supported:.2f}") + " | "
+                 + " | ".join(pct(ls[lab]) for lab in VERIFIER_LABELS)
+                 + f" | {pct(v['fact_precision'])} | {pct(v['abstain_rate'])} |")
+    return L
+
+
+def _md_examples(g: dict[str, Any]) -> list[str]:
+    """The group's changed answers (first model to last), folded in a <details> block."""
+    L = ["", f"<details><summary>Example answers that changed ({g['models'][0]['name']} → "
+             f"{g['models'][-1]['name']})</summary>", ""]
+    for ex in g["examples"]:
+        L += [f"- **Q:** {ex['question']}  (gold: *{ex['gold']}*)",
+              f"  - {ex['a']}: {_quote(ex['a_answer'])} → `{ex['a_grade']}`",
+              f"  - {ex['b']}: {_quote(ex['b_answer'])} → `{ex['b_grade']}`"]
+    L += ["", "</details>"]
+    return L
+
+
+def _md_training(tr: Optional[dict[str, Any]]) -> list[str]:
+    """The training run: its folder and steps, first and last values of its metrics, its settings; [] without one."""
+    if not tr:
+        return []
+    L = ["## Training run", "", f"Run folder: `{tr['run_dir']}`, {tr.get('steps', 0)} steps"
+         + (f" ({tr['skipped']} skipped)" if tr.get("skipped") else "") + ".", ""]
+    rows = [(k, tr.get(k)) for k in ("reward_mean", "kl", "correct_rate", "abstain_rate", "response_length",
+                                     "statements_per_response")]
+    if any(v and v[0] is not None for _, v in rows):
+        L += ["| training metric | first step | last step |", "|---|---|---|"]
+        for k, v in rows:
+            if v and v[0] is not None:
+                L.append(f"| {k} | {v[0]:.4g} | {v[1]:.4g} |")
         L.append("")
-    tr = report.get("training")
-    if tr:
-        L += ["## Training run", "", f"Run folder: `{tr['run_dir']}`, {tr.get('steps', 0)} steps"
-              + (f" ({tr['skipped']} skipped)" if tr.get("skipped") else "") + ".", ""]
-        rows = [(k, tr.get(k)) for k in ("reward_mean", "kl", "correct_rate", "abstain_rate", "response_length",
-                                         "statements_per_response")]
-        if any(v and v[0] is not None for _, v in rows):
-            L += ["| training metric | first step | last step |", "|---|---|---|"]
-            for k, v in rows:
-                if v and v[0] is not None:
-                    L.append(f"| {k} | {v[0]:.4g} | {v[1]:.4g} |")
-            L.append("")
-        if tr.get("demo_env"):
-            L += ["Training settings:", "", "```", *[f"{k}={v}" for k, v in tr["demo_env"].items()], "```", ""]
-    L += ["## Plots", ""]
+    if tr.get("demo_env"):
+        L += ["Training settings:", "", "```", *[f"{k}={v}" for k, v in tr["demo_env"].items()], "```", ""]
+    return L
+
+
+def _md_plots(plots: dict[str, str]) -> list[str]:
+    """The plots that were drawn, each by its file name."""
+    L = ["## Plots", ""]
     for key, cap in (("outcomes", "Outcomes per model with 95% CIs"),
                      ("tradeoff", "Correct vs abstain trade-off"),
                      ("risk_coverage", "Risk-coverage: incorrect share of the answers given vs share answered"),
                      ("training", "Training curves")):
-        if report["plots"].get(key):
-            L += [f"![{cap}]({Path(report['plots'][key]).name})", ""]
-    L += ["## How to read this", "",
-          "- Rows include a *prompt-only baseline*: the base model told it may answer \"I don't know\". A gain the "
-          "prompt alone gives is not credited to training.",
-          "- The verdict \"fewer hallucinations, correct answers kept\" needs incorrect answers significantly fewer "
-          "(McNemar p < 0.05) while correct answers are not significantly fewer.",
-          "- Fewer incorrect answers alone prove nothing: a model that refuses at random has them too. The "
-          "*random abstention* rows show what the reference would score declining as many questions at random; "
-          "a selective model beats them, and its accuracy on the answers it still gives rises. The "
-          "*question-type rule* row shows the selectivity that needs no training (decline every open question).",
-          "- The verifier's metrics use the judge the model was trained against; trust the gold grader first.", ""]
-    return "\n".join(L)
+        if plots.get(key):
+            L += [f"![{cap}]({Path(plots[key]).name})", ""]
+    return L
+
+
+def _md_how_to_read() -> list[str]:
+    """The closing notes on reading the report."""
+    return ["## How to read this", "",
+            "- Rows include a *prompt-only baseline*: the base model told it may answer \"I don't know\". A gain the "
+            "prompt alone gives is not credited to training.",
+            "- The verdict \"fewer hallucinations, correct answers kept\" needs incorrect answers significantly fewer "
+            "(McNemar p < 0.05) while correct answers are not significantly fewer.",
+            "- Fewer incorrect answers alone prove nothing: a model that refuses at random has them too. The "
+            "*random abstention* rows show what the reference would score declining as many questions at random; "
+            "a selective model beats them, and its accuracy on the answers it still gives rises. The "
+            "*question-type rule* row shows the selectivity that needs no training (decline every open question).",
+            "- The verifier's metrics use the judge the model was trained against; trust the gold grader first.", ""]
 
 
 def _quote(text: str, n: int = 160) -> str:

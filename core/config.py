@@ -33,6 +33,7 @@ from typing import Annotated, Any, Iterable, Literal, Mapping, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from typing_extensions import Self   # typing.Self from Python 3.11; pydantic depends on typing_extensions
 
+from core.errors import ConfigError  # noqa: F401 (defined below both this module and reward_settings)
 from core.prompts import ABSTAIN_TEXT
 from core.verify_schema import INFO_SCORES, LABELS, Label
 
@@ -68,10 +69,6 @@ def masked_value(env: str, value: str) -> str:
 
 #: What a *_NODE_RESOURCE setting may be: empty, or a Ray custom resource name (letters, digits, ``_ - . :``).
 NODE_RESOURCE_PATTERN = r"^[A-Za-z0-9_.:-]*$"
-
-
-class ConfigError(ValueError):
-    """A setting has a bad value. The message names the variable and the fix."""
 
 
 # ------------------------------------------------------------------------------------------------ recipes

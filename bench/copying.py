@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Optional
 
 from core.grader import CORRECT, NOT_ATTEMPTED, grade_answer
+from core.help_text import plain_doc
 from core.sentences import split_sentences
 from verifier_service.question import analyze_question
 from verifier_service.question_rules import NO_ANSWER_REASONS, informativeness_level
@@ -123,7 +124,6 @@ def print_table(rows: list[dict], run_dir, file=None) -> None:
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
-    from cluster.cli import plain_doc
     p = bsub.add_parser("copying", help="Per step of a run: right first sentences, no answers, passage sentences "
                         "copied off the question.", description=plain_doc(__doc__),
                         formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -15,6 +15,8 @@ import argparse
 import json
 import time
 
+from core.help_text import plain_doc
+
 
 def measure(backend: str, threads: int, batch: int, repeats: int, cfg=None) -> dict:
     import torch
@@ -68,7 +70,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from cluster.cli import plain_doc
     from core.config import positive_int
     p = sub.add_parser("judge", help="Statements/s of one verifier replica: the rules vs the trained claim judge.",
                        description=plain_doc(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -24,9 +24,10 @@ import time
 import uuid
 from typing import Any, Optional
 
+from core.help_text import plain_doc
+
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
-    from cluster.cli import plain_doc
     from core.config import positive_int
     p = bsub.add_parser(
         "rewards", help="Reward service: responses/s, p50/p99 latency, alignment cost, cache speed-up.",

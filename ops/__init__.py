@@ -7,5 +7,5 @@
 - :mod:`ops.show`: ``rlfh show``, a run's logged rollouts and the verifier's labels as one HTML page.
 
 They sit above the trainer (:mod:`cluster`): they may import it, and nothing below imports them (``rlfh``'s
-command table in :mod:`cluster.cli` names them as strings).
+command, :mod:`rlfh.cli`, the top layer, imports them).
 """

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from core.config import SECRET_ENVS, ConfigError, RLFHConfig, env_name, masked_value
+from core.help_text import plain_doc
 from core.retry import backoff_delay
 
 log = logging.getLogger(__name__)
@@ -230,7 +231,6 @@ def follow(client, sid: str, timeout_s: Optional[float]) -> str:
 
 # ------------------------------------------------------------------------------------------ CLI
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from cluster.cli import plain_doc
     p = sub.add_parser(
         "submit", help="Send a training job (bash scripts/train.sh) to a running Ray cluster.",
         description=plain_doc(__doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[1]),

@@ -158,7 +158,7 @@ def test_load_questions_refuses_test_split_and_bad_limit(tmp_path):
 def _rlfh(*args: str, timeout: int = 600, **env_vars: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", **env_vars)
     # one torch thread: on this shared 2-core machine two OpenMP threads stall each other (minutes per step)
-    return subprocess.run([sys.executable, "-m", "cluster.cli", *args, "--threads", "1"], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "rlfh", *args, "--threads", "1"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 

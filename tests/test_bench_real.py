@@ -150,7 +150,7 @@ def test_evidence_backend_on_a_fixed_slice(answers, verifier):
 
 
 def test_cli_real_writes_rows_per_part_and_backend(tmp_path, answers, capsys):
-    from cluster.cli import main
+    from rlfh.cli import main
     small = tmp_path / "real.jsonl"
     picked = [next(a for a in answers if a.part == "tune").id, next(a for a in answers if a.part == "heldout").id]
     with open(R.DEFAULT_PATH, encoding="utf-8") as src, open(small, "w", encoding="utf-8") as dst:
@@ -194,7 +194,7 @@ def test_statement_figures_per_model_count_as_the_eval_does():
 
 
 def test_cli_by_model_prints_hand_and_verifier_figures(tmp_path, capsys):
-    from cluster.cli import main
+    from rlfh.cli import main
     small = tmp_path / "grounded.jsonl"
     lines = R.GROUNDED_PATH.read_text(encoding="utf-8").splitlines()
     picked = {m: next(x for x in lines if json.loads(x)["model"] == m) for m in ("base", "trained")}

@@ -69,7 +69,7 @@ def test_bad_map_objects_are_config_errors_not_crashes(override):
 
 
 def test_secrets_are_masked_when_printed(monkeypatch, capsys):
-    from cluster.cli import main
+    from rlfh.cli import main
     from core.config import SECRET_ENVS, masked_value, redact_url
     assert set(SECRET_ENVS) == {"REWARD_API_TOKEN", "MODEL_API_KEY", "REDIS_URL"}
     assert redact_url("redis://:p@ss@cache:6379/0") == "redis://***@cache:6379/0"
@@ -188,7 +188,7 @@ def test_every_setting_has_help_and_unique_env():
 
 
 def test_rlfh_config_command_reports_bad_env(monkeypatch, capsys):
-    from cluster.cli import main
+    from rlfh.cli import main
     monkeypatch.setenv("GRANULARITY", "paragraph")
     assert main(["config"]) == 2
     assert "GRANULARITY" in capsys.readouterr().err
@@ -200,7 +200,7 @@ def test_rlfh_config_command_reports_bad_env(monkeypatch, capsys):
 
 def test_rlfh_serve_refuses_the_self_verifier(capsys):
     """VERIFIER_BACKEND=self needs the policy's rollout engines: only `rlfh train` has them (a usage error here)."""
-    from cluster.cli import main
+    from rlfh.cli import main
     assert main(["serve", "--verifier-backend", "self"]) == 2
     assert "only `rlfh train`" in capsys.readouterr().err
 
@@ -243,7 +243,7 @@ def test_config_doc_is_generated_from_the_config():
 
 
 def test_rlfh_config_markdown_prints_the_config_doc(capsys, monkeypatch):
-    from cluster.cli import main
+    from rlfh.cli import main
     from core.config import config_markdown
     monkeypatch.setenv("ACTOR_LR", "3e-6")        # defaults, not the environment's values: the same on every machine
     assert main(["config", "--format", "markdown"]) == 0
@@ -307,7 +307,7 @@ def test_old_abstention_names_are_refused_naming_the_new_one(old, new, value):
 
 
 def test_rlfh_serve_refuses_the_old_token_reward_flag(capsys):
-    from cluster.cli import main
+    from rlfh.cli import main
     assert main(["serve", "--abstain-reward", "0.2"]) == 2
     assert "--abstain-reward was renamed --abstain-token-reward" in capsys.readouterr().err
 

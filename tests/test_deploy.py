@@ -88,7 +88,7 @@ def test_the_reward_app_reads_the_serve_config_args_and_serves_its_routes():
 
 # ------------------------------------------------------------------------------------------ rlfh submit (no Ray)
 def _submit_args(*argv):
-    from cluster.cli import build_parser
+    from rlfh.cli import build_parser
     return build_parser().parse_args(["submit", *argv])
 
 
@@ -126,7 +126,7 @@ def test_submit_rejects_bad_input_naming_it(argv, needle):
 
 
 def test_submit_cli_dry_run_and_address_errors(capsys, monkeypatch):
-    from cluster.cli import main
+    from rlfh.cli import main
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     assert main(["submit", "--dry-run", "--granularity", "response", "--no-working-dir"]) == 0
     out = json.loads(capsys.readouterr().out)
@@ -146,7 +146,7 @@ def test_submit_cli_dry_run_and_address_errors(capsys, monkeypatch):
 
 def test_submit_auth_headers_and_masked_dry_run(monkeypatch, capsys):
     """The connection check and the submission use the same token: --auth-token, else RAY_AUTH_TOKEN."""
-    from cluster.cli import main
+    from rlfh.cli import main
     from ops.submit import auth_headers
     monkeypatch.setenv("RAY_AUTH_TOKEN", "env-token")
     assert auth_headers(None) == {"Authorization": "Bearer env-token"}
@@ -253,7 +253,7 @@ def ray_with_job_api():
 @pytest.mark.slow
 def test_submit_runs_a_job_on_a_real_ray_cluster(ray_with_job_api, capsys, monkeypatch):
     """`rlfh submit --follow` uploads the repo, sends the settings, tails the logs, and reports SUCCEEDED."""
-    from cluster.cli import main
+    from rlfh.cli import main
     for k in ("GRANULARITY", "REWARD_API_TOKEN", "MAX_STEPS"):
         monkeypatch.delenv(k, raising=False)
     code = ("import os, reward_service.serve_config as s; "
@@ -271,7 +271,7 @@ def test_submit_runs_a_job_on_a_real_ray_cluster(ray_with_job_api, capsys, monke
 
 @pytest.mark.slow
 def test_submit_reports_a_failed_job(ray_with_job_api, capsys):
-    from cluster.cli import main
+    from rlfh.cli import main
     rc = main(["submit", "--address", ray_with_job_api, "--no-working-dir", "--entrypoint",
                f"{sys.executable} -c 'import sys; print(\"failing on purpose\"); sys.exit(3)'", "--follow",
                "--timeout-s", "120", "--submission-id", "rlfh-test-failing-job"])

@@ -16,16 +16,16 @@ REPO = Path(__file__).resolve().parents[1]
 
 def rlfh(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", RLFH_LOG_LEVEL="WARNING")
-    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], cwd=REPO, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "rlfh", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
 def rlfh_in_process(capsys, *args: str) -> subprocess.CompletedProcess:
-    """`rlfh ARGS` through :func:`cluster.cli.main` in this process: the same parser, checks, messages and exit
+    """`rlfh ARGS` through :func:`rlfh.cli.main` in this process: the same parser, checks, messages and exit
     status as the command, without a Python start and torch / transformers imports per call (~4 s each on the
     2-core CI machine). For help texts and bad input; the command itself runs as a subprocess in the end-to-end
     tests (``rlfh`` above)."""
-    from cluster.cli import main
+    from rlfh.cli import main
     capsys.readouterr()
     try:
         rc = main(list(args))

@@ -234,7 +234,7 @@ def test_bad_judge_settings_are_clear_errors(tmp_path):
 
 
 def test_judge_cli_eval_with_missing_weights_exits_with_a_message(tmp_path, capsys):
-    from cluster.cli import main
+    from rlfh.cli import main
     assert main(["judge", "eval", "--weights", str(tmp_path)]) == 2
     assert "adapter.safetensors" in capsys.readouterr().err
 

@@ -96,7 +96,7 @@ def test_an_empty_variable_empties_a_recipe_value_only_where_empty_is_a_value():
 
 
 def test_rlfh_train_recipe_flag_is_the_same_as_the_environment():
-    from cluster.cli import build_parser
+    from rlfh.cli import build_parser
     args = build_parser().parse_args(["train", "--recipe", "main", "--max-steps", "3"])
     cfg = RLFHConfig.from_args(args, environ={})
     assert cfg == RLFHConfig.load({"RECIPE": "main"}, max_steps=3)
@@ -159,7 +159,7 @@ def test_sections_take_only_their_settings_from_a_recipe():
 
 
 def test_rlfh_config_prints_each_value_and_where_it_came_from(monkeypatch, capsys):
-    from cluster.cli import main
+    from rlfh.cli import main
     monkeypatch.delenv("RECIPE", raising=False)
     monkeypatch.setenv("ACTOR_LR", "1e-5")
     assert main(["config", "--recipe", "main", "--format", "json"]) == 0

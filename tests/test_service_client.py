@@ -220,7 +220,7 @@ def _subparser(parser, *path):
                                   ("bench", "verifier")])
 def test_cli_help_explains_every_option(path, capsys):
     """Every option of the finished commands has a real help text, and `--help` itself works."""
-    from cluster.cli import build_parser
+    from rlfh.cli import build_parser
     parser = build_parser()
     with pytest.raises(SystemExit) as e:
         parser.parse_args([*path, "--help"])
@@ -250,7 +250,7 @@ def test_cli_help_explains_every_option(path, capsys):
                                                                           "--limit", "-5"]])
 def test_cli_rejects_non_positive_counts(argv, capsys):
     """A count of 0 would hang the load test (a semaphore of 0) or slice the data from the end: usage error."""
-    from cluster.cli import build_parser
+    from rlfh.cli import build_parser
     with pytest.raises(SystemExit) as e:
         build_parser().parse_args(argv)
     assert e.value.code == 2 and "must be >= 1" in capsys.readouterr().err

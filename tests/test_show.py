@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from actors.types import RolloutSample, token_offsets
-from cluster.cli import main as rlfh
+from rlfh.cli import main as rlfh
 from cluster.samples_log import BASE_KEYS, read_samples, sample_record
 from ops.show import build, render_page
 from core.config import RLFHConfig

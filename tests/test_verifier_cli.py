@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from cluster.cli import build_parser, main
+from rlfh.cli import build_parser, main
 
 
 def _run(args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cluster.cli", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "rlfh", *args], capture_output=True, text=True, timeout=300)
 
 
 def test_verify_help_explains_every_option():

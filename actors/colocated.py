@@ -28,6 +28,7 @@ import torch
 
 from actors.base import response_logprobs, weights_checksum
 from actors.policy import PolicyActor
+from actors.roles import needs_critic, needs_reference
 from actors.types import Batch
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,6 @@ class ColocatedActor(PolicyActor):
 
     def init_model(self) -> dict:
         """Load the policy, then build the other roles around it. Returns ``{role: init info}``."""
-        from actors.group import needs_critic, needs_reference
         from actors.rollout import HFRolloutEngine, resolve_rollout_dtype
         t0 = time.time()
         out = {"policy": super().init_model()}

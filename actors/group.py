@@ -31,6 +31,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from actors import calls
+from actors.roles import needs_critic, needs_reference
 from actors.types import Batch, split_batch
 from core.config import RLFHConfig
 from core.placement import (NODE_RESOURCE_PER_ACTOR, NODE_RESOURCE_SETTINGS, check_node_resources,  # noqa: F401
@@ -88,14 +89,6 @@ class Placement:
             except Exception as e:  # pragma: no cover
                 log.warning("removing a placement group failed: %s", e)
         self.placement_groups = []
-
-
-def needs_critic(cfg: RLFHConfig) -> bool:
-    return cfg.advantage_estimator == "gae"
-
-
-def needs_reference(cfg: RLFHConfig) -> bool:
-    return cfg.kl_coef > 0
 
 
 def _role_sizes(cfg: RLFHConfig) -> dict[str, tuple[int, int, int]]:

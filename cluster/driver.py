@@ -47,12 +47,12 @@ from cluster.data_order import load_prompts, next_prompt_indices, plan_steps
 from cluster.dev_eval import DevEvaluator
 from cluster.experience import SkipCounter
 from cluster.model_export import export_final, save_policy
+from cluster.phase_timer import PhaseTimer
 from cluster.ppo_update import sync, update
 from cluster.recovery import ActorGroupsFailed, ActorRecovery
 from cluster.run_log import RunLog, progress_postfix
 from cluster.services import RewardSource
 from cluster.setup_checks import check_abstain_text, warn_ignored_by_layout
-from cluster.step_metrics import PhaseTimer
 from cluster.stop_request import StopRequest
 from cluster.train_report import PHASES, plot_curves, print_summary, read_dev, read_metrics
 from core.config import RLFHConfig

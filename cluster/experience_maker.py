@@ -29,7 +29,7 @@ from actors.rollout import generate_on_engines
 from actors.types import Batch, RolloutSample, make_batch
 from cluster.experience import (SkipCounter, fetch_rewards, gold_outcomes, graded_end_positions, inject_abstentions,
                                 reward_items, rewards_to_tensors)
-from cluster.step_metrics import PhaseTimer
+from cluster.phase_timer import PhaseTimer
 from core import core_algos as algo
 from core import metrics
 from core.abstention import AbstainPrice, outcome_rewards, step_abstain_price

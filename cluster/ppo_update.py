@@ -10,7 +10,8 @@ from actors import calls
 from actors.types import group_permutation
 from actors.weight_sync import sync_weights
 from cluster.experience_maker import Experience
-from cluster.step_metrics import PhaseTimer, mean_dicts
+from cluster.phase_timer import PhaseTimer
+from cluster.step_metrics import mean_dicts
 from core.config import RLFHConfig
 
 

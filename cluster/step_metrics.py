@@ -7,8 +7,6 @@ injected abstention candidates are left out.
 from __future__ import annotations
 
 import hashlib
-import time
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
@@ -17,26 +15,12 @@ from cluster.experience import label_mix
 from core.core_algos import masked_mean
 from core.questions import question_type
 
-if TYPE_CHECKING:   # the records; experience_maker imports PhaseTimer from here
+if TYPE_CHECKING:   # the records this module reads (annotations only)
     from cluster.experience_maker import Experience, Outcomes, Rewards, Rollout, Scores
 
 MODES = ("closed", "evidence")
 QUESTION_TYPES = ("yes_no", "choice", "open")
 
-
-class PhaseTimer:
-    """Wall time per phase of one step: ``with timer("generate"): ...``."""
-
-    def __init__(self):
-        self.times: dict[str, float] = {}
-
-    @contextmanager
-    def __call__(self, phase: str):
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.times[phase] = self.times.get(phase, 0.0) + time.perf_counter() - t0
 
 
 def rollout_metrics(rollout: "Rollout", generate_s: float) -> dict[str, Any]:

@@ -364,7 +364,7 @@ def test_forward_phase_times_add_up_to_the_wall_time_when_phases_run_one_after_a
     each phase's time then starts where the previous one ended (else the table shows cumulative times)."""
     from actors import calls
     from cluster.experience_maker import gather_timed
-    from cluster.step_metrics import PhaseTimer
+    from cluster.phase_timer import PhaseTimer
     finish = {"ref_a": 0.05, "ref_b": 0.10}   # phase a's one call, then phase b's
     # a clock that moves only when a call "finishes": exact times, whatever else loads the runner
     clock = [1000.0]

@@ -41,6 +41,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from ops.faults import inject, last_step
+
 log = logging.getLogger(__name__)
 
 FAULTS = ("policy", "critic", "reference", "rollout", "verifier", "reward-service", "redis", "node")
@@ -121,7 +123,6 @@ class FaultInjector(threading.Thread):
                     self.faults[-1].error = self.faults[-1].error or repr(e)
 
     def inject_one(self) -> Fault:
-        from ops.chaos import inject, last_step
         kind = self.rng.choice(self.kinds)
         fault = Fault(kind, round(time.monotonic() - self._t0, 1), last_step(self.save_path))
         self.faults.append(fault)

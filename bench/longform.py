@@ -12,7 +12,7 @@ Construction (deterministic: every choice is drawn from ``random.Random(sha1(que
 - **hedged** versions of both ("I think ...", "Probably, ..."): ``Hedged correct`` / ``Hedged wrong``;
 - **unverifiable filler** ("I hope this helps."): ``Vague``;
 - an **answer** sentence ("So the answer is X."): X is the right answer (``Correct``) or the entity-swap
-  distractor of :func:`bench.verifier.swap_entity` (``Wrong``), sometimes hedged.
+  distractor of :func:`swap_entity` (``Wrong``; ``rlfh bench verifier``'s (b) pairs), sometimes hedged.
 
 Each true statement is one sentence of the response; its span is the sentence without its final period
 (a hedge prefix is part of the statement). Metrics, all pure functions of (true statements, VerifyResult):
@@ -177,9 +177,42 @@ def _evidence_sentences(item) -> list[tuple[int, str]]:
     return out
 
 
+def swap_entity(item) -> Optional[str]:
+    """A deterministic distractor for ``item``: another entity from its knowledge, not the right answer.
+
+    Candidates are the entities (capitalised names, quoted titles, dates, numbers) of the passage that
+    contains the right answer (all passages when none does) whose normalised text neither contains nor is
+    contained in the right answer. Candidates of the right answer's kind (number/date vs name) are preferred.
+    The pick is ``candidates[sha1(question) % len(candidates)]`` in reading order. None when there is none.
+    """
+    from verifier_service import text as T
+    right = item.right_answer or ""
+    rn = T.normalize(right)
+    if not rn:
+        return None
+    rset = set(rn.split())
+    passages = [p for p in item.knowledge if f" {rn} " in " " + T.normalize(p) + " "] or list(item.knowledge)
+    right_is_num = bool(T.numbers(right))
+    seen, cands = set(), []
+    for p in passages:
+        for e in T.entities(p):
+            n = e.norm
+            if not n or n in seen or n in rn or rn in n or (set(n.split()) <= rset):
+                continue
+            if n in ("yes", "no"):
+                continue
+            seen.add(n)
+            cands.append((e.kind in ("number", "date"), e.text))
+    if not cands:
+        return None
+    same = [t for is_num, t in cands if is_num == right_is_num]
+    pool = same or [t for _, t in cands]
+    h = int(hashlib.sha1(item.question.encode("utf-8")).hexdigest()[:8], 16)
+    return pool[h % len(pool)]
+
+
 def build_response(item, n_facts: int = 3) -> Optional[LongResponse]:
     """One long answer for ``item`` (None when its passages give no usable sentence)."""
-    from bench.verifier import swap_entity
     rng = _rng(item)
     sents = _evidence_sentences(item)
     if not sents or not (item.right_answer or "").strip():

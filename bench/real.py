@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
+from bench.longform import token_signs, tokens
 from core.verify_schema import BAD_LABELS, GOOD_LABELS, LABELS
 
 DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "real_answers.jsonl"
@@ -274,7 +275,6 @@ def token_sign_agreement(ans: RealAnswer, result) -> tuple[int, int]:
     """(tokens inside true facts whose predicted label sign equals the true one, tokens inside true facts)."""
     import numpy as np
 
-    from bench.longform import token_signs, tokens
     toks = tokens(ans.answer)
     if not toks or not ans.facts:
         return 0, 0

@@ -32,11 +32,16 @@ OpenAI-compatible judge gets its rows with ``--model-url URL --annotate-model NA
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
 from typing import Callable, Optional
+
+from bench import longform as LF
+from bench import real as R
+from bench.longform import LongformScore, swap_entity
+from bench.real import DEFAULT_PATH
+from core.help_text import plain_doc
 
 ROW_LENGTH = "(1) length-only rule"
 ROW_LEXICAL = "(2) lexical-support rule"
@@ -48,40 +53,6 @@ ROW_LLM_NOGOLD = "(5) llm (MODEL_URL), no gold"
 
 
 # ----------------------------------------------------------------------------- pair construction
-
-def swap_entity(item) -> Optional[str]:
-    """A deterministic distractor for ``item``: another entity from its knowledge, not the right answer.
-
-    Candidates are the entities (capitalised names, quoted titles, dates, numbers) of the passage that
-    contains the right answer (all passages when none does) whose normalised text neither contains nor is
-    contained in the right answer. Candidates of the right answer's kind (number/date vs name) are preferred.
-    The pick is ``candidates[sha1(question) % len(candidates)]`` in reading order. None when there is none.
-    """
-    from verifier_service import text as T
-    right = item.right_answer or ""
-    rn = T.normalize(right)
-    if not rn:
-        return None
-    rset = set(rn.split())
-    passages = [p for p in item.knowledge if f" {rn} " in " " + T.normalize(p) + " "] or list(item.knowledge)
-    right_is_num = bool(T.numbers(right))
-    seen, cands = set(), []
-    for p in passages:
-        for e in T.entities(p):
-            n = e.norm
-            if not n or n in seen or n in rn or rn in n or (set(n.split()) <= rset):
-                continue
-            if n in ("yes", "no"):
-                continue
-            seen.add(n)
-            cands.append((e.kind in ("number", "date"), e.text))
-    if not cands:
-        return None
-    same = [t for is_num, t in cands if is_num == right_is_num]
-    pool = same or [t for _, t in cands]
-    h = int(hashlib.sha1(item.question.encode("utf-8")).hexdigest()[:8], 16)
-    return pool[h % len(pool)]
-
 
 def template(x: str) -> str:
     x = x.strip().rstrip(".")
@@ -290,7 +261,6 @@ def run_bench(split: str = "test", limit: Optional[int] = None, with_llm: bool =
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from bench import longform as LF
     from core.config import RLFHConfig
     from core.data import load_halueval
     from reward_service.token_rewards import RewardSettings
@@ -410,7 +380,6 @@ def print_longform_table(lrows: list[dict], split: str, n: Optional[dict] = None
     from rich.console import Console
     from rich.table import Table
 
-    from bench.longform import LongformScore
     sub = f" ({n['responses']} answers, {n['statements']} statements)" if n else ""
     t = Table(title=f"(c) Verifier on long-form answers built from HaluEval-QA {split}{sub}",
               caption="acc: exact label of each true statement (its overlapping predicted statements pooled: a bad "
@@ -442,7 +411,6 @@ def print_longform_table(lrows: list[dict], split: str, n: Optional[dict] = None
 
 def _run_real(args: argparse.Namespace, cfg) -> int:
     """``--real``: the hand-labelled real answers (:mod:`bench.real`) instead of the HaluEval tables."""
-    from bench import real as R
     parts = R.PARTS if args.real_part == "both" else (args.real_part,)
     try:
         rows = R.run_real(args.real, parts=parts, cfg=cfg, with_llm=not args.no_llm, llm_limit=args.llm_limit)
@@ -495,7 +463,6 @@ def _sets(v: str) -> str:
 
 
 def add_parser(bench_sub: argparse._SubParsersAction) -> None:
-    from cluster.cli import plain_doc
     from core.config import RLFHConfig, positive_int
     p = bench_sub.add_parser(
         "verifier", help="Verifier accuracy on HaluEval-QA (original pairs, entity-swap pairs, long-form answers).",
@@ -519,7 +486,6 @@ def add_parser(bench_sub: argparse._SubParsersAction) -> None:
                    help="llm rows with the gold answer, without it, or both (default).")
     p.add_argument("--no-longform", action="store_true",
                    help="Skip the (c) long-form table.")
-    from bench.real import DEFAULT_PATH
     p.add_argument("--real", nargs="?", const=str(DEFAULT_PATH), default=None, metavar="PATH",
                    help="Score the verifier on answers the policy really wrote, labelled fact by fact by hand "
                         f"(default set: {DEFAULT_PATH.relative_to(DEFAULT_PATH.parents[2])}; guide: "

@@ -106,7 +106,7 @@ def test_bench_verifier_small(tmp_path):
 
 
 def test_swap_entity_is_deterministic_and_never_the_answer(halueval_test_items):
-    from bench.verifier import swap_entity
+    from bench.longform import swap_entity
     from verifier_service.text import normalize
     n = 0
     for it in halueval_test_items[:200]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
+from evaluation.metrics_log import read_metrics
+
 OUTCOME_COLORS = {"correct": "#2ca02c", "incorrect": "#d62728", "not_attempted": "#9e9e9e"}
 OUTCOME_LABELS = {"correct": "correct", "incorrect": "incorrect (hallucinated)", "not_attempted": "not attempted"}
 LABEL_COLORS = {"Correct": "tab:green", "Hedged correct": "yellowgreen", "Vague": "tab:gray",
@@ -175,7 +177,6 @@ def training_panels(rows: list[dict[str, Any]]) -> list[str]:
 def plot_training(run_dir: str | Path, out_png: str | Path) -> Optional[Path]:
     """Reward, KL, label mix and rollout behaviour (correct / abstain rate, length) from RUN_DIR/metrics.jsonl: the
     panels that fit the run (:func:`training_panels`), in a row up to 3 and 2 x 2 for 4."""
-    from evaluation.report import read_metrics
     rows = [r for r in read_metrics(run_dir) if not r.get("skipped")]
     if not rows:
         return None

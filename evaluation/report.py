@@ -21,6 +21,8 @@ import numpy as np
 
 from core.prompts import PROMPT_ONLY_SYSTEMS
 from core.grader import CORRECT, INCORRECT, NOT_ATTEMPTED
+from evaluation.metrics_log import read_metrics
+from evaluation.plots import plot_outcomes, plot_risk_coverage, plot_tradeoff, plot_training
 from evaluation.runner import VERIFIER_LABELS, pct, summarise
 
 ALPHA = 0.05
@@ -336,7 +338,6 @@ def compare_runs(dirs: list[str], out: str | Path, run_dir: Optional[str] = None
     training = _training_summary(run_dir) if run_dir else None
     report["training"] = training
 
-    from evaluation.plots import plot_outcomes, plot_risk_coverage, plot_tradeoff, plot_training
     report["plots"]["outcomes"] = str(plot_outcomes(report, out / "outcomes.png"))
     report["plots"]["tradeoff"] = str(plot_tradeoff(report, out / "tradeoff.png"))
     rc_png = plot_risk_coverage(report, out / "risk_coverage.png")
@@ -450,23 +451,6 @@ def _training_summary(run_dir: str) -> Optional[dict[str, Any]]:
         except json.JSONDecodeError:
             pass
     return out
-
-
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Per-step records of a training run (``RUN_DIR/metrics.jsonl``); [] when absent. Bad lines are skipped."""
-    p = Path(run_dir)
-    p = p / "metrics.jsonl" if p.is_dir() else p
-    if not p.exists():
-        return []
-    rows = []
-    for line in p.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    rows.sort(key=lambda r: r.get("step", 0))
-    return rows
 
 
 # ----------------------------------------------------------------------------- markdown

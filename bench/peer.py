@@ -15,10 +15,49 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import time
+from typing import Any
+
+from reward_service.schemas import ItemReward
 
 TRL_HINT = ("TRL is not installed in this environment: run `make bench-peer` (installs TRL into .venv-peer, "
             "separate from the runtime environment, and runs this bench there)")
+
+
+class KeywordReward:
+    """In-process reward: ``value`` on every token that overlaps an occurrence of ``word``.
+
+    Matching is case-insensitive on whole words of the response text; token positions come from the
+    items' ``token_offsets`` (the same alignment contract as the service). Tokens of a matched word get
+    label sign +1 (as a "Correct" statement), so FSPO runs work with it too. A response containing the
+    word counts as correct.
+    """
+
+    def __init__(self, word: str, value: float = 1.0):
+        if not word.strip():
+            raise ValueError("KeywordReward: word must be a non-empty string")
+        self.word = word.strip()
+        self.value = float(value)
+        self._re = re.compile(r"(?<!\w)" + re.escape(self.word) + r"(?!\w)", re.IGNORECASE)
+
+    def __call__(self, items: list[dict[str, Any]]) -> list[ItemReward]:
+        out = []
+        for it in items:
+            spans = [m.span() for m in self._re.finditer(it["response"])]
+            offsets = it["token_offsets"]
+            rewards = [0.0] * len(offsets)
+            signs = [0] * len(offsets)
+            for s, e in spans:
+                for t, (a, b) in enumerate(offsets):
+                    if a < e and b > s:  # token overlaps the word
+                        rewards[t] = self.value
+                        signs[t] = 1
+            out.append(ItemReward(token_rewards=rewards, token_label_signs=signs, score=float(sum(rewards)),
+                                  is_correct=bool(spans), abstained=False, label_counts={"Correct": len(spans)},
+                                  num_statements=len(spans), num_unaligned=0, num_tokens=len(offsets)))
+        return out
+
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -112,7 +151,6 @@ def run_rlfh(args, n_prompts: int) -> list[float]:
     import tempfile
 
     from cluster.driver import Trainer
-    from cluster.experience import KeywordReward
     from core.config import RLFHConfig
     times: list[float] = []
     with tempfile.TemporaryDirectory(prefix="rlfh-bench-peer-") as tmp:

@@ -9,8 +9,8 @@ Ray, so every piece is unit-testable with plain tensors:
 * a **reward function** turns items into per-token rewards. :class:`ServiceReward`
   (the default) calls the reward service over HTTP. Any callable ``items -> list[result]`` works, where a
   result has the fields the driver reads of the reward service's ``ItemReward`` (the one record of a reward);
-  tests plug in ``tests/doubles.py``'s ``KeywordReward``, and :class:`KeywordReward` here is only
-  ``rlfh bench peer``'s;
+  tests plug in ``tests/doubles.py``'s ``KeywordReward`` (``rlfh bench peer``'s reward, defined in
+  ``bench/peer.py``);
 * :func:`fetch_rewards` calls it and turns "the service is down after its bounded
   retries" into a skipped, counted batch (never a zero reward);
 * :func:`rewards_to_tensors` places per-token rewards into ``[B, R]`` tensors
@@ -25,7 +25,6 @@ Shapes: ``B`` responses (prompt-major: ``n`` samples per prompt in a row),
 from __future__ import annotations
 
 import logging
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Protocol, Sequence
@@ -117,37 +116,6 @@ class SelfJudge:
 
     def __call__(self, cfg):
         return Verifier(cfg, backend="self", chat_fn=EngineChat(self.engines))
-
-
-class KeywordReward:
-    """``rlfh bench peer``'s reward (bench/peer.py): ``value`` on every token of a whole-word, case-insensitive
-    match of ``word``, the same instant reward for both trainers it times. Not the trainer's: the tests' copy is
-    ``tests/doubles.py``, and this one belongs in bench/ (it is here because bench/peer.py imports it from here).
-    """
-
-    def __init__(self, word: str, value: float = 1.0):
-        if not word.strip():
-            raise ValueError("KeywordReward: word must be a non-empty string")
-        self.word = word.strip()
-        self.value = float(value)
-        self._re = re.compile(r"(?<!\w)" + re.escape(self.word) + r"(?!\w)", re.IGNORECASE)
-
-    def __call__(self, items: list[dict[str, Any]]) -> list[ItemReward]:
-        out = []
-        for it in items:
-            spans = [m.span() for m in self._re.finditer(it["response"])]
-            offsets = it["token_offsets"]
-            rewards = [0.0] * len(offsets)
-            signs = [0] * len(offsets)
-            for s, e in spans:
-                for t, (a, b) in enumerate(offsets):
-                    if a < e and b > s:  # token overlaps the word
-                        rewards[t] = self.value
-                        signs[t] = 1
-            out.append(ItemReward(token_rewards=rewards, token_label_signs=signs, score=float(sum(rewards)),
-                                  is_correct=bool(spans), abstained=False, label_counts={"Correct": len(spans)},
-                                  num_statements=len(spans), num_unaligned=0, num_tokens=len(offsets)))
-        return out
 
 
 # --------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from bench.real import GROUNDED_PATH, PARTS, RealDataError, load_real, split_of
+from bench.real import GROUNDED_PATH, PARTS, RealDataError, jsonl_objects, load_real, split_of
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_PATH = DATA_DIR / "informativeness.jsonl"
@@ -86,20 +86,13 @@ def build_records(answers: dict, annotations: dict[str, list[tuple[int, str]]]) 
 def load_records(path: "str | Path" = DEFAULT_PATH) -> list[dict]:
     """The shipped records, checked: a bad line raises :class:`RealDataError` naming it and the field."""
     out = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise RealDataError(f"{path}:{n}: not JSON ({e.msg})") from None
-            for key, typ in (("answer_id", str), ("start", int), ("end", int), ("level", int), ("part", str)):
-                if not isinstance(rec.get(key), typ):
-                    raise RealDataError(f"{path}:{n}: field {key!r} must be {typ.__name__}")
-            if rec["level"] not in LEVELS or rec["part"] not in PARTS:
-                raise RealDataError(f"{path}:{n}: 'level' must be 1-5 and 'part' one of {PARTS}")
-            out.append(rec)
+    for where, rec in jsonl_objects(path):
+        for key, typ in (("answer_id", str), ("start", int), ("end", int), ("level", int), ("part", str)):
+            if not isinstance(rec.get(key), typ):
+                raise RealDataError(f"{where}: field {key!r} must be {typ.__name__}")
+        if rec["level"] not in LEVELS or rec["part"] not in PARTS:
+            raise RealDataError(f"{where}: 'level' must be 1-5 and 'part' one of {PARTS}")
+        out.append(rec)
     return out
 
 

@@ -199,8 +199,9 @@ def parse_record(obj: dict, where: str = "record") -> RealAnswer:
                       answer=answer, grade=grade, facts=tuple(facts))
 
 
-def load_real(path: "str | Path" = DEFAULT_PATH) -> list[RealAnswer]:
-    """The labelled answers of a JSONL file (clear errors naming the line and field)."""
+def jsonl_objects(path: "str | Path") -> list[tuple[str, dict]]:
+    """``(where, object)`` for each non-empty line of a JSONL file (``where``: ``"PATH:LINE"``, for the caller's
+    errors); a line that is not a JSON object raises :class:`RealDataError` naming it."""
     out = []
     with open(path, encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
@@ -209,9 +210,16 @@ def load_real(path: "str | Path" = DEFAULT_PATH) -> list[RealAnswer]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
-                raise RealDataError(f"{path} line {n}: not JSON ({e})") from None
-            out.append(parse_record(obj, f"{path} line {n}"))
+                raise RealDataError(f"{path}:{n}: not JSON ({e.msg})") from None
+            if not isinstance(obj, dict):
+                raise RealDataError(f"{path}:{n}: each line must be a JSON object")
+            out.append((f"{path}:{n}", obj))
     return out
+
+
+def load_real(path: "str | Path" = DEFAULT_PATH) -> list[RealAnswer]:
+    """The labelled answers of a JSONL file (clear errors naming the line and field)."""
+    return [parse_record(obj, where) for where, obj in jsonl_objects(path)]
 
 
 # ----------------------------------------------------------------------------- metrics (pure)

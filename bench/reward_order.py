@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from bench.real import PARTS, RealDataError, split_of
+from bench.real import PARTS, RealDataError, jsonl_objects, split_of
 from core.config import ConfigError, RLFHConfig
 from core.grader import NOT_ATTEMPTED, grade_answer
 
@@ -80,32 +80,22 @@ class Pair:
 def load_pairs(path: "str | Path" = DEFAULT_PATH) -> list[Pair]:
     """The pairs of a JSONL file, checked: a bad line raises :class:`RealDataError` naming the line and field."""
     out = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{n}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise RealDataError(f"{where}: not JSON ({e.msg})") from None
-            if not isinstance(obj, dict):
-                raise RealDataError(f"{where}: each line must be a JSON object")
-            for key in ("question", "gold", "reply_a", "reply_b"):
-                if not isinstance(obj.get(key), str) or (key != "reply_a" and key != "reply_b" and not obj[key]):
-                    raise RealDataError(f"{where}: field {key!r} must be a non-empty string")
-            passage = obj.get("passage", [])
-            passage = [passage] if isinstance(passage, str) else passage
-            if not isinstance(passage, list) or not all(isinstance(p, str) for p in passage):
-                raise RealDataError(f"{where}: field 'passage' must be a string or a list of strings")
-            if obj.get("preference") not in PREFERENCES:
-                raise RealDataError(f"{where}: field 'preference' must be one of {PREFERENCES}, "
-                                    f"got {obj.get('preference')!r}")
-            part = obj.get("part") or split_of(obj["question"])
-            if part not in PARTS:
-                raise RealDataError(f"{where}: field 'part' must be one of {PARTS}, got {part!r}")
-            out.append(Pair(obj["question"], tuple(passage), obj["gold"], obj["reply_a"], obj["reply_b"],
-                            obj["preference"], part, str(obj.get("source", ""))))
+    for where, obj in jsonl_objects(path):
+        for key in ("question", "gold", "reply_a", "reply_b"):
+            if not isinstance(obj.get(key), str) or (key in ("question", "gold") and not obj[key]):
+                raise RealDataError(f"{where}: field {key!r} must be a non-empty string")
+        passage = obj.get("passage", [])
+        passage = [passage] if isinstance(passage, str) else passage
+        if not isinstance(passage, list) or not all(isinstance(p, str) for p in passage):
+            raise RealDataError(f"{where}: field 'passage' must be a string or a list of strings")
+        if obj.get("preference") not in PREFERENCES:
+            raise RealDataError(f"{where}: field 'preference' must be one of {PREFERENCES}, "
+                                f"got {obj.get('preference')!r}")
+        part = obj.get("part") or split_of(obj["question"])
+        if part not in PARTS:
+            raise RealDataError(f"{where}: field 'part' must be one of {PARTS}, got {part!r}")
+        out.append(Pair(obj["question"], tuple(passage), obj["gold"], obj["reply_a"], obj["reply_b"],
+                        obj["preference"], part, str(obj.get("source", ""))))
     return out
 
 

@@ -56,9 +56,27 @@ Evaluations are re-used when weights and settings are unchanged.
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Adds `rlfh eval`, `rlfh compare` and `rlfh select`."""
+    _add_eval_parser(sub)
+    _add_compare_parser(sub)
+    _add_select_parser(sub)
+
+
+def _add_eval_parser(sub: argparse._SubParsersAction) -> None:
+    """`rlfh eval`: its arguments in help order, a function per group."""
     p = sub.add_parser("eval", help="Answer a QA split with a model and grade hallucination (gold grader + "
                                     "training verifier).",
                        description=EVAL_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _eval_input_args(p)
+    _eval_decoding_args(p)
+    _eval_confidence_args(p)
+    _eval_abstention_args(p)
+    _eval_run_args(p)
+    p.set_defaults(func=_cmd_eval)
+
+
+def _eval_input_args(p: argparse.ArgumentParser) -> None:
+    """What `rlfh eval` answers and where it writes: --model, --data, --mode, --out, --limit."""
     p.add_argument("--model", required=True,
                    help="Model: 'smollm2-135m-instruct' (embedded base), a HF folder (e.g. SAVE_PATH/final of "
                         "`rlfh train`), or a hub id already in the local HF cache.")
@@ -72,6 +90,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--limit", type=int, default=0,
                    help="Evaluate a deterministic subset of N items (the N whose question hash sorts first: the "
                         "same subset for every model, so runs pair up). 0: all items.")
+
+
+def _eval_decoding_args(p: argparse.ArgumentParser) -> None:
+    """How `rlfh eval` decodes and grades: --batch-size, --max-new-tokens, --system, --grade-scope, --dtype,
+    --threads."""
     p.add_argument("--batch-size", type=int, default=EVAL_BATCH_SIZE,
                    help="Prompts decoded together (left padded; prefilled a few at a time). More rows per decode step "
                         f"is more tokens per second, and a KV buffer of ~46 KB per row and token. Default "
@@ -94,6 +117,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=0,
                    help="Torch CPU threads (0: auto = all cores on an idle machine, 1 when other work keeps the "
                         "cores busy: on a shared small machine one thread avoids OpenMP stalls).")
+
+
+def _eval_confidence_args(p: argparse.ArgumentParser) -> None:
+    """What `rlfh eval` records of the model's own knowledge: --confidence, --knowledge-samples,
+    --knowledge-temperature."""
     p.add_argument("--confidence", choices=["auto", "on", "off"], default="auto",
                    help="Record each answer's mean token log-prob (the model's own confidence; `rlfh compare` "
                         "reports its AUROC against correctness and a risk-coverage plot). One extra forward "
@@ -106,6 +134,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--knowledge-temperature", type=float, default=0.7,
                    help="Sampling temperature for --knowledge-samples (the training rollouts' TEMPERATURE by "
                         "default: 0.7).")
+
+
+def _eval_abstention_args(p: argparse.ArgumentParser) -> None:
+    """How `rlfh eval` decides to decline: --abstain-threshold, --abstain-text, --abstain-model, --grounding-gate."""
     p.add_argument("--abstain-threshold", type=float, default=0.0, metavar="TAU",
                    help="Decide abstention by the model's own probability of replying --abstain-text "
                         "(teacher-forced, one forward per question): decline where it exceeds TAU, elsewhere answer "
@@ -127,6 +159,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "is from elsewhere). Yes/no and either-or questions are never declined. A rule, not a "
                         "learned model: it needs no gold answer and no training, and every evidence-mode record "
                         "gets its grounded_share either way. Off by default.")
+
+
+def _eval_run_args(p: argparse.ArgumentParser) -> None:
+    """The run itself: --answers-from, --name, --no-verifier, --n-boot, --seed, --no-progress, --reuse."""
     p.add_argument("--answers-from", default="", metavar="RUN_DIR",
                    help="Re-use the greedy answers of an earlier plain `rlfh eval` run (its --out) of the same "
                         "model, data, mode, --system, --limit and --max-new-tokens instead of generating, e.g. to "
@@ -146,8 +182,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "model on make train's held-out questions), where they were made for the same model, "
                         "prompts, token limit, batch size and dtype. Without it the answers are made here (and "
                         "cached for a later --reuse).")
-    p.set_defaults(func=_cmd_eval)
 
+
+def _add_compare_parser(sub: argparse._SubParsersAction) -> None:
+    """`rlfh compare`: the runs and the report, then the gate (--expect, --gate, --expect-mode, --expect-against)."""
     c = sub.add_parser("compare", help="Compare eval runs (paired McNemar, bootstrap CIs) and write a report "
                                        "with plots.",
                        description=COMPARE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -183,6 +221,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "against the base model and shows the warm start's paired tests without gating on them.")
     c.set_defaults(func=_cmd_compare)
 
+
+def _add_select_parser(sub: argparse._SubParsersAction) -> None:
+    """`rlfh select`: the run, the dev data, the abstention sweep, the evaluation's resources."""
     s = sub.add_parser("select", help="Pick a training run's checkpoint on the dev split by the selectivity gate "
                                       "(early stopping).",
                        description=SELECT_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -3,9 +3,10 @@ included: a function-level import is still a dependency, it only hides it from i
 
 The layering, bottom to top: core (settings, contracts, metrics, retry, offline assets, the math) <-
 verifier_service <- reward_service <- actors <- evaluation <- cluster (the trainer) <- integrations / baselines /
-ops (the operator's tools) <- bench (LAYERS: a benchmark may time anything below it, the baselines' training loop
-included). The tests fail
-on any import that goes up or sideways between layers, and on any cycle.
+ops (the operator's tools) <- bench (a benchmark may time anything below it, the baselines' training loop
+included) <- rlfh (the command: it imports every subcommand module by name, so the graph sees the dispatch).
+The tests fail on any import that goes up or sideways between layers, on any cycle between packages, and on any
+cycle between files (a piece two files both need goes down into the lower one, or into a small module of its own).
 """
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("core", "actors", "cluster", "reward_service", "verifier_service", "evaluation", "integrations",
-            "baselines", "ops", "bench")
+            "baselines", "ops", "bench", "rlfh")
 
 #: The layers, bottom to top; packages in one layer may not import each other.
 LAYERS = (("core",), ("verifier_service",), ("reward_service",), ("actors",), ("evaluation",), ("cluster",),
-          ("integrations", "baselines", "ops"), ("bench",))
+          ("integrations", "baselines", "ops"), ("bench",), ("rlfh",))
 
 
 def package_imports() -> dict[tuple[str, str], list[str]]:
@@ -38,6 +39,51 @@ def package_imports() -> dict[tuple[str, str], list[str]]:
                     top = mod.split(".")[0]
                     if top in PACKAGES and top != pkg:
                         edges[(pkg, top)].append(f"{path.relative_to(ROOT).as_posix()}:{node.lineno} {mod}")
+    return dict(edges)
+
+
+def module_files() -> dict[str, Path]:
+    """Every module of the packages, ``dotted.name -> path`` (a package's ``__init__.py`` under the package's name)."""
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+def module_imports() -> dict[tuple[str, str], list[str]]:
+    """``(importer, imported) -> ["path:line", ...]`` between the packages' files, function-level (and
+    TYPE_CHECKING) imports included. ``from pkg import name`` is an arrow to ``pkg.name`` where that is a module,
+    else to ``pkg``; ``from pkg.mod import name`` and ``import pkg.mod`` are arrows to ``pkg.mod``."""
+    modules = module_files()
+
+    def owner(name: str):
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
+    for mod, path in modules.items():
+        is_pkg = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:   # relative: from the importer's package
+                    here = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                    here = here[:len(here) - (node.level - 1)]
+                    base = ".".join(here + ([node.module] if node.module else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            else:
+                continue
+            for target in targets:
+                imported = owner(target)
+                if imported and imported != mod:
+                    edges[(mod, imported)].append(f"{path.relative_to(ROOT).as_posix()}:{node.lineno}")
     return dict(edges)
 
 
@@ -81,6 +127,38 @@ def test_no_cycles_between_packages():
     cycle = find_cycle(edges)
     where = "; ".join(edges[(a, b)][0] for a, b in zip(cycle, cycle[1:]))
     assert cycle == [], f"import cycle between packages {' -> '.join(cycle)} ({where})"
+
+
+def test_no_cycles_between_files():
+    """No two files import each other, directly or around a circle, not even from inside a function: such a circle
+    only works because one of its imports waits until a call, and it ties the files together for good."""
+    edges = module_imports()
+    cycle = find_cycle(edges)
+    where = "; ".join(f"{a} -> {b} ({edges[(a, b)][0]})" for a, b in zip(cycle, cycle[1:]))
+    assert cycle == [], f"import cycle between files {' -> '.join(cycle)}: {where}"
+
+
+def test_the_command_imports_every_subcommand():
+    """The ``rlfh`` command reaches every module that registers a subcommand (a top-level ``add_parser``) through
+    plain imports (rlfh.cli, and bench.cli for the benches), none by a name in a string (importlib), so the
+    import graph sees the dispatch."""
+    edges = module_imports()
+    graph = collections.defaultdict(set)
+    for a, b in edges:
+        graph[a].add(b)
+    reached, todo = set(), ["rlfh.cli"]
+    while todo:
+        mod = todo.pop()
+        if mod not in reached:
+            reached.add(mod)
+            todo.extend(graph[mod])
+    commands = sorted(mod for mod, path in module_files().items()
+                      if any(isinstance(n, ast.FunctionDef) and n.name == "add_parser"
+                             for n in ast.parse(path.read_text(encoding="utf-8")).body))
+    assert "cluster.driver_cli" in commands and "bench.verifier" in commands
+    assert [m for m in commands if m not in reached] == []
+    for cli in ("rlfh/cli.py", "bench/cli.py"):
+        assert "importlib" not in (ROOT / cli).read_text(encoding="utf-8"), cli
 
 
 def test_every_import_goes_down_the_layers():

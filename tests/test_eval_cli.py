@@ -384,7 +384,7 @@ def test_the_shipped_files_are_the_ones_make_train_looks_up(embedded_model_path)
     assert (main.heldout_limit, main.heldout_evidence_limit, main.system_prompt, main.generate_max_len) == \
         (0, 150, "grounded", 64)
     heldout = {"closed-book recipe": heldout_names(closed_book), "main": heldout_names(main)}
-    warm = {"closed-book recipe": ["543a5877ec3eaf2e86c4.jsonl", "0a484a9dd9c139e2223e.jsonl"],
+    warm = {"closed-book recipe": ["543a5877ec3eaf2e86c4.jsonl", "3ed79bab4b420ac3a2ce.jsonl"],
             "main": ["05d0016e11bae97f534c.jsonl"]}
     # `make demo` (scripts/demo.sh on main): the base model with the recipe's prompt and the prompt-only baseline,
     # closed book and with the passage, as many questions as the grounded gate's report (its own eval line)

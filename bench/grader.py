@@ -25,6 +25,7 @@ from typing import Optional, Sequence
 
 from bench.real import PARTS, RealAnswer, load_real
 from core.grader import CORRECT, grade_answer, graded_span
+from core.help_text import plain_doc
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 #: set file -> the grade scope its replies are graded with
@@ -79,7 +80,6 @@ def print_table(rows: Sequence[dict], file=None) -> None:
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
-    from cluster.cli import plain_doc
     p = bsub.add_parser("grader", help="The gold grader vs hand labels of the answer statement on the three "
                         "labelled sets (tune and held-out parts).",
                         description=plain_doc(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)

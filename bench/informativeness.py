@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from bench.real import GROUNDED_PATH, PARTS, RealDataError, jsonl_objects, load_real, split_of
+from core.help_text import plain_doc
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_PATH = DATA_DIR / "informativeness.jsonl"
@@ -155,7 +156,6 @@ def print_table(rows: list[dict], file=None) -> None:
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
-    from cluster.cli import plain_doc
     p = bsub.add_parser("informativeness", help="The verifier's informativeness vs hand levels (1-5, against the "
                         "question), on the tune and held-out parts.",
                         description=plain_doc(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -38,6 +38,7 @@ from typing import Optional, Sequence
 from bench.real import PARTS, RealDataError, jsonl_objects, split_of
 from core.config import ConfigError, RLFHConfig
 from core.grader import NOT_ATTEMPTED, grade_answer
+from core.help_text import plain_doc
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_PATH = DATA_DIR / "reward_pairs.jsonl"
@@ -224,7 +225,6 @@ def _variant(text: str) -> tuple[str, dict[str, str]]:
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
-    from cluster.cli import plain_doc
     p = bsub.add_parser("reward-order", help="Reward settings vs hand preferences on the policy's own groups: "
                         "pairwise agreement (tune and held-out).",
                         description=plain_doc(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)

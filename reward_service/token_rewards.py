@@ -114,7 +114,7 @@ reinforced.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 
@@ -288,9 +288,140 @@ def _cover(first: np.ndarray, last: np.ndarray, T: int) -> np.ndarray:
     return np.cumsum(diff[:T]) > 0
 
 
+class _Flat(NamedTuple):
+    """A response's statements flattened in reading order (K of them) and its sentences' spans (S of them)."""
+    start: list[int]           # (K,) statement span starts
+    end: list[int]             # (K,) statement span ends
+    sent: np.ndarray           # (K,) int64: the sentence each statement is in
+    label: np.ndarray          # (K,) int64: index into LABELS
+    info: list[int]            # (K,) informativeness scores 1..5
+    conf: list[float]          # (K,) the verifier's confidence in the label
+    flagged: list[bool]        # (K,) the verifier marked the statement unaligned
+    sent_start: np.ndarray     # (S,) int64 sentence span starts
+    sent_end: np.ndarray       # (S,) int64 sentence span ends
+
+
+def _flatten_statements(sentences: list) -> _Flat:
+    """The statements of ``sentences`` as (K,) columns, and the sentences' (S,) spans."""
+    st_start, st_end, st_sent, st_label, st_info, st_conf, st_flag_unaligned = [], [], [], [], [], [], []
+    for si, sent in enumerate(sentences):
+        for st in sent.statements:
+            st_start.append(st.start)
+            st_end.append(st.end)
+            st_sent.append(si)
+            st_label.append(_LABEL_INDEX[st.label])
+            st_info.append(st.informativeness)
+            st_conf.append(st.confidence)
+            st_flag_unaligned.append(not st.aligned)
+    return _Flat(start=st_start, end=st_end, sent=np.asarray(st_sent, dtype=np.int64),
+                 label=np.asarray(st_label, dtype=np.int64), info=st_info, conf=st_conf, flagged=st_flag_unaligned,
+                 sent_start=np.asarray([s.start for s in sentences], dtype=np.int64),
+                 sent_end=np.asarray([s.end for s in sentences], dtype=np.int64))
+
+
+def _resolve_spans(off: np.ndarray, flat: _Flat, text_len: int):
+    """Token ranges of the statements and sentences, aligned in one sweep (:func:`align_spans`) with the
+    fallbacks: a sentence overlapping no token lands on the last token (``T - 1``), a statement overlapping no
+    token on its sentence's range.
+
+    Returns ``(s_first, s_last, sent_first, sent_last, unaligned)``: ``(K,)``, ``(K,)``, ``(S,)``, ``(S,)`` int64
+    token indices and ``(K,)`` bool (fell back, or flagged by the verifier)."""
+    K = len(flat.start)
+    first, last = align_spans(off, np.concatenate([np.asarray(flat.start, dtype=np.int64), flat.sent_start]),
+                              np.concatenate([np.asarray(flat.end, dtype=np.int64), flat.sent_end]), text_len)
+    s_first, s_last = first[:K], last[:K]
+    sent_first, sent_last = first[K:], last[K:]
+    # a sentence overlapping no token lands on the response's last token
+    end_tok = int(off.shape[0]) - 1
+    sent_none = sent_first < 0
+    sent_first = np.where(sent_none, end_tok, sent_first)
+    sent_last = np.where(sent_none, end_tok, sent_last)
+    # a statement overlapping no token falls back to its sentence (counted)
+    st_none = s_first < 0
+    if K:
+        s_first = np.where(st_none, sent_first[flat.sent], s_first)
+        s_last = np.where(st_none, sent_last[flat.sent], s_last)
+    unaligned = st_none | np.asarray(flat.flagged, dtype=bool) if K else np.zeros(0, dtype=bool)
+    return s_first, s_last, sent_first, sent_last, unaligned
+
+
+def _shape_rewards(flat: _Flat, settings: RewardSettings):
+    """The reward formula (module docstring) on the flattened statements.
+
+    Returns ``(truth, sent_info, sent_truth, sent_has)``: ``(K,)`` r_truth per statement, ``(S,)`` r_info per
+    sentence (0 where it has no statement), ``(S,)`` summed r_truth per sentence, ``(S,)`` bool sentence has a
+    statement."""
+    K, n_sent = len(flat.start), len(flat.sent_start)
+    st_sent_a = flat.sent
+    vmap = np.array([settings.verification_map[lb] for lb in LABELS], dtype=np.float64)
+    imap = np.array([settings.informative_map[str(sc)] for sc in INFO_SCORES], dtype=np.float64)
+    truth = settings.truth_weight * vmap[flat.label] if K else np.zeros(0)              # (K,)
+    info_stmt = imap[np.asarray(flat.info, dtype=np.int64) - 1] if K else np.zeros(0)   # (K,)
+    if K and settings.reward_formula == "paper":
+        truth = truth * np.abs(info_stmt)   # the paper's coupling: truth paid by what it does for the question
+    c = settings.truth_confidence
+    if K and c:
+        # a weight in [1 - c, 1]: never flips a label's sign; equal labels differ by evidence strength
+        conf = np.clip(np.asarray(flat.conf, dtype=np.float64), 0.0, 1.0)
+        truth = truth * ((1.0 - c) + c * conf)
+    sent_info_sum = np.bincount(st_sent_a, weights=info_stmt, minlength=n_sent) if K else np.zeros(n_sent)
+    sent_has = np.bincount(st_sent_a, minlength=n_sent) > 0 if K else np.zeros(n_sent, dtype=bool)
+    sent_info = np.where(
+        sent_has,
+        settings.info_weight * np.log(np.maximum(settings.reward_epsilon, sent_info_sum) + settings.reward_mu),
+        0.0)                                                                            # (S,)
+    sent_truth = np.bincount(st_sent_a, weights=truth, minlength=n_sent) if K else np.zeros(n_sent)
+    return truth, sent_info, sent_truth, sent_has
+
+
+def _span_values(granularity: str, truth: np.ndarray, sent_info: np.ndarray, sent_truth: np.ndarray,
+                 sent_has: np.ndarray, s_first: np.ndarray, s_last: np.ndarray, sent_first: np.ndarray,
+                 sent_last: np.ndarray, end_tok: int):
+    """The rewards to place and their token ranges at ``granularity`` (token / sentence / response).
+
+    Returns ``(values, first, last)``, each ``(E,)``."""
+    if granularity == "token":
+        values = np.concatenate([truth, sent_info[sent_has]])
+        f = np.concatenate([s_first, sent_first[sent_has]])
+        l_ = np.concatenate([s_last, sent_last[sent_has]])
+    elif granularity == "sentence":
+        values = (sent_truth + sent_info)[sent_has]
+        f, l_ = sent_first[sent_has], sent_last[sent_has]
+    else:  # response
+        total = float(truth.sum() + sent_info.sum())
+        values = np.array([total]) if truth.size else np.zeros(0)
+        f = np.array([0], dtype=np.int64)[: values.size]
+        l_ = np.array([end_tok], dtype=np.int64)[: values.size]
+    return values, f, l_
+
+
+def _label_signs(label: np.ndarray, s_first: np.ndarray, s_last: np.ndarray, T: int) -> np.ndarray:
+    """FSPO signs over each statement's resolved span, negative winning: ``(T,)`` int8."""
+    if not label.size:
+        return np.zeros(T, dtype=np.int8)
+    sign = _SIGN_OF_LABEL[label]
+    pos = _cover(s_first[sign > 0], s_last[sign > 0], T)
+    neg = _cover(s_first[sign < 0], s_last[sign < 0], T)
+    return np.where(neg, -1, np.where(pos, 1, 0)).astype(np.int8)
+
+
+def _label_counts(label: np.ndarray) -> dict[str, int]:
+    """Statements per label, every label present (0 where none)."""
+    counts = {lb: 0 for lb in LABELS}
+    if label.size:
+        for lb_i, n in zip(*np.unique(label, return_counts=True)):
+            counts[LABELS[int(lb_i)]] = int(n)
+    return counts
+
+
 def compute_token_rewards(result: VerifyResult, offsets: Any, text_len: int,
                           settings: RewardSettings, *, validated: bool = False) -> ItemReward:
     """Token rewards for one verified response.
+
+    Top to bottom: flatten the statements (:func:`_flatten_statements`), align their spans and the sentences'
+    to tokens (:func:`_resolve_spans`), shape the rewards (:func:`_shape_rewards`), place them at the granularity
+    (:func:`_span_values`, :func:`_place`), add the abstention / empty reward on the last token and clip, then
+    summarise: FSPO signs (:func:`_label_signs`), label counts (:func:`_label_counts`).
 
     Args:
         result: the verifier's output for the response.
@@ -305,80 +436,17 @@ def compute_token_rewards(result: VerifyResult, offsets: Any, text_len: int,
     """
     off = offsets if validated else validate_offsets(offsets, text_len)
     T = int(off.shape[0])
-    sentences = result.sentences
-    n_sent = len(sentences)
-
-    # ---- flatten statements: (K,) arrays
-    st_start, st_end, st_sent, st_label, st_info, st_conf, st_flag_unaligned = [], [], [], [], [], [], []
-    for si, sent in enumerate(sentences):
-        for st in sent.statements:
-            st_start.append(st.start)
-            st_end.append(st.end)
-            st_sent.append(si)
-            st_label.append(_LABEL_INDEX[st.label])
-            st_info.append(st.informativeness)
-            st_conf.append(st.confidence)
-            st_flag_unaligned.append(not st.aligned)
-    K = len(st_start)
-    st_sent_a = np.asarray(st_sent, dtype=np.int64)
-    st_label_a = np.asarray(st_label, dtype=np.int64)
-    sent_start = np.asarray([s.start for s in sentences], dtype=np.int64)
-    sent_end = np.asarray([s.end for s in sentences], dtype=np.int64)
-
-    # ---- align statement and sentence spans in one sweep
-    first, last = align_spans(off, np.concatenate([np.asarray(st_start, dtype=np.int64), sent_start]),
-                              np.concatenate([np.asarray(st_end, dtype=np.int64), sent_end]), text_len)
-    s_first, s_last = first[:K], last[:K]
-    sent_first, sent_last = first[K:], last[K:]
-    # a sentence overlapping no token lands on the response's last token
     end_tok = T - 1
-    sent_none = sent_first < 0
-    sent_first = np.where(sent_none, end_tok, sent_first)
-    sent_last = np.where(sent_none, end_tok, sent_last)
-    # a statement overlapping no token falls back to its sentence (counted)
-    st_none = s_first < 0
-    if K:
-        s_first = np.where(st_none, sent_first[st_sent_a], s_first)
-        s_last = np.where(st_none, sent_last[st_sent_a], s_last)
-    unaligned = st_none | np.asarray(st_flag_unaligned, dtype=bool) if K else np.zeros(0, dtype=bool)
-
-    # ---- shaping
-    vmap = np.array([settings.verification_map[lb] for lb in LABELS], dtype=np.float64)
-    imap = np.array([settings.informative_map[str(sc)] for sc in INFO_SCORES], dtype=np.float64)
-    truth = settings.truth_weight * vmap[st_label_a] if K else np.zeros(0)              # (K,)
-    info_stmt = imap[np.asarray(st_info, dtype=np.int64) - 1] if K else np.zeros(0)   # (K,)
-    if K and settings.reward_formula == "paper":
-        truth = truth * np.abs(info_stmt)   # the paper's coupling: truth paid by what it does for the question
-    c = settings.truth_confidence
-    if K and c:
-        # a weight in [1 - c, 1]: never flips a label's sign; equal labels differ by evidence strength
-        conf = np.clip(np.asarray(st_conf, dtype=np.float64), 0.0, 1.0)
-        truth = truth * ((1.0 - c) + c * conf)
-    sent_info_sum = np.bincount(st_sent_a, weights=info_stmt, minlength=n_sent) if K else np.zeros(n_sent)
-    sent_has = np.bincount(st_sent_a, minlength=n_sent) > 0 if K else np.zeros(n_sent, dtype=bool)
-    sent_info = np.where(
-        sent_has,
-        settings.info_weight * np.log(np.maximum(settings.reward_epsilon, sent_info_sum) + settings.reward_mu),
-        0.0)                                                                            # (S,)
-    sent_truth = np.bincount(st_sent_a, weights=truth, minlength=n_sent) if K else np.zeros(n_sent)
-
-    g = settings.granularity
-    if g == "token":
-        values = np.concatenate([truth, sent_info[sent_has]])
-        f = np.concatenate([s_first, sent_first[sent_has]])
-        l_ = np.concatenate([s_last, sent_last[sent_has]])
-    elif g == "sentence":
-        values = (sent_truth + sent_info)[sent_has]
-        f, l_ = sent_first[sent_has], sent_last[sent_has]
-    else:  # response
-        total = float(truth.sum() + sent_info.sum())
-        values = np.array([total]) if K else np.zeros(0)
-        f = np.array([0], dtype=np.int64)[: values.size]
-        l_ = np.array([end_tok], dtype=np.int64)[: values.size]
+    flat = _flatten_statements(result.sentences)
+    K = len(flat.start)
+    s_first, s_last, sent_first, sent_last, unaligned = _resolve_spans(off, flat, text_len)
+    truth, sent_info, sent_truth, sent_has = _shape_rewards(flat, settings)
+    values, f, l_ = _span_values(settings.granularity, truth, sent_info, sent_truth, sent_has, s_first, s_last,
+                                 sent_first, sent_last, end_tok)
     rewards = _place(values.astype(np.float64), f.astype(np.int64), l_.astype(np.int64), T, settings.placement)
 
     abstained = bool(result.abstained)
-    checkable = bool(K) and bool(np.any(st_label_a != _LABEL_INDEX["Vague"]))
+    checkable = bool(K) and bool(np.any(flat.label != _LABEL_INDEX["Vague"]))
     if abstained:
         rewards[end_tok] += settings.abstain_token_reward
     elif not checkable:  # says nothing checkable and does not abstain either
@@ -388,19 +456,8 @@ def compute_token_rewards(result: VerifyResult, offsets: Any, text_len: int,
     num_clipped = int(np.count_nonzero(np.abs(rewards) > clip))
     np.clip(rewards, -clip, clip, out=rewards)
 
-    # ---- FSPO signs over each statement's resolved span; negative wins
-    if K:
-        sign = _SIGN_OF_LABEL[st_label_a]
-        pos = _cover(s_first[sign > 0], s_last[sign > 0], T)
-        neg = _cover(s_first[sign < 0], s_last[sign < 0], T)
-        signs = np.where(neg, -1, np.where(pos, 1, 0)).astype(np.int8)
-    else:
-        signs = np.zeros(T, dtype=np.int8)
-
-    counts = {lb: 0 for lb in LABELS}
-    if K:
-        for lb_i, n in zip(*np.unique(st_label_a, return_counts=True)):
-            counts[LABELS[int(lb_i)]] = int(n)
+    signs = _label_signs(flat.label, s_first, s_last, T)
+    counts = _label_counts(flat.label)
     is_correct = K > 0 and all(counts[lb] == 0 for lb in LABELS if lb not in GOOD_LABELS)
     # model_construct: every value is built above with the right type; validating T floats again costs ~T us
     return ItemReward.model_construct(

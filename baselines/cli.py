@@ -62,16 +62,29 @@ def _common(p: argparse.ArgumentParser, limit: int, epochs: int, lr: float, batc
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Adds `rlfh baseline` and its commands rtuning, dpo and warmstart."""
     p = sub.add_parser("baseline", help="Train a baseline the RL must beat: R-Tuning (refusal-aware SFT) or DPO on "
                                         "self-sampled factuality pairs.",
                        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     bsub = p.add_subparsers(dest="baseline", metavar="BASELINE")
+    _add_rtuning(bsub)
+    _add_dpo(bsub)
+    _add_warmstart(bsub)
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1] if not getattr(args, "baseline", None) else 0)
+
+
+def _add_rtuning(bsub: argparse._SubParsersAction) -> None:
+    """`rlfh baseline rtuning`: the common arguments only."""
     r = bsub.add_parser("rtuning", help="Refusal-aware SFT on self-labelled data (R-Tuning).",
                         description="R-Tuning: greedy answers of the base model, graded against the gold answer; "
                                     "right ones kept, wrong ones replaced by the abstention text; SFT on those "
                                     "targets (response-token loss).")
     _common(r, limit=400, epochs=2, lr=2e-5, batch=8)
     r.set_defaults(func=_run("rtuning"))
+
+
+def _add_dpo(bsub: argparse._SubParsersAction) -> None:
+    """`rlfh baseline dpo`: the common arguments, then sampling and the DPO loss's."""
     d = bsub.add_parser("dpo", help="DPO on self-sampled, gold-graded pairs (correct > abstain > wrong).",
                         description="DPO: k sampled answers per question, graded against the gold answer; pairs "
                                     "ordered correct > abstain > wrong; DPO loss against the frozen base model.")
@@ -87,6 +100,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="Cap on pairs per question, taken round-robin over correct>wrong, correct>abstain, "
                         "abstain>wrong (0: all). Default 3.")
     d.set_defaults(func=_run("dpo"))
+
+
+def _add_warmstart(bsub: argparse._SubParsersAction) -> None:
+    """`rlfh baseline warmstart`: the common arguments, then the targets', the probe's and training's."""
     w = bsub.add_parser("warmstart", help="Abstention-prior warm start for RL: SFT on the model's own answers with "
                                           "\"I don't know.\" on a random share of closed-book questions, on wrong answers or where "
                                           "a probe says answering does not pay.",
@@ -97,6 +114,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                     "learns that it may decline, not when: RL learns when. Cached: the same "
                                     "settings re-use --out.")
     _common(w, limit=320, epochs=1, lr=2e-5, batch=8)
+    _warmstart_target_args(w)
+    _warmstart_probe_args(w)
+    _warmstart_training_args(w)
+    w.set_defaults(func=_run("warmstart"))
+
+
+def _warmstart_target_args(w: argparse.ArgumentParser) -> None:
+    """Which targets the warm start trains on: --abstain-share, --abstain-share-evidence, --abstain-where,
+    --support, --support-answers."""
     w.add_argument("--abstain-share", type=float, default=0.5,
                    help="Share of closed-book questions whose target is the abstention (random, by a seeded hash "
                         "of the question). Default 0.5.")
@@ -122,6 +148,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "grader rejects (answer sentence only) are dropped: fine-tuning on the model's own right "
                         "answers. gold: the data set's right answer (supervised); the support sentence is chosen "
                         "the same way for each.")
+
+
+def _warmstart_probe_args(w: argparse.ArgumentParser) -> None:
+    """The probe of --abstain-where probed and the shipped answers: --probe-samples, --probe-temperature,
+    --probe-dtype, --probe-batch-size, --recompute-probe, --abstain-price."""
     w.add_argument("--probe-samples", type=int, default=8,
                    help="With --abstain-where probed: answers sampled per question. Default 8.")
     w.add_argument("--probe-temperature", type=float, default=0.7,
@@ -143,6 +174,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="With --abstain-where probed: the reward of declining in the RL that follows "
                         "(ABSTAIN_OUTCOME_REWARD; right +1, wrong -1), which sets the threshold. Default -0.5 "
                         "(decline below 25%% right).")
+
+
+def _warmstart_training_args(w: argparse.ArgumentParser) -> None:
+    """Training and the cache: --train-layers, --no-reuse."""
     w.add_argument("--train-layers", type=int, default=0,
                    help="Train only the last N transformer layers: the input embeddings (and an LM head tied to "
                         "them) and the layers below stay frozen, and the backward stops at the lowest trained "
@@ -150,8 +185,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "every parameter is trained.")
     w.add_argument("--no-reuse", dest="reuse", action="store_false",
                    help="Rebuild even when --out holds a warm start made with the same settings.")
-    w.set_defaults(func=_run("warmstart"))
-    p.set_defaults(func=lambda args: (p.print_help(), 2)[1] if not getattr(args, "baseline", None) else 0)
 
 
 def _run(name: str):

@@ -258,30 +258,14 @@ def cache_file_names(args) -> dict[str, str]:
 
 
 def run(args) -> int:
+    """`rlfh baseline warmstart`: check the arguments, re-use a cached warm start with the same settings, else
+    answer every question with the base model (:func:`_base_answers`), grade them (``--abstain-where wrong``) or
+    probe them (``--abstain-where probed``, :func:`_probe`), choose the targets (:func:`_choose_targets`), SFT on
+    them and save the model, then print the summary (:func:`_print_warmstart_summary`)."""
     from baselines.rtuning import sft_on_targets
     from core.prompts import prompt_mode_for, render_prompt, resolve_system
     t_start = time.perf_counter()
-    check_sft_args(args)
-    check_positive("--train-layers", args.train_layers, allow_zero=True)
-    for name in ("abstain_share", "abstain_share_evidence"):
-        v = getattr(args, name)
-        if not 0.0 <= v <= 1.0:
-            raise BaselineError(f"--{name.replace('_', '-')} must be in [0, 1], got {v}")
-    if getattr(args, "support_answers", "own") != "own" and not getattr(args, "support", False):
-        raise BaselineError(f"--support-answers {args.support_answers} needs --support (it picks the answer sentence "
-                            "of the grounded format's targets): add --support, or drop --support-answers")
-    if args.abstain_where == "probed":
-        if args.probe_samples < 1:
-            raise BaselineError(f"--probe-samples must be >= 1 (answers sampled per question), got "
-                                f"{args.probe_samples}")
-        if getattr(args, "probe_batch_size", 0) < 0:
-            raise BaselineError(f"--probe-batch-size must be >= 0 (rows per sampling call; 0: --gen-batch-size), "
-                                f"got {args.probe_batch_size}")
-        if not args.probe_temperature > 0:
-            raise BaselineError(f"--probe-temperature must be > 0 (the probe samples), got {args.probe_temperature}")
-        if not -1.0 <= args.abstain_price < 1.0:
-            raise BaselineError(f"--abstain-price must be in [-1, 1) (the trainer's ABSTAIN_OUTCOME_REWARD), got "
-                                f"{args.abstain_price}")
+    _check_args(args)
     settings = settings_of(args)
     out_path = Path(args.out)
     if getattr(args, "reuse", True) and cached(out_path, settings):
@@ -304,19 +288,7 @@ def run(args) -> int:
     modes = [prompt_mode_for(it.question, args.mode, args.evidence_share) for it in items]
     prompts = [render_prompt(tok, it.question, it.knowledge_text, m, system=system) for it, m in zip(items, modes)]
 
-    log.info("step 1/2: the base model answers %d questions (greedy, <= %d tokens)", len(items), args.max_new_tokens)
-    from evaluation.answer_cache import SHIPPED_DIR, greedy_answers, model_key
-    t0 = time.perf_counter()
-    recompute = getattr(args, "recompute_probe", False)
-    gens, _, answers_source = greedy_answers(
-        model, tok, items, prompts, max_new_tokens=args.max_new_tokens, batch_size=args.gen_batch_size,
-        model_name=model_key(args.model, path), dtype="float32", progress=args.progress,
-        shipped_root=None if recompute else SHIPPED_DIR)
-    answers = [g.text for g in gens]
-    t_gen = time.perf_counter() - t0
-    if answers_source == "shipped":
-        print(f"answers: using the shipped greedy answers of this model to these questions ({SHIPPED_DIR}; "
-              "--recompute-probe makes them again)")
+    answers, answers_source, t_gen = _base_answers(args, model, tok, path, items, prompts)
     right = None
     if args.abstain_where == "wrong":   # R-Tuning-style: the gold grader decides which answers may be replaced
         from baselines.common import grade_all
@@ -325,40 +297,8 @@ def run(args) -> int:
         log.info("gold grader: %d of %d answers right (always kept)", sum(right), len(right))
     decline, probes, probe_source, t_probe = None, {}, None, 0.0
     if args.abstain_where == "probed":   # TruthRL-style: decline where answering does not pay at the price
-        from baselines.probe import PROBE_SEED, answer_threshold, bucket_counts, probe_questions
-        closed, closed_prompts = closed_book_prompts(tok, items, modes, system)
-        t_probe = time.perf_counter()
-        found, probe_source = probe_questions(
-            model, tok, [items[i] for i in closed], closed_prompts, k=args.probe_samples,
-            temperature=args.probe_temperature, max_new_tokens=args.max_new_tokens, seed=PROBE_SEED,
-            model_name=model_key(args.model, path), batch_size=probe_batch_size(args), progress=args.progress,
-            dtype=probe_dtype(args), shipped_root=None if recompute else SHIPPED_DIR)
-        t_probe = time.perf_counter() - t_probe
-        if probe_source == "shipped":
-            print(f"probe: using the shipped probe of this model and these questions ({SHIPPED_DIR}; "
-                  "--recompute-probe samples it again)")
-        probes = {items[i].uid: pr for i, pr in zip(closed, found)}
-        threshold = answer_threshold(args.abstain_price)
-        decline = [(it.uid in probes and probes[it.uid].p < threshold) for it in items]
-        how = (probe_source if probe_source != "computed"
-               else f"{args.probe_samples} samples at T {args.probe_temperature}")
-        log.info("probe (%s): %s of %d closed-book questions; declining where the right rate < %.3f "
-                 "(price %g): %d", how, bucket_counts(found), len(found), threshold, args.abstain_price, sum(decline))
-    targets = warmstart_targets(items, prompts, modes, answers, args.abstain_share, args.abstain_share_evidence,
-                                args.seed, args.abstain_text, right, decline)
-    if getattr(args, "support", False):   # the grounded format: the answer, then the passage sentence behind it
-        targets = grounded_targets(items, targets, getattr(args, "support_answers", "own"))
-    trained_on = [t for t in targets if t.source != "dropped"]
-    if not trained_on:
-        raise BaselineError("warm start: every target was dropped (--support-answers right and no answer the gold "
-                            "grader accepts): raise --limit, or use --support-answers own")
-    for t in targets:
-        if t.uid in probes:
-            t.probe_right = probes[t.uid].right
-    counts = {f"{m}/{s}": sum(t.prompt_mode == m and t.source == s for t in targets)
-              for m in ("closed", "evidence")
-              for s in ("own", "abstain", *(("own+support", "gold+support", "dropped")
-                                             if getattr(args, "support", False) else ()))}
+        decline, probes, probe_source, t_probe = _probe(args, model, tok, path, items, modes, system)
+    targets, trained_on, counts = _choose_targets(args, items, prompts, modes, answers, right, decline, probes)
     write_jsonl(out / "targets.jsonl", [asdict(t) for t in targets])
 
     log.info("step 2/2: SFT, %d epochs x %d examples, lr %g, batch %d", args.epochs, len(trained_on), args.lr,
@@ -377,13 +317,115 @@ def run(args) -> int:
             "seconds": {"generate": t_gen, "probe": t_probe, "train": hist.seconds}}
     from baselines.common import save_model
     save_model(model, tok, out, json.loads(json.dumps(meta, default=str)))
-    total = time.perf_counter() - t_start
+    _print_warmstart_summary(args, items, counts, meta, hist, out, time.perf_counter() - t_start)
+    return 0
+
+
+def _check_args(args) -> None:
+    """BaselineError for a warm start setting out of range or without the setting it needs."""
+    check_sft_args(args)
+    check_positive("--train-layers", args.train_layers, allow_zero=True)
+    for name in ("abstain_share", "abstain_share_evidence"):
+        v = getattr(args, name)
+        if not 0.0 <= v <= 1.0:
+            raise BaselineError(f"--{name.replace('_', '-')} must be in [0, 1], got {v}")
+    if getattr(args, "support_answers", "own") != "own" and not getattr(args, "support", False):
+        raise BaselineError(f"--support-answers {args.support_answers} needs --support (it picks the answer sentence "
+                            "of the grounded format's targets): add --support, or drop --support-answers")
+    if args.abstain_where == "probed":
+        if args.probe_samples < 1:
+            raise BaselineError(f"--probe-samples must be >= 1 (answers sampled per question), got "
+                                f"{args.probe_samples}")
+        if getattr(args, "probe_batch_size", 0) < 0:
+            raise BaselineError(f"--probe-batch-size must be >= 0 (rows per sampling call; 0: --gen-batch-size), "
+                                f"got {args.probe_batch_size}")
+        if not args.probe_temperature > 0:
+            raise BaselineError(f"--probe-temperature must be > 0 (the probe samples), got {args.probe_temperature}")
+        if not -1.0 <= args.abstain_price < 1.0:
+            raise BaselineError(f"--abstain-price must be in [-1, 1) (the trainer's ABSTAIN_OUTCOME_REWARD), got "
+                                f"{args.abstain_price}")
+
+
+def _base_answers(args, model, tok, path: str, items: Sequence, prompts: list[str]) -> tuple[list[str], str, float]:
+    """Step 1: the base model's greedy answer to every prompt (cached, or shipped unless --recompute-probe).
+    Returns (answers, where they came from, seconds)."""
+    log.info("step 1/2: the base model answers %d questions (greedy, <= %d tokens)", len(items), args.max_new_tokens)
+    from evaluation.answer_cache import SHIPPED_DIR, greedy_answers, model_key
+    t0 = time.perf_counter()
+    recompute = getattr(args, "recompute_probe", False)
+    gens, _, answers_source = greedy_answers(
+        model, tok, items, prompts, max_new_tokens=args.max_new_tokens, batch_size=args.gen_batch_size,
+        model_name=model_key(args.model, path), dtype="float32", progress=args.progress,
+        shipped_root=None if recompute else SHIPPED_DIR)
+    answers = [g.text for g in gens]
+    t_gen = time.perf_counter() - t0
+    if answers_source == "shipped":
+        print(f"answers: using the shipped greedy answers of this model to these questions ({SHIPPED_DIR}; "
+              "--recompute-probe makes them again)")
+    return answers, answers_source, t_gen
+
+
+def _probe(args, model, tok, path: str, items: Sequence, modes: Sequence[str], system):
+    """``--abstain-where probed``: sample the closed-book questions (:mod:`baselines.probe`) and decline where the
+    right-sample rate is below the answer threshold at ``--abstain-price``. Returns (decline per item, probe per
+    uid, where the probe came from, seconds)."""
+    from baselines.probe import PROBE_SEED, answer_threshold, bucket_counts, probe_questions
+    from evaluation.answer_cache import SHIPPED_DIR, model_key
+    recompute = getattr(args, "recompute_probe", False)
+    closed, closed_prompts = closed_book_prompts(tok, items, modes, system)
+    t_probe = time.perf_counter()
+    found, probe_source = probe_questions(
+        model, tok, [items[i] for i in closed], closed_prompts, k=args.probe_samples,
+        temperature=args.probe_temperature, max_new_tokens=args.max_new_tokens, seed=PROBE_SEED,
+        model_name=model_key(args.model, path), batch_size=probe_batch_size(args), progress=args.progress,
+        dtype=probe_dtype(args), shipped_root=None if recompute else SHIPPED_DIR)
+    t_probe = time.perf_counter() - t_probe
+    if probe_source == "shipped":
+        print(f"probe: using the shipped probe of this model and these questions ({SHIPPED_DIR}; "
+              "--recompute-probe samples it again)")
+    probes = {items[i].uid: pr for i, pr in zip(closed, found)}
+    threshold = answer_threshold(args.abstain_price)
+    decline = [(it.uid in probes and probes[it.uid].p < threshold) for it in items]
+    how = (probe_source if probe_source != "computed"
+           else f"{args.probe_samples} samples at T {args.probe_temperature}")
+    log.info("probe (%s): %s of %d closed-book questions; declining where the right rate < %.3f "
+             "(price %g): %d", how, bucket_counts(found), len(found), threshold, args.abstain_price, sum(decline))
+    return decline, probes, probe_source, t_probe
+
+
+def _choose_targets(args, items: Sequence, prompts: Sequence[str], modes: Sequence[str], answers: Sequence[str],
+                    right: Optional[list[bool]], decline: Optional[list[bool]], probes: dict):
+    """The SFT targets (:func:`warmstart_targets`, in the grounded format with --support), those trained on (not
+    dropped), and their counts per prompt mode and source. BaselineError where every target was dropped."""
+    targets = warmstart_targets(items, prompts, modes, answers, args.abstain_share, args.abstain_share_evidence,
+                                args.seed, args.abstain_text, right, decline)
+    if getattr(args, "support", False):   # the grounded format: the answer, then the passage sentence behind it
+        targets = grounded_targets(items, targets, getattr(args, "support_answers", "own"))
+    trained_on = [t for t in targets if t.source != "dropped"]
+    if not trained_on:
+        raise BaselineError("warm start: every target was dropped (--support-answers right and no answer the gold "
+                            "grader accepts): raise --limit, or use --support-answers own")
+    for t in targets:
+        if t.uid in probes:
+            t.probe_right = probes[t.uid].right
+    counts = {f"{m}/{s}": sum(t.prompt_mode == m and t.source == s for t in targets)
+              for m in ("closed", "evidence")
+              for s in ("own", "abstain", *(("own+support", "gold+support", "dropped")
+                                             if getattr(args, "support", False) else ()))}
+    return targets, trained_on, counts
+
+
+def _print_warmstart_summary(args, items: Sequence, counts: dict[str, int], meta: dict, hist, out: Path,
+                             total: float) -> None:
+    """The closing table: targets, probe buckets, optimizer steps, losses, times, where the model was saved."""
+    probe_source, t_gen, answers_source = meta["probe_source"], meta["seconds"]["generate"], meta["answers_source"]
+    t_probe = meta["seconds"]["probe"]
     title = "Warm start (grounded format)" if getattr(args, "support", False) else "Warm start (abstention prior)"
     print_summary(title, [
         ("questions", str(len(items))),
         *[(f"{k} targets", str(v)) for k, v in counts.items() if v],
         *([("probe never / sometimes / known", " / ".join(str(v) for v in meta["probe"]["buckets"].values()))]
-          if probes else []),
+          if meta["probe"] is not None else []),
         ("optimizer steps", str(len(hist.losses))),
         ("micro batches / tokens computed", f"{hist.micro_batches} / {hist.tokens:,} (padding included)"),
         ("loss first / last", f"{fmt_loss(hist.first)} / {fmt_loss(hist.last)}"),
@@ -393,4 +435,3 @@ def run(args) -> int:
         ("total time", f"{total:.0f}s"),
         ("saved", str(out)),
     ])
-    return 0

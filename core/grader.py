@@ -632,83 +632,94 @@ def grade_answer(answer: Optional[str], gold: Optional[str], question: Optional[
     if detect_abstention(answer):
         return Grade(NOT_ATTEMPTED, "abstain", hedged=True, abstained=True, f1=f1)
 
-    def done(ok: bool, reason: str) -> Grade:
-        return Grade(CORRECT if ok else INCORRECT, reason, hedged=hedged, abstained=False, f1=f1)
-
     # the answer's first sentence is a question (typically the question echoed back): no answer given,
     # and no explicit abstention either -- it counts against the model
     first = re.split(r"(?<=[.!?])\s+", answer.strip(), maxsplit=1)[0]
     if first.rstrip().endswith("?"):
-        return done(False, "echo")
+        ok, reason = False, "echo"
+    elif g_tok in (["yes"], ["no"]):
+        ok, reason = _yes_no_verdict(answer, g_tok, question, strict)
+    else:
+        ok, reason = (_choice_verdict(answer, a_tok, g_tok, question) or _not_an_answer(answer, gold, question)
+                      or _open_verdict(answer, gold, question, a_tok, g_tok, f1, strict))
+    return Grade(CORRECT if ok else INCORRECT, reason, hedged=hedged, abstained=False, f1=f1)
 
-    # yes / no questions ("Yes or no." offers both: no answer, and no abstention either)
-    if g_tok in (["yes"], ["no"]):
-        if _BOTH_POLARITIES.search(answer):
-            return done(False, "both_options")
-        pol, explicit = polarity(answer, question)
-        if strict and not explicit and pol == "yes" and not addresses_question(answer, question):
-            return done(False, "yes_no_unanswered")
-        return done(pol == g_tok[0], "yes_no" if explicit else "yes_no_implicit")
 
-    # a question that names its candidate answers: the candidate the answer names first is its choice
+def _yes_no_verdict(answer: str, g_tok: list[str], question: Optional[str], strict: bool) -> tuple[bool, str]:
+    """A yes/no gold ("Yes or no." offers both: no answer, and no abstention either)."""
+    if _BOTH_POLARITIES.search(answer):
+        return False, "both_options"
+    pol, explicit = polarity(answer, question)
+    if strict and not explicit and pol == "yes" and not addresses_question(answer, question):
+        return False, "yes_no_unanswered"
+    return pol == g_tok[0], "yes_no" if explicit else "yes_no_implicit"
+
+
+def _choice_verdict(answer: str, a_tok: list[str], g_tok: list[str],
+                    question: Optional[str]) -> Optional[tuple[bool, str]]:
+    """A question that names its candidate answers: the candidate the answer names first is its choice (None: the
+    question names none, or the answer names none of them)."""
     cands = answer_candidates(question, g_tok)
-    if cands:
-        options, gold_idx = cands
-        pos = [_mention_pos(a_tok, o, options[:i] + options[i + 1:]) for i, o in enumerate(options)]
-        named = sorted((p, i) for i, p in enumerate(pos) if p >= 0)
-        if len(named) >= 2 and _offers_both(a_tok, named[0][0], options[named[0][1]], named[1][0]):
-            return done(False, "both_options")  # "A or B", "both A and B": the question repeated, no choice
-        if named:
-            if comparison_asked(question) and not states_comparison(answer) \
-                    and len(a_tok) > len(options[named[0][1]]) + 3:
-                return done(False, "no_comparison")  # describes an option, compares nothing: no choice made
-            return done(named[0][1] == gold_idx, "choice")
+    if not cands:
+        return None
+    options, gold_idx = cands
+    pos = [_mention_pos(a_tok, o, options[:i] + options[i + 1:]) for i, o in enumerate(options)]
+    named = sorted((p, i) for i, p in enumerate(pos) if p >= 0)
+    if len(named) >= 2 and _offers_both(a_tok, named[0][0], options[named[0][1]], named[1][0]):
+        return False, "both_options"  # "A or B", "both A and B": the question repeated, no choice
+    if not named:
+        return None
+    if comparison_asked(question) and not states_comparison(answer) and len(a_tok) > len(options[named[0][1]]) + 3:
+        return False, "no_comparison"  # describes an option, compares nothing: no choice made
+    return named[0][1] == gold_idx, "choice"
 
-    # not an answer, though the gold's words are there: after another candidate, on the wrong side of the
-    # question's comparison, or only as the owner of something else
+
+def _not_an_answer(answer: str, gold: str, question: Optional[str]) -> Optional[tuple[bool, str]]:
+    """Not an answer, though the gold's words are there: after another candidate, on the wrong side of the
+    question's comparison, or only as the owner of something else (None: none of these)."""
     if other_candidate_first(answer, gold, question):
-        return done(False, "other_candidate")
+        return False, "other_candidate"
     if inverted_comparison(answer, question):
-        return done(False, "inverted")
+        return False, "inverted"
     if only_possessive(answer, gold):
-        return done(False, "possessive")
+        return False, "possessive"
+    return None
 
-    # containment
+
+def _open_verdict(answer: str, gold: str, question: Optional[str], a_tok: list[str], g_tok: list[str], f1: float,
+                  strict: bool) -> tuple[bool, str]:
+    """Containment, the gold said otherwise, numbers, then fuzzy matching (rules 6-8 of the module docstring)."""
     if _find(a_tok, g_tok) >= 0:
         if strict and only_in_compounds(answer, gold):
-            return done(False, "compound")
-        return done(True, "gold_in_answer")
+            return False, "compound"
+        return True, "gold_in_answer"
     if country_alias_match(a_tok, g_tok, normalize_tokens(question)):
-        return done(True, "alias")
+        return True, "alias"
     if name_parts_match(answer, gold, question):
-        return done(True, "name_parts")
+        return True, "name_parts"
     g_content = _content(g_tok) or g_tok
     a_content = _content(a_tok) or a_tok
     if len(a_tok) <= SHORT_ANSWER_WORDS and _find(g_tok, a_tok) >= 0 and a_content:
         covered = sum(1 for t in set(a_content) if t in g_content) / len(set(g_content))
-        if covered >= ANSWER_IN_GOLD_COVERAGE:
-            return done(True, "answer_in_gold")
-        return done(False, "partial")
-
+        return (True, "answer_in_gold") if covered >= ANSWER_IN_GOLD_COVERAGE else (False, "partial")
     if date_year_match(a_tok, g_tok):
-        return done(True, "date_year")
+        return True, "date_year"
     # numbers must agree exactly
     g_nums = {t for t in g_tok if t.isdigit()}
     if g_nums and not g_nums <= {t for t in a_tok if t.isdigit()}:
         overlap = any(t in a_content for t in g_content)
-        return done(False, "partial" if overlap else "number_mismatch")
-
+        return False, "partial" if overlap else "number_mismatch"
     # fuzzy: token F1 on the answer's content, for answers not much longer than the gold
     if f1 >= F1_THRESHOLD:
-        return done(True, "f1")
+        return True, "f1"
     if new_words_f1(answer, gold, question) >= F1_THRESHOLD:
-        return done(True, "f1_new")
+        return True, "f1_new"
     # the gold's content words all present (in any order) in a short-ish answer
     # (not when the question itself holds all of them: "... Harold & Kumar 3D Christmas is part of the 2019
     # Marvel Cinematic Universe series" for the gold "the Harold & Kumar series")
     q_set = set(normalize_tokens(question))
     if g_content and all(t in a_content for t in g_content) and len(a_content) <= 3 * len(g_content) + 6 \
             and not all(t in q_set for t in g_content):
-        return done(True, "gold_words_in_answer")
+        return True, "gold_words_in_answer"
     overlap = any(t in a_content for t in g_content)
-    return done(False, "partial" if overlap else "mismatch")
+    return False, "partial" if overlap else "mismatch"

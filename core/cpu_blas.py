@@ -24,6 +24,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from core.config import LauncherSettings
+
 #: The whole shim. MKL calls this to ask whether the CPU is Intel's.
 SHIM_SOURCE = "int mkl_serv_intel_cpu_true(void) { return 1; }\n"
 SHIM_NAME = "libmkl_vendor_shim.so"
@@ -123,7 +125,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = p.parse_args(argv)
     try:
         if args.mode is None:
-            from core.config import LauncherSettings   # validates MKL_VENDOR_SHIM, naming it in the error
             mode = LauncherSettings.load().mkl_vendor_shim
         else:
             mode = args.mode

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from core.assets import HALUEVAL_QA, fetch_asset
+from core.questions import question_type
 
 SPLITS = ("train", "dev", "test")
 # Fractions by hash bucket (out of 1000): 80% train, 5% dev, 15% test.
@@ -151,7 +152,6 @@ def stratify_question_types(items: list[QAItem], n: int, min_share: float) -> li
         raise ValueError(f"n must be >= 0, got {n!r}")
     if min_share == 0:
         return items[:n]
-    from core.questions import question_type
     want = int(-(-min_share * n // 1))  # ceil
     picked: set[int] = set()
     for t in ("yes_no", "choice"):
@@ -179,7 +179,6 @@ def balance_question_types(items: list[QAItem], min_share: float) -> list[QAItem
         raise ValueError(f"min_share (TYPE_BALANCE) must be in [0, 0.5), got {min_share!r}")
     if min_share == 0 or not items:
         return items
-    from core.questions import question_type
     by_type: dict[str, list[QAItem]] = {"yes_no": [], "choice": [], "open": []}
     for it in items:
         by_type[question_type(it.question)].append(it)

@@ -9,10 +9,11 @@ Everything downstream (actors, eval, vLLM) then sees a plain HF folder.
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 
 from core.assets import SMOLLM2_GGUF, cache_dir, fetch_asset, file_lock
-from core.config import EMBEDDED_MODEL
+from core.config import EMBEDDED_MODEL, ProcessSettings
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,6 @@ def _embedded_hf_folder() -> Path:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         if out.exists():
-            import shutil
             shutil.rmtree(out)
         tmp.rename(out)
     return out
@@ -99,5 +99,4 @@ def default_device() -> str:
     """"cuda" when this process sees a GPU and RLFH_FORCE_CPU (a process setting) is off, else "cpu"."""
     import torch
 
-    from core.config import ProcessSettings
     return "cuda" if torch.cuda.is_available() and not ProcessSettings.load().force_cpu else "cpu"

@@ -16,6 +16,8 @@ import logging
 import time
 from typing import Optional, Sequence
 
+from core.config import ConfigError, setting_label
+
 log = logging.getLogger(__name__)
 
 #: role -> the setting naming the Ray custom resource its node must have.
@@ -41,7 +43,6 @@ def check_node_resources(cfg, roles: Sequence[str], resources: Optional[dict] = 
     """ConfigError when a role of ``roles`` (``service``: the reward service's replicas) names a node resource
     that no live node of the Ray cluster offers (``resources``: ``ray.cluster_resources()`` by default). Ray
     would keep such a placement group or replica pending for ever; this says which setting to fix instead."""
-    from core.config import ConfigError, setting_label
     wanted = {}
     for role in roles:
         if node_resource(cfg, role):

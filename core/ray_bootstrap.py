@@ -31,6 +31,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+from core.config import ProcessSettings
 from core.ports import free_port, port_is_free  # noqa: F401 (re-exported: callers import them from here too)
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,6 @@ def worker_env(cfg) -> dict[str, str]:
         # Ray gives each fractional-CPU actor OMP_NUM_THREADS=1. Keep it: the driver runs different actors
         # concurrently, and on a small shared CPU box one thread per actor is several times faster than
         # oversubscribed OpenMP threads (docs/PERFORMANCE.md, "CPU threads on a busy machine").
-    from core.config import ProcessSettings
     cache = ProcessSettings.load().cache_dir       # a process setting: the workers must use this process's folder
     if cache:
         env["RLFH_CACHE_DIR"] = cache

@@ -9,6 +9,9 @@ retry count cannot turn into minutes of sleeping.
 """
 from __future__ import annotations
 
+import time
+from email.utils import parsedate_to_datetime
+
 
 def backoff_delay(attempt: int, base_s: float, cap_s: float) -> float:
     """Seconds to wait after failed attempt number ``attempt`` (0 = the first): ``min(cap_s, base_s * 2**attempt)``.
@@ -34,8 +37,6 @@ def retry_after_s(value, now: float | None = None) -> float | None:
     else:
         return max(0.0, seconds) if seconds == seconds and seconds != float("inf") else None
     try:
-        import time
-        from email.utils import parsedate_to_datetime
         when = parsedate_to_datetime(value).timestamp()
     except (TypeError, ValueError, OverflowError, IndexError):
         return None

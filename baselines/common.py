@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from core.prompts import ABSTAIN_TEXT as DEFAULT_ABSTAIN_TEXT  # noqa: F401 (the trainer's ABSTAIN_TEXT default, for dpo / rtuning)
+from core.sampling import eos_id, sample_answers  # noqa: F401 (re-exported: the baselines sample through these)
 
 log = logging.getLogger("baselines")
 
@@ -99,53 +100,6 @@ def load_model(model_spec: str):
     tok = load_tokenizer(path)
     model = load_causal_lm(path, dtype="fp32", device=default_device())
     return path, model, tok
-
-
-def eos_id(model, tokenizer) -> int:
-    """The token ``generate`` stops on (the first of the generation config's EOS ids)."""
-    e = model.generation_config.eos_token_id
-    if isinstance(e, (list, tuple)):
-        e = e[0] if e else None
-    return int(e if e is not None else tokenizer.eos_token_id)
-
-
-# ----------------------------------------------------------------------------------------------- sampling
-
-def sample_answers(model, tokenizer, prompts: Sequence[str], n: int, temperature: float, top_p: float = 1.0,
-                   max_new_tokens: int = 40, batch_size: int = 16, prompt_max_len: int = 1024,
-                   progress: bool = True, desc: str = "sample") -> list[list[str]]:
-    """``n`` sampled answers per prompt (``temperature`` > 0), decoded up to the first EOS, stripped.
-
-    Prompts go ``max(1, batch_size // n)`` at a time, each with ``num_return_sequences=n``.
-    Returns ``len(prompts)`` lists of ``n`` strings, in input order.
-    """
-    import torch
-    from tqdm import tqdm
-    tokenizer.padding_side = "left"
-    tokenizer.truncation_side = "left"
-    eos = eos_id(model, tokenizer)
-    device = next(model.parameters()).device
-    per_call = max(1, batch_size // n)
-    out: list[list[str]] = []
-    model.eval()
-    with tqdm(total=len(prompts), desc=desc, unit="q", disable=not progress, dynamic_ncols=True) as bar:
-        for start in range(0, len(prompts), per_call):
-            chunk = list(prompts[start:start + per_call])
-            enc = tokenizer(chunk, return_tensors="pt", padding=True, truncation=True, max_length=prompt_max_len,
-                            add_special_tokens=False).to(device)
-            with torch.inference_mode():
-                seq = model.generate(**enc, do_sample=True, temperature=temperature, top_p=top_p, top_k=None,
-                                     num_return_sequences=n, max_new_tokens=max_new_tokens,
-                                     pad_token_id=tokenizer.pad_token_id)
-            new = seq[:, enc["input_ids"].shape[1]:].tolist()
-            for i in range(len(chunk)):
-                answers = []
-                for toks in new[i * n:(i + 1) * n]:
-                    cut = toks.index(eos) if eos in toks else len(toks)
-                    answers.append(tokenizer.decode(toks[:cut], skip_special_tokens=True).strip())
-                out.append(answers)
-            bar.update(len(chunk))
-    return out
 
 
 def grade_all(items: Sequence, answers: Sequence[str], scope: str = "whole") -> list:

@@ -12,7 +12,7 @@ import argparse
 import logging
 import sys
 
-from baselines import cli as baseline_cli, judge_cli
+from baselines import cli as baseline_cli
 from bench import cli as bench_cli
 from cluster import driver_cli
 from core import config
@@ -20,7 +20,7 @@ from core.config import ConfigError, ProcessSettings
 from evaluation import cli as eval_cli
 from ops import chaos, show, submit
 from reward_service import cli as serve_cli
-from verifier_service import cli as verify_cli
+from verifier_service import cli as verify_cli, judge_cli
 
 #: The subcommand modules, in --help order.
 SUBCOMMANDS = [

@@ -10,8 +10,8 @@ import httpx
 import pytest
 import torch
 
-from baselines import judge_data as D
-from baselines import judge_train as J
+from verifier_service import judge_data as D
+from verifier_service import judge_train as J
 from core.config import ConfigError, RLFHConfig
 from core.verify_schema import VerifyRequest
 from verifier_service import judge_model as M

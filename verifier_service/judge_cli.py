@@ -1,11 +1,16 @@
-"""`rlfh judge train | eval`: build the claim judge the ``judge`` verifier backend uses. Only argparse at import."""
+"""`rlfh judge train | eval`: build the claim judge the ``judge`` verifier backend uses.
+
+Light at import (``rlfh --help`` stays fast): the judge's data, training and model modules import torch, so the
+functions that run a subcommand import them."""
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
-from dataclasses import fields
+from pathlib import Path
 
+from core.assets import JUDGE_BASE, fetch_asset
 from core.help_text import plain_doc
 
 DESCRIPTION = """\
@@ -26,8 +31,8 @@ The claim judge: P(supported | statement, question, optional gold answer, eviden
 
 
 def _data_args(p: argparse.ArgumentParser) -> None:
-    from baselines.judge_data import DataSettings
-    from baselines.judge_train import TrainSettings
+    from verifier_service.judge_data import DataSettings
+    from verifier_service.judge_train import TrainSettings
     d, t = DataSettings(), TrainSettings()
     p.add_argument("--qa-items", type=int, default=d.qa_items,
                    help=f"HaluEval-QA train questions used (each gives a right and a hallucinated answer). "
@@ -54,8 +59,8 @@ def _data_args(p: argparse.ArgumentParser) -> None:
 
 
 def _settings(args):
-    from baselines.judge_data import DataSettings
-    from baselines.judge_train import TrainSettings
+    from verifier_service.judge_data import DataSettings
+    from verifier_service.judge_train import TrainSettings
     data = DataSettings(qa_items=args.qa_items, swaps_per_item=args.swaps_per_item,
                         dialogue_items=args.dialogue_items, summary_items=args.summary_items,
                         hand_repeats=args.hand_repeats, policy_repeats=args.policy_repeats, seed=args.seed)
@@ -76,7 +81,6 @@ def _settings(args):
 
 def _base_path(base: str) -> str:
     if base in ("all-minilm-l6-v2", "embedded"):
-        from core.assets import JUDGE_BASE, fetch_asset
         return str(fetch_asset(JUDGE_BASE))
     return base
 
@@ -93,9 +97,7 @@ def _print_tables(rows: dict) -> None:
 
 
 def _train(args) -> int:
-    import logging
-    from pathlib import Path
-    from baselines import judge_train as J
+    from verifier_service import judge_train as J
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     data, train = _settings(args)
     out = Path(args.out) if args.out else None
@@ -117,8 +119,7 @@ def _train(args) -> int:
 
 
 def _eval(args) -> int:
-    from pathlib import Path
-    from baselines import judge_train as J
+    from verifier_service import judge_train as J
     from verifier_service.judge import SHIPPED_WEIGHTS
     from verifier_service.judge_model import load_judge
     path = Path(args.weights) if args.weights else SHIPPED_WEIGHTS

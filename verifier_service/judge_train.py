@@ -1,6 +1,6 @@
 """Train and evaluate the claim judge (`rlfh judge train | eval`).
 
-Training: :func:`baselines.judge_data.build_training_set` -> one pass of AdamW over the adapters and the
+Training: :func:`verifier_service.judge_data.build_training_set` -> one pass of AdamW over the adapters and the
 head of :class:`verifier_service.judge_model.ClaimJudge` (binary cross-entropy, linear warm-up then
 linear decay), micro batches sorted by length inside each shuffled window (less padding). The result is
 saved as a folder (``adapter.safetensors`` + ``judge.json``) keyed by a hash of the data and training
@@ -26,9 +26,12 @@ from typing import Optional, Sequence
 
 import torch
 
-from baselines import judge_data as D
+from core.assets import cache_dir, file_lock
+from core.data import load_halueval
+from verifier_service import judge_data as D
 from verifier_service import judge_model as M
 from verifier_service import text as T
+from verifier_service.retrieval import MaterialIndex
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +57,6 @@ def build_key(data: D.DataSettings, train: TrainSettings, base: str) -> str:
 
 def pairs_of(examples: Sequence[D.Example]) -> list[tuple[str, str]]:
     """The judge's (a, b) texts for each example (evidence retrieved once per distinct materials)."""
-    from verifier_service.retrieval import MaterialIndex
     idx_cache: dict[tuple, MaterialIndex] = {}
     out = []
     for ex in examples:
@@ -169,7 +171,6 @@ def response_scores(judge, tok, inputs: Sequence[M.JudgeInput]) -> list[float]:
 
 def heldout_tables(judge, tok, n_qa: int = 300, n_dialogue: int = 200, n_summary: int = 100) -> dict[str, dict]:
     """Balanced accuracy of the judge on held-out HaluEval pairs (see the module docstring)."""
-    from core.data import load_halueval
     rows: dict[str, dict] = {}
     test = load_halueval("test")[:n_qa]
     for with_gold in (False, True):
@@ -193,14 +194,12 @@ def heldout_tables(judge, tok, n_qa: int = 300, n_dialogue: int = 200, n_summary
 
 
 def default_out(key: str) -> Path:
-    from core.assets import cache_dir
     return cache_dir() / "judge" / key
 
 
 def build_judge(data: D.DataSettings, train: TrainSettings, base_path: str, out: Optional[Path] = None,
                 force: bool = False, progress: bool = True) -> Path:
     """Train the judge once for these settings (cached by :func:`build_key`); returns its folder."""
-    from core.assets import cache_dir, file_lock
     key = build_key(data, train, Path(base_path).name)
     out = out or default_out(key)
     if not force and (out / "judge.json").exists() and \

@@ -29,8 +29,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Literal, Optional, Sequence
 
-from integrations.common import client_from_env, materials_list
-from reward_service.client import RewardClient, RewardServiceUnavailable
+from integrations.common import materials_list
+from reward_service.client import RewardClient, RewardServiceUnavailable, client_from_env
 from reward_service.openrlhf_adapter import clean_response, question_from_prompt
 
 log = logging.getLogger(__name__)

@@ -27,9 +27,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Mapping, Optional, Sequence
 
-from integrations.common import client_from_env, materials_list
-from reward_service.client import RewardClient
-from reward_service.openrlhf_adapter import question_from_prompt
+from integrations.common import materials_list
+from reward_service.client import RewardClient, client_from_env
+from reward_service.openrlhf_adapter import clean_response, question_from_prompt
 
 log = logging.getLogger(__name__)
 
@@ -224,8 +224,6 @@ def compute_score(data_source: Any = None, solution_str: str = "", ground_truth:
 
     Returns ``{"score", "correct", "abstained", "num_statements"}`` (floats; verl logs the extra keys).
     """
-    from reward_service.openrlhf_adapter import clean_response
-
     question = _get(extra_info, "question")
     if not question:
         raise ValueError("extra_info.question is missing: put each sample's question in the dataset's extra_info "

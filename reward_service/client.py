@@ -23,18 +23,23 @@ and the item index.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import httpx
 
 from core import metrics
+from core.config import RLFHConfig
 from core.retry import backoff_delay, retry_after_s
 from reward_service.schemas import ItemReward
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RewardClient", "ItemReward", "RewardRequestError", "RewardServiceUnavailable"]
+__all__ = ["RewardClient", "ItemReward", "RewardRequestError", "RewardServiceUnavailable", "client_from_env"]
+
+#: The environment variables :func:`client_from_env` reads (meaning and defaults as in ``rlfh config``).
+CLIENT_ENV = ("REWARD_URL", "REWARD_API_TOKEN", "REWARD_TIMEOUT_S", "REWARD_MAX_RETRIES", "MAX_BATCH_ITEMS")
 
 
 class RewardRequestError(Exception):
@@ -235,3 +240,24 @@ class RewardClient:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def client_from_env(url: Optional[str] = None, environ: Optional[Mapping[str, str]] = None,
+                    **overrides: Any) -> RewardClient:
+    """A RewardClient from ``REWARD_URL``, ``REWARD_API_TOKEN``, ``REWARD_TIMEOUT_S``, ``REWARD_MAX_RETRIES`` and
+    ``MAX_BATCH_ITEMS`` (batch size), read and validated by :class:`core.config.RLFHConfig`: how the integrations
+    (OpenRLHF's reward function, TRL, verl) build their client, configured like the rest of rlfh.
+
+    Only those variables are read, so a trainer's unrelated environment (its own ``MODEL_PATH``...) cannot
+    break the reward function. ``url`` and keyword ``overrides`` (``timeout_s``, ``max_retries``,
+    ``batch_size``, ``token``) win over the environment. Raises ``ValueError`` when no URL is given.
+    """
+    env = os.environ if environ is None else environ
+    cfg = RLFHConfig.load(environ={k: env[k] for k in CLIENT_ENV if env.get(k)})
+    url = url or cfg.reward_url
+    if not url:
+        raise ValueError("no reward service URL: set REWARD_URL (e.g. http://127.0.0.1:8000) or pass url=")
+    kw: dict[str, Any] = {"token": cfg.reward_api_token or None, "timeout_s": cfg.reward_timeout_s,
+                          "max_retries": cfg.reward_max_retries, "batch_size": cfg.max_batch_items}
+    kw.update({k: v for k, v in overrides.items() if v is not None})
+    return RewardClient(url, **kw)

@@ -23,6 +23,9 @@ the plain question and response:
   question whichever of the two a client sends, so sending it in both does not change the verdict.
 
 Pure functions, no Ray, no FastAPI: the route in :mod:`reward_service.app` only maps errors to 422.
+
+OpenRLHF's in-process mode (``--reward.remote_url`` given a Python file) is the other half of the glue, beside
+this one: :mod:`reward_service.openrlhf_reward_func`.
 """
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from reward_service.openrlhf_adapter import (GetRewardInputError, clean_response
                                              question_from_prompt, response_after_prompt)
 
 REPO = Path(__file__).resolve().parents[1]
-REWARD_FUNC_FILE = REPO / "integrations" / "openrlhf_reward_func.py"
+REWARD_FUNC_FILE = REPO / "reward_service" / "openrlhf_reward_func.py"
 
 # Chat templates written out (no hub download); EOS per family as its tokenizer would append it.
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -244,7 +244,7 @@ def run_execute(ex, tok, prompt, label, answer):
 @pytest.mark.slow
 def test_openrlhf_execute_http_and_reward_func_file(service, embedded_model_path, monkeypatch):
     """OpenRLHF's whole single-turn rollout (``execute``, stub engine) in both reward modes: the HTTP URL and
-    ``--reward.remote_url integrations/openrlhf_reward_func.py`` (in-process function calling the service)."""
+    ``--reward.remote_url reward_service/openrlhf_reward_func.py`` (in-process function calling the service)."""
     import torch
 
     from core.model_loader import load_tokenizer
@@ -270,7 +270,7 @@ def test_openrlhf_execute_http_and_reward_func_file(service, embedded_model_path
         assert via_func["scores"].item() == pytest.approx(via_http["scores"][0], abs=1e-5)
         assert via_func["extra_logs"]["label_correct"].item() == want["label_counts"]["Correct"]
     # the function batches, and fails loudly (not a silent zero) on bad input
-    from integrations import openrlhf_reward_func as rf
+    from reward_service import openrlhf_reward_func as rf
     out = rf.reward_func([prompt + OBEROI["right"], prompt + OBEROI["wrong"]], [prompt, prompt], [label, label])
     assert out["rewards"].tolist() == pytest.approx([d["score"] for d in direct], abs=1e-5)
     from reward_service.client import RewardRequestError

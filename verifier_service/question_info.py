@@ -197,6 +197,13 @@ def _question_word(ws: list[str]) -> Optional[int]:
 
 @lru_cache(maxsize=4096)
 def analyze_question(q: str) -> QuestionInfo:
+    """What ``q`` asks for: its answer type, head noun, options and comparison direction (a
+    :class:`QuestionInfo`; cached, so callers must not change it).
+
+    Read in order: a question without words is ``other``; a yes/no or "A or B" shape decides first
+    (:func:`_yes_no_or_choice`); a question without a question word is typed by its last noun
+    (:func:`_declarative_type`); else the question word and what follows it do (:func:`_wh_type`).
+    """
     ws = T.words(q)
     stem_list = [s for s in T.content_words(q)]
     info = QuestionInfo(text=q, qtype="other", stems=set(stem_list), stem_list=stem_list,
@@ -211,46 +218,79 @@ def analyze_question(q: str) -> QuestionInfo:
     info.year_compare = bool(wset & _YEAR_ATTR) and bool(info.direction)
     opts = _options(q)
     wh_pos = _question_word(ws)
+    if _yes_no_or_choice(info, q, ws, opts, wh_pos):
+        return info
+    if wh_pos is None:
+        _declarative_type(info, ws)
+    else:
+        _wh_type(info, ws, wh_pos, opts)
+    return info
+
+
+def _yes_no_or_choice(info: QuestionInfo, q: str, ws: list[str], opts: list[str], wh_pos: Optional[int]) -> bool:
+    """Set ``info.qtype`` (and ``options``) when the question's shape decides it: a tag question ("A and B, are
+    found in Australia?"), a question led by an auxiliary ("Is ...", "Are A or B ..."), or options with a
+    comparison ("Which came first, A or B?"). Returns whether it did."""
     if wh_pos is None and re.search(r",\s*(?:are|is|was|were|do|does|did|have|has|can)\b[^,]*\?\s*$", q,
                                     re.IGNORECASE):
         info.qtype = "yesno"  # "Dicksonia and Hardenbergia, are found in Australia?"
-        return info
+        return True
     if ws[0] in _AUX and (wh_pos is None or wh_pos > 3):
-        info.qtype = "choice" if opts and not {"both", "same"} & wset else "yesno"
+        info.qtype = "choice" if opts and not {"both", "same"} & set(ws) else "yesno"
         info.options = opts if info.qtype == "choice" else []
-        return info
+        return True
     if opts and info.direction:
         info.qtype = "choice"
         info.options = opts
-        return info
-    if wh_pos is None:
-        # declarative question ("... is a film about a player for the NBA team?"): last noun is the head
-        tail = [w for w in ws[-4:] if w not in T.STOPWORDS]
-        info.head = T.stem(tail[-1]) if tail else ""
-        info.qtype = _head_type(info.head) if info.head else "other"
-        if info.qtype == "other":
-            info.qtype = "entity"
-        return info
+        return True
+    return False
+
+
+def _declarative_type(info: QuestionInfo, ws: list[str]) -> None:
+    """A declarative question ("... is a film about a player for the NBA team?"): its last noun is the head."""
+    tail = [w for w in ws[-4:] if w not in T.STOPWORDS]
+    info.head = T.stem(tail[-1]) if tail else ""
+    info.qtype = _head_type(info.head) if info.head else "other"
+    if info.qtype == "other":
+        info.qtype = "entity"
+
+
+def _wh_type(info: QuestionInfo, ws: list[str], wh_pos: int, opts: list[str]) -> None:
+    """Type from the question word ``ws[wh_pos]``: who -> person, when -> date, where -> location, how many /
+    much / old... -> number; what / which -> the type of their head noun (:func:`_wh_head`), a choice when two
+    short options name things of that kind, ``entity`` when the head says nothing."""
     wh = ws[wh_pos]
     nxt = ws[wh_pos + 1] if wh_pos + 1 < len(ws) else ""
     if wh in ("who", "whom", "whose"):
         info.qtype = "person"
         if opts:
             info.qtype, info.options = "choice", opts
-        return info
+        return
     if wh == "when":
         info.qtype = "date"
-        return info
+        return
     if wh == "where":
         info.qtype = "location"
-        return info
+        return
     if wh == "how":
         info.qtype = "number" if nxt in ("many", "much", "old", "long", "tall", "far", "high", "big", "large") \
             else "other"
-        return info
-    # what / which + head noun: first lexicon noun within the next 6 words, else first plain word
+        return
+    head = _wh_head(ws, wh_pos)
+    info.head = head
+    info.qtype = _head_type(head)
+    if opts and (info.direction or info.qtype in ("person", "org", "work", "location", "other")):
+        if len(opts) == 2 and all(len(o.split()) <= 8 for o in opts):
+            info.qtype, info.options = "choice", opts
+            return
+    if info.qtype == "other":
+        info.qtype = "entity"
+
+
+def _wh_head(ws: list[str], wh_pos: int) -> str:
+    """The head noun of a what / which question: the first lexicon noun within the next 6 words, else the first
+    plain word (stemmed), else ""."""
     window = ws[wh_pos + 1: wh_pos + 7]
-    head = ""
     if window and window[0] in ("type", "types", "kind", "kinds", "sort", "form", "category") and \
             len(window) > 2 and window[1] == "of":
         window = window[2:]  # "what type of performances" -> head "performances"
@@ -261,19 +301,8 @@ def analyze_question(q: str) -> QuestionInfo:
         if w in _HOW_WORDS or st in _HOW_WORDS:
             continue  # "which highly popular actor", "what high school": a number head only after "how"
         if _head_type(w) != "other" or _head_type(st) != "other":
-            head = w if _head_type(w) != "other" else st
-            break
-    if not head:
-        for w in window:
-            if w not in T.STOPWORDS and not w.isdigit() and w not in NATIONALITIES:
-                head = T.stem(w)
-                break
-    info.head = head
-    info.qtype = _head_type(head)
-    if opts and (info.direction or info.qtype in ("person", "org", "work", "location", "other")):
-        if len(opts) == 2 and all(len(o.split()) <= 8 for o in opts):
-            info.qtype, info.options = "choice", opts
-            return info
-    if info.qtype == "other":
-        info.qtype = "entity"
-    return info
+            return w if _head_type(w) != "other" else st
+    for w in window:
+        if w not in T.STOPWORDS and not w.isdigit() and w not in NATIONALITIES:
+            return T.stem(w)
+    return ""

@@ -296,9 +296,16 @@ def split_facts(text: str, s: int, e: int, question: str = "") -> list[tuple[int
     stays with it: "... the German composer who created X" is one fact, the answer.
     """
     body = text[s:e]
-    cuts: list[tuple[int, int]] = []   # separator spans, relative to body
+    cuts, in_paren = _bracket_cuts(body)
+    _add_dependent_cuts(body, cuts, in_paren, question)
+    return _fact_spans(text, s, e, cuts)
 
-    # brackets (a bracket the clause split already cut in two leaves a lone "(" or ")": a cut too)
+
+def _bracket_cuts(body: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """The cuts brackets make in ``body`` (separator spans, relative to it): each bracket, and each separator
+    inside one ("(September 23, 1959 \u2013 October 14, 2014)"); an acronym's brackets are kept. A bracket the
+    clause split already cut in two leaves a lone "(" or ")": a cut too. Returns ``(cuts, bracketed spans)``."""
+    cuts: list[tuple[int, int]] = []
     kept_parens: set = set()
     in_paren = []
     for m in _PAREN_RE.finditer(body):
@@ -312,27 +319,38 @@ def split_facts(text: str, s: int, e: int, question: str = "") -> list[tuple[int
     for i, ch in enumerate(body):
         if ch in "()" and i not in kept_parens:
             cuts.append((i, i + 1))
+    return cuts, in_paren
 
-    def inside_paren(i: int) -> bool:
-        return any(a < i < b for a, b in in_paren)
 
+def _add_cut(body: str, cuts: list[tuple[int, int]], in_paren: list[tuple[int, int]], question: str,
+             a: int, b: int, rel: bool = False) -> None:
+    """Append the cut ``body[a:b]`` to ``cuts`` where both sides say something and the left side is already a
+    clause; ``rel``: a relative clause, kept with a left side that only restates the question's frame."""
+    if any(pa < a < pb for pa, pb in in_paren):
+        return
+    prev = max([ce for _, ce in cuts if ce <= a], default=0)
+    piece = body[prev:a]
+    if not _has_verb(body[:a]):
+        return   # a noun phrase ("The person who defeated X was ..."), not a clause yet
+    if not any(ch.isalnum() for ch in body[b:]) or (not content_words(piece) and not numbers(piece)):
+        return
+    if rel and _frame_only(piece, question) and not _YESNO_Q_RE.match(question) \
+            and not _names_option(piece, question):
+        # "... the German composer who created X": the question's frame and its answer: one fact. (For a
+        # yes/no question the frame is the answer: "A and B are both plants" takes the side "yes"; for an
+        # "A or B" question a frame that names one option has chosen it: "David Mamet is a film
+        # director" answers "Between Augusto Roa Bastos and David Mamet, who is a film director?")
+        return
+    cuts.append((a, b))
+
+
+def _add_dependent_cuts(body: str, cuts: list[tuple[int, int]], in_paren: list[tuple[int, int]],
+                        question: str) -> None:
+    """Add the cuts before dependents, in this order (each cut sees the ones before it): comma-led dependents,
+    comma-led clauses, ", Name" appositives, bare relative clauses, a place after a date, "and" + a new
+    clause or object."""
     def add(a: int, b: int, rel: bool = False) -> None:
-        if inside_paren(a):
-            return
-        prev = max([ce for _, ce in cuts if ce <= a], default=0)
-        piece = body[prev:a]
-        if not _has_verb(body[:a]):
-            return   # a noun phrase ("The person who defeated X was ..."), not a clause yet
-        if not any(ch.isalnum() for ch in body[b:]) or (not content_words(piece) and not numbers(piece)):
-            return
-        if rel and _frame_only(piece, question) and not _YESNO_Q_RE.match(question) \
-                and not _names_option(piece, question):
-            # "... the German composer who created X": the question's frame and its answer: one fact. (For a
-            # yes/no question the frame is the answer: "A and B are both plants" takes the side "yes"; for an
-            # "A or B" question a frame that names one option has chosen it: "David Mamet is a film
-            # director" answers "Between Augusto Roa Bastos and David Mamet, who is a film director?")
-            return
-        cuts.append((a, b))
+        _add_cut(body, cuts, in_paren, question, a, b, rel)
 
     for m in _COMMA_DEP_RE.finditer(body):
         nxt = body[m.end():]
@@ -356,6 +374,11 @@ def split_facts(text: str, s: int, e: int, question: str = "") -> list[tuple[int
         if not re.search(r"\b(?:both|between|either|neither)\b", body[max(0, m.start() - 60):m.start()].lower()):
             add(m.start(), m.end())
 
+
+def _fact_spans(text: str, s: int, e: int, cuts: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The pieces of ``text[s:e]`` between the ``cuts`` (relative to ``s``; cuts inside quotes and cuts
+    overlapping an earlier one dropped), trimmed, those with a letter or digit; the whole clause if none."""
+    body = text[s:e]
     quotes = _quote_spans(body)
     cuts = sorted(c for c in cuts if not _in_quotes(c[0], quotes))
     pieces, cur = [], 0

@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from core import metrics
 from core.retry import backoff_delay, retry_after_s
 from core.verify_schema import Sentence, Statement, VerifyRequest, VerifyResult
 from verifier_service import text as T
@@ -95,8 +96,6 @@ def http_chat_fn(cfg, *, max_tokens: int = VERIFY_MAX_TOKENS, temperature: float
     """
     import httpx
 
-    from core import metrics
-
     url = chat_completions_url(cfg.model_url)
     headers = {"Authorization": f"Bearer {cfg.model_api_key}"} if cfg.model_api_key else {}
     client = httpx.Client(timeout=httpx.Timeout(cfg.judge_timeout_s), headers=headers)
@@ -117,43 +116,10 @@ def http_chat_fn(cfg, *, max_tokens: int = VERIFY_MAX_TOKENS, temperature: float
             return None
         used_tokens = None
         try:
-            try:
-                r = client.post(url, json=body)
-            except httpx.HTTPError as e:
-                log.warning("judge call to %s failed: %s: %s", url, type(e).__name__, e)
-                return None
-            if r.status_code == 429:
-                return rate_limited(r)
-            if r.status_code != 200:
-                log.warning("judge call to %s returned HTTP %d: %s", url, r.status_code, r.text[:200])
-                return None
-            try:
-                reply = r.json()
-                content = reply["choices"][0]["message"]["content"]
-            except (ValueError, KeyError, IndexError, TypeError) as e:
-                log.warning("judge reply from %s is not a chat completion (%s): %s", url, e, r.text[:200])
-                return None
-            used_tokens = reported_tokens(reply)
-            return content if isinstance(content, str) else None
+            slot, used_tokens = _post_chat(client, url, body, limiter, max_wait_s)
+            return slot
         finally:
             limiter.release(ticket, used_tokens)
-
-    def rate_limited(r):
-        seconds = retry_after_s(r.headers.get("retry-after"))
-        if seconds is None:
-            metrics.inc("rlfh_judge_rate_limited_total", 1, {"retry_after": "absent"})
-            log.warning("judge call to %s: HTTP 429 without a readable Retry-After (%r); backing off", url,
-                        r.headers.get("retry-after"))
-            return None
-        limiter.pause(seconds)
-        too_long = seconds > max_wait_s
-        metrics.inc("rlfh_judge_rate_limited_total", 1, {"retry_after": "too_long" if too_long else "honoured"})
-        if too_long:
-            log.warning("judge call to %s: HTTP 429, Retry-After %.1f s is more than JUDGE_MAX_WAIT_S=%g s: "
-                        "not retried", url, seconds, max_wait_s)
-        else:
-            log.info("judge call to %s: HTTP 429, waiting the Retry-After of %.1f s", url, seconds)
-        return RetryAfter(seconds, too_long)
 
     def chat(convs: list[list[dict]]) -> list:
         if len(convs) == 1:
@@ -168,6 +134,52 @@ def http_chat_fn(cfg, *, max_tokens: int = VERIFY_MAX_TOKENS, temperature: float
     chat.limiter = limiter  # type: ignore[attr-defined]
     chat.close = close  # type: ignore[attr-defined]
     return chat
+
+
+def _post_chat(client, url: str, body: dict, limiter: RateLimiter, max_wait_s: float) -> tuple[object, Optional[int]]:
+    """POST one conversation: ``(slot, tokens the server reported)``. The slot is the reply's text, a
+    :class:`RetryAfter` for a 429 with a readable ``Retry-After`` (:func:`_rate_limited`), or ``None`` (connection
+    error, timeout, another status, a body that is not a chat completion), each failure logged."""
+    import httpx
+
+    try:
+        r = client.post(url, json=body)
+    except httpx.HTTPError as e:
+        log.warning("judge call to %s failed: %s: %s", url, type(e).__name__, e)
+        return None, None
+    if r.status_code == 429:
+        return _rate_limited(r, url, limiter, max_wait_s), None
+    if r.status_code != 200:
+        log.warning("judge call to %s returned HTTP %d: %s", url, r.status_code, r.text[:200])
+        return None, None
+    try:
+        reply = r.json()
+        content = reply["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError) as e:
+        log.warning("judge reply from %s is not a chat completion (%s): %s", url, e, r.text[:200])
+        return None, None
+    used_tokens = reported_tokens(reply)
+    return (content if isinstance(content, str) else None), used_tokens
+
+
+def _rate_limited(r, url: str, limiter: RateLimiter, max_wait_s: float) -> Optional[RetryAfter]:
+    """A 429 answer ``r``: counted by its ``Retry-After`` (absent / honoured / too_long), the limiter paused as
+    long as asked; ``None`` without a readable ``Retry-After`` (the back-off applies), else a :class:`RetryAfter`."""
+    seconds = retry_after_s(r.headers.get("retry-after"))
+    if seconds is None:
+        metrics.inc("rlfh_judge_rate_limited_total", 1, {"retry_after": "absent"})
+        log.warning("judge call to %s: HTTP 429 without a readable Retry-After (%r); backing off", url,
+                    r.headers.get("retry-after"))
+        return None
+    limiter.pause(seconds)
+    too_long = seconds > max_wait_s
+    metrics.inc("rlfh_judge_rate_limited_total", 1, {"retry_after": "too_long" if too_long else "honoured"})
+    if too_long:
+        log.warning("judge call to %s: HTTP 429, Retry-After %.1f s is more than JUDGE_MAX_WAIT_S=%g s: "
+                    "not retried", url, seconds, max_wait_s)
+    else:
+        log.info("judge call to %s: HTTP 429, waiting the Retry-After of %.1f s", url, seconds)
+    return RetryAfter(seconds, too_long)
 
 
 def reported_tokens(reply: dict) -> Optional[int]:
@@ -242,7 +254,6 @@ class LLMBackend:
         Returns key -> the best parsed value (complete or the last partial one); keys that never parsed are
         absent. At most ``1 + JUDGE_MAX_RETRIES`` attempts per conversation.
         """
-        from core import metrics
         done: dict[int, object] = {}
         pending = list(convs)
         backoff = False   # the last attempt had a failure that the back-off is for (not only 429 + Retry-After)
@@ -373,7 +384,6 @@ class LLMBackend:
         self._run(convs, parse)
 
     def _assemble(self, it: _Item) -> VerifyResult:
-        from core import metrics
         by_sent: dict[int, list[Statement]] = {}
         n_fb = 0
         for k, (si, text, start, end, aligned, hedged) in enumerate(it.statements):

@@ -7,7 +7,8 @@ Layout under ``CKPT_PATH`` (default ``SAVE_PATH/checkpoints``)::
         critic_hf/            HF backbone + value_head.safetensors (GAE runs only)
         state/policy/...      DeepSpeed checkpoint: weights + optimizer state + engine counters
         state/critic/...      (GAE runs only)
-        trainer_state.json    step, data position (epoch, index into the epoch's shuffled order), counters
+        trainer_state.json    step, data position (epoch, index into the epoch's shuffled order), counters, the
+                              abstention controller's values (TrainerState.to_dict)
         rng_state.pt          python / numpy / torch RNG states of the driver
         config.json           the run's RLFHConfig
     latest                    name of the newest complete checkpoint (one line)
@@ -25,9 +26,14 @@ import random
 import re
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from core.abstention import CARRIED_MARGIN, CARRIED_PRICE, AbstainControl
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +43,14 @@ STATE_FILE = "trainer_state.json"
 RNG_FILE = "rng_state.pt"
 CONFIG_FILE = "config.json"
 _NAME_RE = re.compile(rf"^{PREFIX}(\d+)$")
+_COUNTERS = ("step", "epoch", "index", "skipped_batches", "samples_seen", "wall_time_s")   # TrainerState's numbers
 
 
 @dataclass
 class TrainerState:
-    """Where training stands: ``step`` PPO steps done; the next prompt is ``order(epoch)[index]``."""
+    """Where training stands: ``step`` PPO steps done; the next prompt is ``order(epoch)[index]``;
+    ``abstain_control``: the abstention price controller's values for the next step (OUTCOME_REWARD=ternary with
+    ABSTAIN_TARGET_RATE; both values None otherwise)."""
 
     step: int = 0
     epoch: int = 0
@@ -49,13 +58,27 @@ class TrainerState:
     skipped_batches: int = 0
     samples_seen: int = 0
     wall_time_s: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
+    abstain_control: AbstainControl = field(default_factory=AbstainControl)
+
+    @property
+    def extra(self) -> dict[str, float]:
+        """trainer_state.json's ``"extra"`` object: the controller's values by key
+        (:meth:`core.abstention.AbstainControl.as_dict`; the file's format from before they were typed)."""
+        return self.abstain_control.as_dict()
+
+    def to_dict(self) -> dict[str, Any]:
+        """What trainer_state.json holds: the counters, then ``"extra"``."""
+        return {**{k: getattr(self, k) for k in _COUNTERS}, "extra": self.extra}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TrainerState":
-        known = {k: d[k] for k in ("step", "epoch", "index", "skipped_batches", "samples_seen", "wall_time_s")
-                 if k in d}
-        return cls(**known, extra=dict(d.get("extra", {})))
+        """From :meth:`to_dict`'s form (any checkpoint so far: ``"extra"`` has held the controller's values since
+        it was added, and is absent or empty before and without one)."""
+        extra = d.get("extra") or {}
+        unknown = sorted(set(extra) - {CARRIED_PRICE, CARRIED_MARGIN})
+        if unknown:
+            log.warning("trainer state: unknown keys in \"extra\" ignored: %s", ", ".join(unknown))
+        return cls(**{k: d[k] for k in _COUNTERS if k in d}, abstain_control=AbstainControl.from_dict(extra))
 
 
 def checkpoint_name(step: int) -> str:
@@ -94,14 +117,10 @@ def latest_checkpoint(root: str | Path) -> Optional[Path]:
 # --------------------------------------------------------------------------------------
 
 def rng_state() -> dict[str, Any]:
-    import numpy as np
-    import torch
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    import numpy as np
-    import torch
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
@@ -117,7 +136,6 @@ def save_checkpoint(root: str | Path, state: TrainerState, groups, cfg, max_keep
     ``groups`` has ``.policy`` and ``.critic`` (None without a critic) actor groups whose ranks implement
     ``save_hf(dir)`` and ``save_checkpoint(dir)``.
     """
-    import torch
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     name = checkpoint_name(state.step)
@@ -132,7 +150,7 @@ def save_checkpoint(root: str | Path, state: TrainerState, groups, cfg, max_keep
     if getattr(groups, "critic", None) is not None:
         groups.critic.run("save_hf", str(tmp / "critic_hf"))
         groups.critic.run("save_checkpoint", str(tmp / "state"))
-    (tmp / STATE_FILE).write_text(json.dumps(asdict(state), indent=2))
+    (tmp / STATE_FILE).write_text(json.dumps(state.to_dict(), indent=2))
     torch.save(rng_state(), tmp / RNG_FILE)
     (tmp / CONFIG_FILE).write_text(cfg.model_dump_json(indent=2))
     if final.exists():  # the same step saved again (e.g. end of run right after a SAVE_STEP save)
@@ -163,7 +181,6 @@ def rotate(root: str | Path, max_keep: int) -> list[Path]:
 
 def load_checkpoint(path: str | Path, groups, restore_rng: bool = True) -> TrainerState:
     """Restore ``groups`` (weights + optimizer) and the driver's RNG from ``path``; return the trainer state."""
-    import torch
     path = Path(path)
     if not (path / STATE_FILE).exists():
         raise FileNotFoundError(f"{path} is not a checkpoint (no {STATE_FILE}); CKPT_PATH must hold "

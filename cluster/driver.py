@@ -10,13 +10,14 @@ One PPO step (:meth:`Trainer.step`) calls the named parts of :mod:`cluster.exper
     forward    old log-probs, reference log-probs, values (concurrent actors)       Forwards [N, R]
     compose    r_t = token reward + outcome on the last token - KL_COEF * KL_t      Rewards [N, R]
     estimate   [outcome-variance filter] advantages (GAE / group) [FSPO flip]       Experience [B, R]
-    update     PPO epochs: critic (always), policy (after FREEZING_ACTOR_STEPS)
-    sync       policy weights -> rollout engines
+    update     PPO epochs: critic (always), policy (after FREEZING_ACTOR_STEPS)     UpdateResult
+    sync       policy weights -> rollout engines, when the update trained the policy
 
-then the step's record goes to metrics.jsonl (:mod:`cluster.run_log`), with a checkpoint every SAVE_STEP. The
-math is :mod:`core.core_algos`' and the abstention policy :mod:`core.abstention`'s. The reward function is
-pluggable (``Trainer(cfg, reward_fn=...)``): the reward service is the default (:mod:`cluster.services`);
-tests plug in an in-process one (``tests/doubles.py``).
+The parts' records decide what happens next; the step's metrics record is made from them (:mod:`cluster.step_metrics`)
+and goes to metrics.jsonl (:mod:`cluster.run_log`), with a checkpoint every SAVE_STEP. The math is
+:mod:`core.core_algos`' and the abstention policy :mod:`core.abstention`'s. The reward function is pluggable
+(``Trainer(cfg, reward_fn=...)``): the reward service is the default (:mod:`cluster.services`); tests plug in an
+in-process one (``tests/doubles.py``).
 
 A batch whose rewards cannot be had (the reward service is down after the client's bounded retries) is skipped
 and counted, never trained on as zero reward; after :data:`MAX_CONSECUTIVE_SKIPS` in a row the run saves a
@@ -280,7 +281,8 @@ class Trainer:
 
     def step(self) -> dict[str, Any]:
         """One PPO step on the next batch of prompts: generate, score, compose, estimate advantages, update, sync.
-        Returns its metrics record."""
+        Each part returns a typed record, and what happens next is decided from the records; the metrics record
+        is made from them (:mod:`cluster.step_metrics`), returned and only written."""
         cfg, g, state = self.cfg, self.groups, self.state
         prompt_idx = next_prompt_indices(state, len(self.prompts), cfg.rollout_batch_size, cfg.seed)
         state.step += 1
@@ -298,9 +300,9 @@ class Trainer:
             row.update(step_metrics.score_metrics(rollout, scores, by_mode))
             if cfg.log_samples:
                 self.run_log.write_samples(step, rollout, scores)
-            outcomes = maker.judge_outcomes(cfg, rollout, scores, carried=state.extra)
+            outcomes = maker.judge_outcomes(cfg, rollout, scores, state.abstain_control)
             if outcomes is not None:
-                state.extra.update(outcomes.price.carried)   # the abstention price controller (resumable)
+                state.abstain_control = outcomes.price.carried   # the abstention price controller (resumable)
                 row.update(step_metrics.outcome_metrics(rollout, outcomes, by_mode))
             fwd = maker.forward(g, rollout.batch, timer, calls.timeout_s(cfg),
                                 need_old_logprobs=not self.reuses_train_logprobs)
@@ -311,8 +313,9 @@ class Trainer:
             exp = maker.estimate_advantages(cfg, rollout, scores, fwd, rewards, keep, step)
             if exp is not None:
                 row.update(step_metrics.advantage_metrics(exp))
-                row.update(update(cfg, g, exp, step, timer))
-                if row["policy_trained"]:
+                result = update(cfg, g, exp, step, timer)
+                row.update(step_metrics.update_metrics(result))
+                if result.policy_trained:
                     row["weights_version"] = sync(g, timer)
 
         state.samples_seen += cfg.rollout_batch_size * cfg.n_samples_per_prompt

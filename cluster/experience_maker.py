@@ -32,7 +32,7 @@ from cluster.experience import (SkipCounter, fetch_rewards, gold_outcomes, grade
 from cluster.phase_timer import PhaseTimer
 from core import core_algos as algo
 from core import metrics
-from core.abstention import AbstainPrice, outcome_rewards, step_abstain_price
+from core.abstention import AbstainControl, AbstainPrice, outcome_rewards, step_abstain_price
 from core.config import RLFHConfig
 from core.data import QAItem
 from core.prompts import prompt_mode_for, render_prompt, resolve_system
@@ -86,7 +86,7 @@ class Outcomes:
 
     correct: Tensor          # [N] bool
     abstained: Tensor        # [N] bool
-    price: AbstainPrice      # this step's abstention price (and the controller's next value)
+    price: AbstainPrice      # this step's abstention price (and the controller's next values, price.carried)
     rewards: Tensor          # [N] float32, on each response's last token
 
 
@@ -173,10 +173,12 @@ def score(reward_fn: Callable, rollout: Rollout, skips: SkipCounter) -> Optional
                   abstained=torch.tensor([bool(r.abstained) for r in results]))
 
 
-def judge_outcomes(cfg: RLFHConfig, rollout: Rollout, scores: Scores, carried: dict) -> Optional[Outcomes]:
+def judge_outcomes(cfg: RLFHConfig, rollout: Rollout, scores: Scores,
+                   carried: AbstainControl) -> Optional[Outcomes]:
     """OUTCOME_REWARD=ternary: right / declined / wrong by OUTCOME_JUDGE (the gold grader, or the verifier), the
     step's abstention price (ABSTAIN_OUTCOME_REWARD_MODE, ABSTAIN_TARGET_RATE; ``carried``: the trainer state's
-    controller values, read only) and the outcome rewards. None for OUTCOME_REWARD=none."""
+    controller values; the next ones are ``Outcomes.price.carried``) and the outcome rewards. None for
+    OUTCOME_REWARD=none."""
     if cfg.outcome_reward != "ternary":
         return None
     correct, abstained = ((scores.is_correct, scores.abstained) if cfg.outcome_judge == "verifier"

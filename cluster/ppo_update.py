@@ -2,7 +2,8 @@
 policy (after FREEZING_ACTOR_STEPS), then the policy's new weights to the rollout engines."""
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -11,13 +12,25 @@ from actors.types import group_permutation
 from actors.weight_sync import sync_weights
 from cluster.experience_maker import Experience
 from cluster.phase_timer import PhaseTimer
-from cluster.step_metrics import mean_dicts
 from core.config import RLFHConfig
 
 
-def update(cfg: RLFHConfig, groups, exp: Experience, step: int, timer: PhaseTimer) -> dict[str, Any]:
-    """PPO epochs on the critic and the policy; returns the actors' mean training stats (``policy/...``,
-    ``critic/...``) and ``policy_trained``."""
+@dataclass(frozen=True)
+class UpdateResult:
+    """What one PPO update did. The driver reads ``policy_trained`` (whether the engines need the new weights);
+    the step's metrics record shows all of it (:func:`cluster.step_metrics.update_metrics`).
+
+    The stats are the actors' ``train_step`` answers (the policy's policy_loss, clipfrac, approx_kl, grad_norm,
+    train_s, ...; the critic's own), each the mean over ranks and epochs (:func:`mean_dicts`; numbers only).
+    """
+
+    policy_trained: bool               # False while the policy is frozen (step <= FREEZING_ACTOR_STEPS)
+    policy_stats: dict[str, float]     # {stat: mean}; {} when the policy was not trained
+    critic_stats: dict[str, float]     # {stat: mean}; {} without a critic (a group estimator)
+
+
+def update(cfg: RLFHConfig, groups, exp: Experience, step: int, timer: PhaseTimer) -> UpdateResult:
+    """PPO epochs on the critic and the policy (``exp``: ``B`` rows); returns what they did."""
     train_policy = step > cfg.freezing_actor_steps
     gen = torch.Generator().manual_seed(cfg.seed * 7_919 + step)
     policy_stats, critic_stats = [], []
@@ -33,9 +46,17 @@ def update(cfg: RLFHConfig, groups, exp: Experience, step: int, timer: PhaseTime
                      if train_policy else [])
             critic_stats += calls.get(crefs, "critic.train_step", calls.timeout_s(cfg))
             policy_stats += calls.get(prefs, "policy.train_step", calls.timeout_s(cfg))
-    return {**{f"policy/{k}": v for k, v in mean_dicts(policy_stats).items()},
-            **{f"critic/{k}": v for k, v in mean_dicts(critic_stats).items()},
-            "policy_trained": train_policy}
+    return UpdateResult(train_policy, mean_dicts(policy_stats), mean_dicts(critic_stats))
+
+
+def mean_dicts(dicts: Sequence[dict]) -> dict[str, float]:
+    """Mean of the numeric values of per-rank metric dicts."""
+    out: dict[str, list[float]] = {}
+    for d in dicts:
+        for k, v in (d or {}).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out.setdefault(k, []).append(float(v))
+    return {k: sum(v) / len(v) for k, v in out.items()}
 
 
 def sync(groups, timer: PhaseTimer) -> int:

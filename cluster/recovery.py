@@ -34,9 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
+from actors import calls
+from actors.group import create_groups, kill_actors, live_node_ids, lost_nodes
+from actors.weight_sync import sync_weights
 from cluster.checkpoint import TrainerState, latest_checkpoint, load_checkpoint, read_state
 from core import metrics
-from core.config import RLFHConfig
+from core.config import ConfigError, RLFHConfig
+from core.placement import NODE_RESOURCE_SETTINGS, wait_for_node_resources
 
 log = logging.getLogger(__name__)
 
@@ -192,7 +196,6 @@ def give_up_message(step: int, failure: ActorFailure, restarts_before: int, limi
 def kill_groups(groups) -> None:
     """Kill every actor of ``groups``, then shut the groups down (placement groups freed): kill first, since a
     hung rank would hold a polite shutdown call up until its timeout."""
-    from actors.group import kill_actors
     kill_actors([a for grp in groups.groups() for a in grp.actors] + list(groups.rollout))
     try:
         groups.shutdown()
@@ -224,11 +227,7 @@ class ActorRecovery:
         the new engines). A failure while restarting counts as one more restart. Raises
         :class:`ActorGroupsFailed` once the budget is spent. Whatever it raises, the groups it was given and any
         it started are gone by then (killed), so the caller holds no groups afterwards."""
-        from actors import calls
-        from actors.weight_sync import sync_weights
-        create = self._create_groups
-        if create is None:
-            from actors.group import create_groups as create
+        create = self._create_groups or create_groups
         cfg = self.cfg
         while True:
             t0, noticed_at = time.monotonic(), time.time()
@@ -280,8 +279,6 @@ class ActorRecovery:
     def _wait_for_nodes(self, step: int, where: str, resume_step: int) -> None:
         """After a node loss: wait (up to RLFH_PG_READY_TIMEOUT_S) for a live node offering every *_NODE_RESOURCE
         the roles name; :class:`ActorGroupsFailed` when none (re)joins in time."""
-        from core.config import ConfigError
-        from core.placement import NODE_RESOURCE_SETTINGS, wait_for_node_resources
         try:
             waited = wait_for_node_resources(self.cfg, list(NODE_RESOURCE_SETTINGS), self.cfg.pg_ready_timeout_s)
         except ConfigError as e:
@@ -321,8 +318,6 @@ def _actor_dead_on_live_node(actor_id: str) -> bool:
     if not actor_id:
         return False
     from ray._private import state
-
-    from actors.group import live_node_ids
     try:
         info = state.actors(actor_id=actor_id) or {}
         node_id = (info.get("Address") or {}).get("NodeID", "")
@@ -337,7 +332,6 @@ def _lost_nodes(groups) -> list[dict]:
     placement = getattr(groups, "placement", None)
     if placement is None or not getattr(placement, "roles", None):
         return []
-    from actors.group import lost_nodes
     return lost_nodes(placement)
 
 

@@ -1,13 +1,15 @@
-"""A step's metrics record, made from the experience maker's records (:mod:`cluster.experience_maker`).
+"""A step's metrics record, made from the experience maker's records (:mod:`cluster.experience_maker`) and the
+update's (:class:`cluster.ppo_update.UpdateResult`).
 
 Each function reads records and returns the entries it adds to the step's row (metrics.jsonl, TensorBoard, the
-progress bar); none of them changes what is trained on. Rates of responses are over the policy's own samples:
-injected abstention candidates are left out.
+progress bar); none of them changes what is trained on, and the driver never reads the row back to decide
+anything (it reads the records). Rates of responses are over the policy's own samples: injected abstention
+candidates are left out.
 """
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -17,6 +19,7 @@ from core.questions import question_type
 
 if TYPE_CHECKING:   # the records this module reads (annotations only)
     from cluster.experience_maker import Experience, Outcomes, Rewards, Rollout, Scores
+    from cluster.ppo_update import UpdateResult
 
 MODES = ("closed", "evidence")
 QUESTION_TYPES = ("yes_no", "choice", "open")
@@ -110,11 +113,8 @@ def advantage_metrics(exp: "Experience") -> dict[str, float]:
             "advantage_abs_mean": float(masked_mean(exp.advantages.abs(), exp.action_mask))}
 
 
-def mean_dicts(dicts: Sequence[dict]) -> dict[str, float]:
-    """Mean of the numeric values of per-rank metric dicts."""
-    out: dict[str, list[float]] = {}
-    for d in dicts:
-        for k, v in (d or {}).items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                out.setdefault(k, []).append(float(v))
-    return {k: sum(v) / len(v) for k, v in out.items()}
+def update_metrics(result: "UpdateResult") -> dict[str, Any]:
+    """The update's training stats (``policy/STAT``, ``critic/STAT``) and ``policy_trained``."""
+    return {**{f"policy/{k}": v for k, v in result.policy_stats.items()},
+            **{f"critic/{k}": v for k, v in result.critic_stats.items()},
+            "policy_trained": result.policy_trained}

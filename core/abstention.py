@@ -11,15 +11,15 @@ step by one of three rules (:func:`step_abstain_price`):
 * with a target abstention rate: a controller that moves the price (fixed), or the margin (answer-mean), after
   each step by how far the closed-book abstention rate was from the target
   (:func:`core.core_algos.adapt_abstain_price`). The controller's value is carried from step to step in the
-  trainer's state (``carried``), so a resumed run goes on with it.
+  trainer's state (:class:`AbstainControl`, kept in checkpoints), so a resumed run goes on with it.
 
 An adapted price always stays inside :func:`abstain_price_bounds`. The functions read tensors and numbers only
-(no config object, no Ray), so the driver passes in the run's settings and merges what they return.
+(no config object, no Ray), so the driver passes in the run's settings and keeps what they return.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Optional
 
 import torch
 from torch import Tensor
@@ -34,9 +34,29 @@ from core import core_algos as algo
 #: configured value.
 ABSTAIN_PRICE_BOUND_SHARE = 0.05
 
-#: The trainer-state keys the controller carries between steps (``TrainerState.extra``; kept in checkpoints).
+#: The keys of :class:`AbstainControl`'s values in a checkpoint's trainer_state.json (its ``"extra"`` object).
 CARRIED_PRICE = "abstain_price"
 CARRIED_MARGIN = "abstain_margin"
+
+
+@dataclass(frozen=True)
+class AbstainControl:
+    """The abstention controller's values, carried from one step to the next in the trainer state and its
+    checkpoints (:class:`cluster.checkpoint.TrainerState`). None: not moved yet; the controller starts from the
+    setting (ABSTAIN_OUTCOME_REWARD, ABSTAIN_OUTCOME_REWARD_MARGIN)."""
+
+    price: Optional[float] = None    # fixed rule + ABSTAIN_TARGET_RATE: the next step's abstention price
+    margin: Optional[float] = None   # answer-mean rule + ABSTAIN_TARGET_RATE: the next step's margin
+
+    def as_dict(self) -> dict[str, float]:
+        """The values that are set, by checkpoint key: ``{CARRIED_PRICE: price, CARRIED_MARGIN: margin}``."""
+        return {k: v for k, v in ((CARRIED_PRICE, self.price), (CARRIED_MARGIN, self.margin)) if v is not None}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "AbstainControl":
+        """From :meth:`as_dict`'s form (a checkpoint's ``"extra"``); a missing key is a value not moved yet."""
+        return cls(**{name: float(d[key]) for name, key in (("price", CARRIED_PRICE), ("margin", CARRIED_MARGIN))
+                      if d.get(key) is not None})
 
 
 def abstain_price_bounds(correct: float, wrong: float,
@@ -51,19 +71,20 @@ def abstain_price_bounds(correct: float, wrong: float,
 class AbstainPrice:
     """One step's abstention price.
 
-    ``price``: the reward of an abstention this step. ``carried``: the controller's value for the next step, to
-    merge into the trainer state (empty when no controller runs). ``logged``: what the step's metrics record
-    shows (``abstain_margin`` when the controller moves the margin, ``abstain_price`` unless the price is fixed).
+    ``price``: the reward of an abstention this step. ``carried``: the controller's values for the next step, the
+    trainer state's next :class:`AbstainControl` (the values it was given when no controller runs). ``logged``:
+    what the step's metrics record shows (``abstain_margin`` when the controller moves the margin,
+    ``abstain_price`` unless the price is fixed).
     """
 
     price: float
-    carried: dict[str, float] = field(default_factory=dict)
+    carried: AbstainControl
     logged: dict[str, float] = field(default_factory=dict)
 
 
 def step_abstain_price(rule: str, correct: Tensor, abstained: Tensor, sampled: Tensor, closed: Tensor, *,
                        fixed_price: float, target_rate: Optional[float], step_size: float, margin: float,
-                       correct_reward: float, wrong_reward: float, carried: Mapping[str, float]) -> AbstainPrice:
+                       correct_reward: float, wrong_reward: float, carried: AbstainControl) -> AbstainPrice:
     """This step's abstention price, and the controller's value for the next step.
 
     Args:
@@ -77,26 +98,26 @@ def step_abstain_price(rule: str, correct: Tensor, abstained: Tensor, sampled: T
         step_size: how far the controller moves per unit of rate error.
         margin: answer-mean: added to the mean answer reward (where the margin controller starts).
         correct_reward, wrong_reward: the outcome rewards of a right and of a wrong answer.
-        carried: the trainer state's carried values (read only).
+        carried: the trainer state's controller values (a frozen record; the next ones are returned).
     """
     if rule == "fixed" and target_rate is None:
-        return AbstainPrice(fixed_price)
+        return AbstainPrice(fixed_price, carried)
     sel = closed & sampled if bool((closed & sampled).any()) else sampled
     low, high = abstain_price_bounds(correct_reward, wrong_reward)
     rate = float(abstained[sel].float().mean())
     if rule == "answer-mean":
-        offset, nxt, logged = margin, {}, {}
+        offset, nxt, logged = margin, carried, {}
         if target_rate is not None:   # the controller moves the margin; the mean moves with the batch
-            offset = float(carried.get(CARRIED_MARGIN, margin))
+            offset = float(margin if carried.margin is None else carried.margin)
             span = correct_reward - wrong_reward
-            nxt = {CARRIED_MARGIN: algo.adapt_abstain_price(offset, rate, target_rate, step_size, -span, span)}
+            nxt = replace(carried, margin=algo.adapt_abstain_price(offset, rate, target_rate, step_size, -span, span))
             logged[CARRIED_MARGIN] = offset
         answered = sel & ~abstained
         rewards = torch.where(correct[answered], correct_reward, wrong_reward)
         price = algo.answer_mean_abstain_price(rewards, offset, low, high)
         return AbstainPrice(price, nxt, {**logged, "abstain_price": price})
-    price = float(carried.get(CARRIED_PRICE, fixed_price))
-    nxt = {CARRIED_PRICE: algo.adapt_abstain_price(price, rate, target_rate, step_size, low, high)}
+    price = float(fixed_price if carried.price is None else carried.price)
+    nxt = replace(carried, price=algo.adapt_abstain_price(price, rate, target_rate, step_size, low, high))
     return AbstainPrice(price, nxt, {"abstain_price": price})
 
 

@@ -1,4 +1,5 @@
-"""Checkpoint files: atomic writes, the latest pointer, rotation, RNG round trip, state round trip.
+"""Checkpoint files: atomic writes, the latest pointer, rotation, RNG round trip, state round trip (the abstention
+controller's typed values included, and trainer_state.json files as earlier versions wrote them).
 
 The actor groups here are small in-process stand-ins that write what the real ranks write (a folder per
 call); the real policy/critic round trip over Ray is in tests/test_e2e_train.py.
@@ -6,14 +7,16 @@ call); the real policy/critic round trip over Ray is in tests/test_e2e_train.py.
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import numpy as np
 import pytest
 import torch
 
-from cluster.checkpoint import (LATEST, TrainerState, latest_checkpoint, list_checkpoints, load_checkpoint,
-                                read_state, rotate, save_checkpoint)
+from cluster.checkpoint import (LATEST, STATE_FILE, TrainerState, latest_checkpoint, list_checkpoints,
+                                load_checkpoint, read_state, rotate, save_checkpoint)
+from core.abstention import AbstainControl
 from core.config import RLFHConfig
 
 
@@ -28,7 +31,6 @@ class FolderGroup:
     def run(self, method: str, path: str):
         if method == self.fail_on:
             raise RuntimeError(f"{self.role}.{method} failed (disk full)")
-        import os
         if method == "save_hf":
             os.makedirs(path, exist_ok=True)
             open(os.path.join(path, "config.json"), "w").write("{}")
@@ -119,3 +121,36 @@ def test_load_errors_name_the_problem(tmp_path):
     p = save_checkpoint(tmp_path / "ck", TrainerState(step=1), Groups(critic=False), cfg, 3)
     with pytest.raises(FileNotFoundError, match="no critic state.*ADVANTAGE_ESTIMATOR=gae"):
         load_checkpoint(p, Groups(critic=True))
+
+
+def test_the_abstention_controller_round_trips_in_the_file_format_it_always_had(tmp_path):
+    """The controller's values are a typed field of the state; trainer_state.json keeps them under "extra" by the
+    keys it has used since the controller was added, so the files written before and after read the same."""
+    cfg = RLFHConfig.load(save_path=str(tmp_path))
+    state = TrainerState(step=3, epoch=1, index=8, samples_seen=48, wall_time_s=12.5,
+                         abstain_control=AbstainControl(margin=0.45))
+    p = save_checkpoint(tmp_path / "ck", state, Groups(critic=False), cfg, 3)
+    # the bytes the untyped state wrote (dataclasses.asdict of step ... wall_time_s, extra)
+    assert (p / STATE_FILE).read_text() == json.dumps(
+        {"step": 3, "epoch": 1, "index": 8, "skipped_batches": 0, "samples_seen": 48, "wall_time_s": 12.5,
+         "extra": {"abstain_margin": 0.45}}, indent=2)
+    assert read_state(p) == state
+    assert load_checkpoint(p, Groups(critic=False)).abstain_control == AbstainControl(margin=0.45)
+    assert state.extra == {"abstain_margin": 0.45} and TrainerState().extra == {}
+
+
+@pytest.mark.parametrize("extra, expect", [
+    ({"abstain_price": -0.35}, AbstainControl(price=-0.35)),                  # fixed rule + ABSTAIN_TARGET_RATE
+    ({"abstain_margin": 0.15}, AbstainControl(margin=0.15)),                  # answer-mean + ABSTAIN_TARGET_RATE
+    ({"abstain_price": 0.9, "abstain_margin": -0.1}, AbstainControl(0.9, -0.1)),   # the rule changed on resume
+    ({}, AbstainControl()),                                                   # no controller
+    (None, AbstainControl()),                                                 # before the controller: no "extra"
+])
+def test_an_earlier_trainer_state_file_loads(tmp_path, extra, expect):
+    d = {"step": 7, "epoch": 0, "index": 28, "skipped_batches": 1, "samples_seen": 112, "wall_time_s": 3.0}
+    if extra is not None:
+        d["extra"] = extra
+    (tmp_path / STATE_FILE).write_text(json.dumps(d, indent=2))
+    st = read_state(tmp_path)
+    assert (st.step, st.index, st.skipped_batches, st.samples_seen, st.abstain_control) == (7, 28, 1, 112, expect)
+    assert st.to_dict() == {**d, "extra": extra or {}}   # written back as it was read

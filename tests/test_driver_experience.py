@@ -3,27 +3,39 @@ skipped-batch accounting against a real closed port, prompt loading and the resu
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from actors import calls
 from actors.types import RolloutSample, make_batch, token_offsets
+from baselines.common import BaselineError, load_questions
 from cluster.checkpoint import TrainerState
 from cluster.data_order import epoch_order, load_prompts, next_prompt_indices, plan_steps
-from cluster.experience import (RewardUnavailable, ServiceReward, SkipCounter, fetch_rewards,
+from cluster.driver import Trainer
+from cluster.experience import (RewardUnavailable, ServiceReward, SkipCounter, fetch_rewards, gold_outcomes,
                                 graded_end_positions, inject_abstentions, label_mix, reward_items,
                                 rewards_to_tensors)
+from cluster.experience_maker import Experience, gather_timed
+from cluster.phase_timer import PhaseTimer
+from cluster.ppo_update import UpdateResult, mean_dicts, update
+from cluster.setup_checks import check_abstain_text
+from cluster.step_metrics import update_metrics
 from core.config import ConfigError, RLFHConfig
 from core.core_algos import last_token_values
-from core.data import QAItem
+from core.data import QAItem, balance_question_types, load_items, stratify_question_types
+from core.model_loader import load_tokenizer
+from core.prompts import SYSTEM_MAY_ABSTAIN, prompt_mode_for, resolve_system
+from core.questions import question_type
 from conftest import HANG_S, free_port
 from doubles import KeywordReward
 from reward_service.schemas import ItemReward
+from verifier_service.text import is_abstention_text
 
 
 @pytest.fixture(scope="module")
 def tokenizer(embedded_model_path):
-    from core.model_loader import load_tokenizer
     return load_tokenizer(embedded_model_path)
 
 
@@ -219,7 +231,6 @@ def test_inject_abstentions_replaces_the_last_k_of_each_group(tokenizer):
         else:
             assert s is samples[i]
     # the candidate goes through the verifier's abstention path, so the reward service gives ABSTAIN_TOKEN_REWARD
-    from verifier_service.text import is_abstention_text
     assert is_abstention_text(out[2].response_text)
     batch = make_batch(out, tokenizer.pad_token_id)
     assert int(batch["action_mask"][2].sum()) == len(ids)
@@ -232,8 +243,6 @@ def test_inject_abstentions_replaces_the_last_k_of_each_group(tokenizer):
 
 
 def test_mixed_prompt_mode_is_a_stable_half_split_and_system_prompts_resolve():
-    from core.data import load_items
-    from core.prompts import SYSTEM_MAY_ABSTAIN, prompt_mode_for, resolve_system
     qs = [it.question for it in load_items("halueval:dev", limit=200)]
     modes = [prompt_mode_for(q, "mixed") for q in qs]
     assert modes == [prompt_mode_for(q, "mixed") for q in qs]  # fixed per question
@@ -257,10 +266,6 @@ def test_mixed_prompt_mode_is_a_stable_half_split_and_system_prompts_resolve():
 
 
 def test_gold_outcomes_use_the_gold_grader_and_fall_back_to_the_verifier():
-    from types import SimpleNamespace
-
-    from cluster.experience import gold_outcomes
-    from core.data import QAItem
     prompts = [QAItem(question="Were A and B both American?", knowledge=["A and B are American."],
                       right_answer="yes"),
                QAItem(question="Who founded C?", knowledge=["D founded C."], right_answer=None)]
@@ -297,8 +302,6 @@ def test_abstention_and_prompt_settings_are_checked(env, fragment):
 
 
 def test_the_trainer_refuses_an_abstention_candidate_the_verifier_reads_as_an_answer():
-    from cluster.driver import Trainer
-    from cluster.setup_checks import check_abstain_text
     cfg = RLFHConfig.load(environ={"ABSTAIN_SAMPLES": "1", "ABSTAIN_TEXT": "Paris is the capital."})
     with pytest.raises(ConfigError, match="ABSTAIN_TEXT='Paris is the capital.' .* does not read as an abstention"):
         Trainer(cfg)
@@ -316,8 +319,6 @@ def test_abstain_outcome_reward_evidence_is_optional_and_round_trips_through_the
 
 
 def test_type_balance_repeats_closed_form_questions_deterministically():
-    from core.data import balance_question_types
-    from core.questions import question_type
     items = [QAItem(question=f"Who founded company {i}?", knowledge=["x"], right_answer="y") for i in range(70)]
     items += [QAItem(question=f"Is city {i} in France?", knowledge=["x"], right_answer="yes") for i in range(5)]
     items += [QAItem(question=f"Which is older, A{i} or B{i}?", knowledge=["x"], right_answer=f"A{i}")
@@ -335,9 +336,6 @@ def test_type_balance_repeats_closed_form_questions_deterministically():
 
 
 def test_stratified_question_types_are_distinct_and_keep_their_order():
-    from baselines.common import BaselineError, load_questions
-    from core.data import stratify_question_types
-    from core.questions import question_type
     items = [QAItem(question=f"Who founded company {i}?", knowledge=["x"], right_answer="y") for i in range(70)]
     items += [QAItem(question=f"Is city {i} in France?", knowledge=["x"], right_answer="yes") for i in range(30)]
     items += [QAItem(question=f"Which is older, A{i} or B{i}?", knowledge=["x"], right_answer=f"A{i}")
@@ -362,9 +360,6 @@ def test_stratified_question_types_are_distinct_and_keep_their_order():
 def test_forward_phase_times_add_up_to_the_wall_time_when_phases_run_one_after_another(monkeypatch, serial):
     """The colocated layout runs the reference, critic and policy forwards one after another in one process:
     each phase's time then starts where the previous one ended (else the table shows cumulative times)."""
-    from actors import calls
-    from cluster.experience_maker import gather_timed
-    from cluster.phase_timer import PhaseTimer
     finish = {"ref_a": 0.05, "ref_b": 0.10}   # phase a's one call, then phase b's
     # a clock that moves only when a call "finishes": exact times, whatever else loads the runner
     clock = [1000.0]
@@ -381,3 +376,24 @@ def test_forward_phase_times_add_up_to_the_wall_time_when_phases_run_one_after_a
     assert out["a"].shape == (1, 2)
     assert timer.times["a"] == pytest.approx(0.05, abs=1e-9)
     assert timer.times["b"] == pytest.approx(0.05 if serial else 0.10, abs=1e-9)
+
+
+def test_the_update_returns_a_typed_result_that_the_metrics_record_shows(monkeypatch):
+    """``update`` answers what it did (the driver reads ``policy_trained`` to decide the weight sync); the metrics
+    entries are made from that record: the ranks' numeric stats averaged per role, then ``policy_trained``."""
+    assert mean_dicts([{"loss": 1.0, "ok": True, "name": "x"}, {"loss": 3}, None]) == {"loss": 2.0}
+    monkeypatch.setattr(calls, "get", lambda refs, what, timeout: list(refs))
+    stats = {"policy": [{"policy_loss": 1.0}, {"policy_loss": 3.0}], "critic": [{"value_loss": 0.5}]}
+    groups = SimpleNamespace(
+        policy=SimpleNamespace(dispatch_async=lambda method, batch, share: stats["policy"]),
+        critic=SimpleNamespace(dispatch_async=lambda method, batch, share: stats["critic"]))
+    exp = Experience(torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.long),
+                     torch.ones(2, 1, dtype=torch.bool), torch.zeros(2, 1), torch.zeros(2, 1),
+                     old_values=torch.zeros(2, 1))
+    cfg = RLFHConfig.load(environ={}, freezing_actor_steps=1, max_epochs=1)
+    frozen, trained = update(cfg, groups, exp, 1, PhaseTimer()), update(cfg, groups, exp, 2, PhaseTimer())
+    assert frozen == UpdateResult(False, {}, {"value_loss": 0.5})
+    assert trained == UpdateResult(True, {"policy_loss": 2.0}, {"value_loss": 0.5})
+    assert list(update_metrics(trained).items()) == [("policy/policy_loss", 2.0), ("critic/value_loss", 0.5),
+                                                     ("policy_trained", True)]
+    assert update_metrics(frozen) == {"critic/value_loss": 0.5, "policy_trained": False}

@@ -6,7 +6,7 @@
 
 What it writes, all derived from code that is the single source of truth:
 
-* ``helm/rlfh/files/settings.json`` -- every RLFHConfig setting (env var, group, type, default as the
+* ``helm/rlfh/files/settings.json`` -- every RLFHConfig setting (env var, role, type, default as the
   env-var string, choices). Templates read it to reject unknown ``train.env`` keys and to fill the
   Serve app's ``args`` with the defaults, exactly like ``reward_service.serve_config.serve_config``.
 * ``$defs.settings`` inside ``helm/rlfh/values.schema.json`` -- one JSON schema per env var (type,
@@ -27,9 +27,16 @@ import sys
 import typing
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# the project's modules, importable once ROOT is on the path (the script runs from a checkout)
+from core.config import RECIPE_DIRS, RLFHConfig, env_name, ordered_fields, role_of  # noqa: E402
+from core.verify_schema import INFO_SCORES, LABELS  # noqa: E402
+from reward_service import serve_config as sc  # noqa: E402
 
 CHART = ROOT / "helm" / "rlfh"
 SETTINGS_JSON = CHART / "files" / "settings.json"
@@ -65,14 +72,12 @@ def _type_name(annotation) -> str:
 
 
 def settings_table() -> list[dict]:
-    """One row per RLFHConfig setting: env, group, type, default (env-var string), choices, bounds."""
-    from core.config import RLFHConfig, env_name
-
+    """One row per RLFHConfig setting, by role: env, role, type, default (env-var string), choices, bounds."""
     defaults_env = RLFHConfig.load({}).to_env()
     rows = []
-    for name, info in RLFHConfig.model_fields.items():
+    for name, info in ordered_fields(RLFHConfig):     # by role, as `rlfh config` lists them
         env = env_name(name)
-        row = {"env": env, "field": name, "group": (info.json_schema_extra or {}).get("group", "general"),
+        row = {"env": env, "field": name, "role": role_of(name),
                "type": _type_name(info.annotation), "default": defaults_env[env]}
         if typing.get_origin(info.annotation) is typing.Literal:
             row["choices"] = list(typing.get_args(info.annotation))
@@ -86,11 +91,8 @@ def settings_table() -> list[dict]:
 
 def generated_tables() -> dict:
     """``files/settings.json``: the settings plus the Serve app's fixed names from reward_service.serve_config."""
-    from reward_service import serve_config as sc
-
     serve_args = set(sc.service_arg_envs())
     rows = [{**row, "serve_arg": row["env"] in serve_args} for row in settings_table()]
-    from core.config import RECIPE_DIRS
     return {
         "settings": rows,
         # the recipes the image carries (train.recipe must name one of them, or a .toml path)
@@ -105,8 +107,6 @@ def generated_tables() -> dict:
 
 def setting_schema(row: dict) -> dict:
     """JSON schema (draft 2020-12) of one env var's value in values.yaml."""
-    from core.verify_schema import INFO_SCORES, LABELS
-
     desc = f"{row['env']} (RLFHConfig.{row['field']}); default {row['default']!r}"
     if row["env"] == "VERIFICATION_MAP":
         return {"description": desc + ". Keys: the verifier labels; values: numbers.", "type": "object",
@@ -169,7 +169,7 @@ def render_chart(values: dict, release: str = PLAIN_RELEASE, namespace: str = PL
         return chart.render(values, name=release, namespace=namespace, is_install=True)
 
 
-class _LiteralDumper(__import__("yaml").SafeDumper):
+class _LiteralDumper(yaml.SafeDumper):
     """Multi-line strings (serveConfigV2, runtimeEnvYAML) as literal blocks, like the chart writes them."""
 
 
@@ -182,8 +182,6 @@ _LiteralDumper.add_representer(str, _str_representer)
 
 
 def plain_manifests() -> dict[str, str]:
-    import yaml
-
     values = yaml.safe_load(PLAIN_VALUES.read_text()) or {}
     rendered = render_chart(values)
     out = {}

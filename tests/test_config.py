@@ -120,7 +120,8 @@ READ_VIA = {"critic_pretrain": "effective_critic_pretrain", "ckpt_path": "effect
 def test_every_setting_is_read_outside_the_config_module():
     """A setting that is validated and documented but never reaches code is a bug (issue 13's audit): each one is
     read as ``cfg.<name>`` / ``getattr(cfg, "<name>")`` (or through the property in READ_VIA) somewhere in the
-    project's packages outside core/config.py. Catches a new setting nobody wires (LOSS_AGG was one)."""
+    project's packages outside the settings' own modules (core/config.py, core/settings/). Catches a new setting
+    nobody wires (LOSS_AGG was one)."""
     import ast
     from pathlib import Path
     root = Path(__file__).resolve().parents[1]
@@ -128,7 +129,8 @@ def test_every_setting_is_read_outside_the_config_module():
     for pkg in ("core", "actors", "cluster", "reward_service", "verifier_service", "evaluation", "integrations",
                 "baselines", "bench"):
         for path in (root / pkg).rglob("*.py"):
-            if path.relative_to(root).as_posix() == "core/config.py":
+            rel = path.relative_to(root).as_posix()
+            if rel == "core/config.py" or rel.startswith("core/settings/"):
                 continue
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Attribute):
@@ -229,22 +231,22 @@ def test_the_services_read_only_their_section():
 
 
 def test_config_doc_is_generated_from_the_config():
-    """docs/CONFIG.md is `config_markdown()`: a setting added, removed or reworded in core/config.py without
+    """docs/CONFIG.md is `config_markdown()`: a setting added, removed or reworded in core/settings/ without
     regenerating it fails here, naming the command that does."""
     from pathlib import Path
 
-    from core.config import CONFIG_DOC_COMMAND, config_markdown
+    from rlfh.config_doc import CONFIG_DOC_COMMAND, config_markdown
     doc = Path(__file__).resolve().parents[1] / "docs" / "CONFIG.md"
     text = config_markdown()
     assert doc.exists() and doc.read_text(encoding="utf-8") == text, (
-        f"docs/CONFIG.md differs from core/config.py: run `{CONFIG_DOC_COMMAND}` and commit docs/CONFIG.md")
+        f"docs/CONFIG.md differs from the settings: run `{CONFIG_DOC_COMMAND}` and commit docs/CONFIG.md")
     for name in RLFHConfig.model_fields:          # every setting is in it, once
         assert text.count(f"| `{env_name(name)}` |") == 1, env_name(name)
 
 
 def test_rlfh_config_markdown_prints_the_config_doc(capsys, monkeypatch):
     from rlfh.cli import main
-    from core.config import config_markdown
+    from rlfh.config_doc import config_markdown
     monkeypatch.setenv("ACTOR_LR", "3e-6")        # defaults, not the environment's values: the same on every machine
     assert main(["config", "--format", "markdown"]) == 0
     assert capsys.readouterr().out == config_markdown()
@@ -320,3 +322,60 @@ def test_no_setting_help_carries_a_measurement_or_a_run_tag():
     for r in describe_settings():
         assert not tag.search(r["help"]), (r["env"], tag.search(r["help"]).group(0))
         assert not measured.search(r["help"]), (r["env"], measured.search(r["help"]).group(0))
+
+
+#: The longest a setting's help may be: two lines of a terminal, as OpenRLHF's flags (the rest goes to ``doc=``,
+#: which docs/CONFIG.md prints under the role's table).
+HELP_MAX_CHARS = 170
+
+
+def test_help_is_short_and_the_reference_is_in_the_config_doc():
+    from rlfh.config_doc import config_markdown
+    from core.config import doc_of
+    long = {r["env"]: len(r["help"]) for r in describe_settings() if len(r["help"]) > HELP_MAX_CHARS}
+    assert long == {}, f"help over {HELP_MAX_CHARS} characters: move the rest to setting(..., doc=...)"
+    text = config_markdown()
+    for name in RLFHConfig.model_fields:
+        if doc_of(name):
+            assert f"- `{env_name(name)}`: {doc_of(name)}" in text, env_name(name)
+
+
+def test_no_setting_reference_carries_a_measurement_or_a_run_tag():
+    """The longer reference (``doc=``) follows the help's rule: what a setting does, measurements in
+    docs/PERFORMANCE.md, no run tags, no result claimed without its source."""
+    from core.config import doc_of
+    tag = re.compile(r"\b(W\d+|F\d+|e\d+|[Ss]ession \d+|[Ss]essions \d+)\b")
+    measured = re.compile(r"\d(\.\d+)?\s*(x|%|percent|s|ms|GB|MB|min|nats)(?!\w)")
+    for name in RLFHConfig.model_fields:
+        doc = doc_of(name)
+        assert not tag.search(doc), (env_name(name), tag.search(doc).group(0))
+        assert not measured.search(doc), (env_name(name), measured.search(doc).group(0))
+
+
+def test_each_setting_is_declared_by_the_class_of_its_role():
+    """Settings are grouped by role, one class per role (verl's grouping): every field has a role of ROLES, the one
+    its class declares, and RLFHConfig composes every class (a role class's view of a config is ``Cls.of(cfg)``)."""
+    from core.config import ROLE_CLASSES, ROLES, PolicySettings, role_of
+    assert set(ROLE_CLASSES) == set(ROLES)
+    declared = {}
+    for role, classes in ROLE_CLASSES.items():
+        for cls in classes:
+            assert cls.ROLE == role and issubclass(RLFHConfig, cls)
+            for name in cls.__annotations__:
+                if name in cls.model_fields:
+                    declared.setdefault(name, role)
+    assert declared == {name: role_of(name) for name in RLFHConfig.model_fields}
+    cfg = RLFHConfig.load({"ACTOR_LR": "3e-6"})
+    assert PolicySettings.of(cfg).actor_lr == 3e-6 and not hasattr(PolicySettings.of(cfg), "critic_lr")
+
+
+def test_the_recipe_loader_and_the_config_command_sit_outside_core_config():
+    """core/config.py is the settings' public face: the recipe loader is core/recipes.py (below the settings, since
+    every Settings.load reads RECIPE), the doc generator and `rlfh config` are in the rlfh command package."""
+    import core.recipes
+    import rlfh.config_cmd
+    import rlfh.config_doc
+    from core import config
+    assert config.read_recipe is core.recipes.read_recipe
+    assert not hasattr(config, "config_markdown") and not hasattr(config, "add_parser")
+    assert callable(rlfh.config_cmd.add_parser) and callable(rlfh.config_doc.config_markdown)

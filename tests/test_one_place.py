@@ -32,7 +32,7 @@ THIRD_PARTY_ENV = {
     "OUT",
     # the C compiler the usual way round: core/cpu_blas.py builds the MKL vendor shim with $CC when set
     "CC",
-    # not another program's: the name of the recipe file (core.config.RECIPE_ENV) that chooses the settings'
+    # not another program's: the name of the recipe file (core.recipes.RECIPE_ENV) that chooses the settings'
     # values, so it cannot itself be one of them
     "RECIPE",
 }
@@ -51,7 +51,7 @@ SETTINGS_ENV = {env_name(name) for name in RLFHConfig.model_fields}
 DYNAMIC_READS = {
     ("actors/group.py", "actor_env"): _forwarded_env,          # hands FORWARDED_ENV on to the actors
     ("bench/train.py", "_cmd"): lambda: SETTINGS_ENV,             # env_name(setting): "was it set?"
-    ("core/config.py", "_cmd_config"): lambda: {"RECIPE"},        # core.config.RECIPE_ENV
+    ("core/recipes.py", "recipe_name"): lambda: {"RECIPE"},       # core.recipes.RECIPE_ENV
 }
 
 

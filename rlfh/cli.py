@@ -15,11 +15,11 @@ import sys
 from baselines import cli as baseline_cli
 from bench import cli as bench_cli
 from cluster import driver_cli
-from core import config
 from core.config import ConfigError, ProcessSettings
 from evaluation import cli as eval_cli
 from ops import chaos, show, submit
 from reward_service import cli as serve_cli
+from rlfh import config_cmd
 from verifier_service import cli as verify_cli, judge_cli
 
 #: The subcommand modules, in --help order.
@@ -31,7 +31,7 @@ SUBCOMMANDS = [
     bench_cli,          # bench verifier|rewards|train|...
     baseline_cli,       # baseline rtuning|dpo
     judge_cli,          # judge train|eval
-    config,             # config
+    config_cmd,         # config
     submit,             # submit
     chaos,              # chaos list|kill|soak
     show,               # show (a run's samples.jsonl as an HTML page)

@@ -36,6 +36,7 @@ RayService / ``serve run`` config; ``args`` are setting names -> values), and
 # decoration time inside Serve's ingress wrapper.
 import asyncio
 import hmac
+import json
 import logging
 import os
 import threading
@@ -51,7 +52,9 @@ from ray import serve
 from ray.serve.exceptions import BackPressureError
 
 from core import metrics
-from core.config import RLFHConfig, ServiceSettings, env_name
+from core.config import ConfigError, RLFHConfig, ServiceSettings, env_name
+from core.placement import check_node_resources
+from core.ray_bootstrap import start_ray
 from core.verify_schema import GOOD_LABELS, LABELS, VerifyRequest, VerifyResult
 from reward_service.cache import make_cache
 from reward_service.errors import (ServiceError, error_response, fix_for, install_error_handlers, install_openapi,
@@ -67,6 +70,8 @@ from reward_service.serve_config import (APP_NAME, BACKPRESSURE_RETRY_AFTER_S, M
                                          shutdown_options)
 from reward_service.token_rewards import (RewardInputError, RewardSettings, compute_token_rewards,
                                           offsets_from_tokenizer, validate_offsets)
+from verifier_service.core import Verifier
+from verifier_service.llm_backend import judge_time_bound_s
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +157,6 @@ class VerifierDeployment:
     """Holds one :class:`Verifier`; answers chunks of requests item by item (errors isolated per item)."""
 
     def __init__(self, cfg_dict: dict, verifier_factory=None):
-        from verifier_service.core import Verifier
         self.cfg = _cfg_from(cfg_dict)
         self.verifier = verifier_factory(self.cfg) if verifier_factory is not None else Verifier(self.cfg)
         self._lock = threading.Lock()
@@ -219,7 +223,6 @@ class RewardDeployment:
         self.reward_sum = 0.0
         # a verifier chunk may take the judge's whole retry budget (two stages, back-off included) plus the
         # evidence work; waiting less would answer 502 while the judge is still retrying as configured
-        from verifier_service.llm_backend import judge_time_bound_s
         self.verify_timeout_s = judge_time_bound_s(self.cfg) + 30.0
         # warm up before Serve routes traffic here: the tokenizer (slow on first use) loads now, not in a request
         t0 = time.perf_counter()
@@ -551,10 +554,6 @@ def config_from_args(args: Optional[dict]) -> ServiceSettings:
     (``GRANULARITY``...) or setting names (``granularity``) to values; strings are read exactly like
     environment variables (JSON for the maps), so a bad value raises ConfigError naming the variable.
     """
-    import json
-    import os
-
-    from core.config import ConfigError
 
     fields = ServiceSettings.model_fields
     env = dict(os.environ)
@@ -590,13 +589,11 @@ def deploy(cfg: RLFHConfig, host: Optional[str] = None, port: Optional[int] = No
     ``blocking``: serve until Ctrl-C, then shut Serve down.
     """
     import ray
-    from core.ray_bootstrap import start_ray
 
     host = host or cfg.serve_host
     port = int(port or cfg.serve_port)
     if not ray.is_initialized():
         start_ray(cfg, num_cpus=num_cpus, include_dashboard=include_dashboard)
-    from core.placement import check_node_resources
     check_node_resources(cfg, ["service"])    # SERVICE_NODE_RESOURCE no node offers: say so, not a pending deploy
     serve.start(http_options={"host": host, "port": port})
     serve.run(build_app(cfg, verifier_factory, reward_options), name=APP_NAME, route_prefix=ROUTE_PREFIX,

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
+import time
 
-from core.config import RLFHConfig, ServiceSettings, env_name, flag_name, redact_url
+from core.config import ConfigError, RLFHConfig, ServiceSettings, env_name, flag_name, redact_url
+from core.ray_bootstrap import RAY_TOKEN_FILE, start_ray
+from core.reaper import start_for_this_process
 
 log = logging.getLogger(__name__)
 
@@ -51,16 +55,13 @@ def _on_sigterm(signum, frame):
 def _cmd_serve(args: argparse.Namespace) -> int:
     cfg = RLFHConfig.from_args(args)     # the launcher reads RAY_ADDRESS / DASHBOARD_PORT; replicas get the section
     if cfg.verifier_backend == "self":
-        from core.config import ConfigError
         raise ConfigError("VERIFIER_BACKEND=self judges with the policy's rollout engines, which only `rlfh train` "
                           "has (it hands them to the verifier replicas); serve with evidence or llm")
-    import time
 
     import ray
     from ray import serve
 
-    from core.ray_bootstrap import RAY_TOKEN_FILE, start_ray
-    from reward_service.app import deploy
+    from reward_service.app import deploy   # Ray Serve and FastAPI: imported when serving, not for `rlfh --help`
 
     # SIGTERM shuts down like Ctrl-C: Serve's replicas and proxy stop, then the embedded Ray and all its
     # processes (dashboard, agents), so nothing is left holding ports; exit status 0.
@@ -69,7 +70,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     handle = None
     try:
         # if this process is SIGKILLed (no handler can run), a watcher ends what its embedded Ray leaves behind
-        from core.reaper import start_for_this_process
         start_for_this_process()
         # an embedded Ray gets the local defaults from start_ray (loopback only, Ray token auth, no usage stats)
         handle = start_ray(cfg, num_cpus=args.num_cpus, include_dashboard=not args.no_dashboard)
@@ -83,7 +83,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"  health    GET  {url}/healthz   stats GET {url}/v1/stats")
         print(f"  API docs  {url}/docs")
         if handle.dashboard_url:
-            import os
             tok = "off (RAY_AUTH_MODE=disabled)" if os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled" \
                 else f"token in {os.environ.get('RAY_AUTH_TOKEN_PATH') or RAY_TOKEN_FILE}"
             print(f"  Ray dashboard {handle.dashboard_url} (Ray auth: {tok})")

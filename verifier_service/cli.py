@@ -1,10 +1,18 @@
 """`rlfh verify`: run the atomic-fact verifier on one response or on HaluEval answers.
 
-Top-level imports stay light (argparse only); the verifier is imported inside ``_run``.
+Top-level imports stay light (no torch): the verifier's default backends need none.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
+
+from core.config import ServiceSettings, positive_int
+from core.data import load_items
+from core.verify_schema import BAD_LABELS, LABELS, VerifyRequest
+from verifier_service.core import Verifier
 
 DESCRIPTION = """\
 Verify a response: split it into sentences and atomic statements (with character spans), label each
@@ -23,7 +31,6 @@ The self backend needs an in-process engine and is not available from the comman
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from core.config import ServiceSettings, positive_int
     p = sub.add_parser("verify", help="Verify a response (or HaluEval answers) with the atomic-fact verifier.",
                        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     one = p.add_argument_group("one response")
@@ -58,8 +65,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _read_materials(path: str) -> list[str]:
-    import json
-    from pathlib import Path
     p = Path(path)
     if not p.exists():
         raise SystemExit(f"rlfh verify: --materials {path}: no such file")
@@ -89,13 +94,7 @@ def _read_materials(path: str) -> list[str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import sys
-
     from pydantic import ValidationError
-
-    from core.config import ServiceSettings
-    from core.verify_schema import VerifyRequest
-    from verifier_service.core import Verifier
 
     cfg = ServiceSettings.from_args(args)
     if (args.backend or cfg.verifier_backend) == "self":
@@ -159,14 +158,9 @@ def print_result(req, res, console=None) -> None:
 
 
 def _run_data(args: argparse.Namespace, verifier) -> int:
-    import json
-
     from rich.console import Console
     from rich.progress import track
     from rich.table import Table
-
-    from core.data import load_items
-    from core.verify_schema import BAD_LABELS, LABELS, VerifyRequest
 
     items = [it for it in load_items(args.data, limit=args.limit) if it.right_answer and it.hallucinated_answer]
     reqs, kinds = [], []

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Callable, Optional, Protocol
+from typing import Callable, Optional, Protocol
 
+from core import metrics
+from core.config import ConfigError, ServiceSettings
 from core.verifier_backends import BACKEND_NAMES
 from core.verify_schema import VerifyRequest, VerifyResult
-
-if TYPE_CHECKING:  # heavy-ish imports only for type checkers
-    from core.config import ServiceSettings
+from verifier_service.evidence import EvidenceBackend
+from verifier_service.llm_backend import LLMBackend, http_chat_fn
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 #: ``{"role": ..., "content": ...}`` messages) -> one reply text per conversation,
 #: in order. A ChatFn may raise (the whole batch failed) or put ``None`` in the slot
 #: of one conversation that failed; the llm/self backends retry the failed ones
-#: (``JUDGE_MAX_RETRIES``, exponential backoff) and then use the counted fallback label.
+#: (``LLM_MAX_RETRIES``, exponential backoff) and then use the counted fallback label.
 #: Greedy decoding is expected (verdicts should be reproducible).
 ChatFn = Callable[[list[list[dict]]], list[str]]
 
@@ -55,35 +56,27 @@ class Backend(Protocol):
     def verify_many(self, reqs: list[VerifyRequest]) -> list[VerifyResult]: ...
 
 
-def _config_error(message: str):
-    from core.config import ConfigError   # core.config imports the verifier's settings, not the verifier
-    return ConfigError(message)
-
-
 def _evidence(cfg, chat_fn):
-    from verifier_service.evidence import EvidenceBackend
     return EvidenceBackend(cfg)
 
 
 def _judge(cfg, chat_fn):
-    from verifier_service.judge import JudgeBackend      # loads a model on first use: only when asked for
+    from verifier_service.judge import JudgeBackend      # the claim judge imports torch: only when asked for
     return JudgeBackend(cfg)
 
 
 def _llm(cfg, chat_fn):
-    from verifier_service.llm_backend import LLMBackend, http_chat_fn
     if not cfg.model_url:
-        raise _config_error("VERIFIER_BACKEND=llm needs MODEL_URL (--model-url): the base URL of an "
-                            "OpenAI-compatible endpoint, e.g. http://vllm:8000/v1")
+        raise ConfigError("VERIFIER_BACKEND=llm needs MODEL_URL (--model-url): the base URL of an "
+                          "OpenAI-compatible endpoint, e.g. http://vllm:8000/v1")
     return LLMBackend(cfg, http_chat_fn(cfg), name="llm", model=cfg.annotate_model or "default",
                       endpoint=cfg.model_url)
 
 
 def _self(cfg, chat_fn):
-    from verifier_service.llm_backend import LLMBackend
     if chat_fn is None:
-        raise _config_error("VERIFIER_BACKEND=self needs a chat_fn (the policy's rollout engine); "
-                            "pass Verifier(cfg, backend='self', chat_fn=...)")
+        raise ConfigError("VERIFIER_BACKEND=self needs a chat_fn (the policy's rollout engine); "
+                          "pass Verifier(cfg, backend='self', chat_fn=...)")
     return LLMBackend(cfg, chat_fn, name="self", model=getattr(chat_fn, "model_name", "policy"),
                       endpoint="in-process")
 
@@ -95,7 +88,7 @@ assert tuple(BUILDERS) == BACKENDS, "core/verifier_backends.py and verifier_serv
 
 def _build_backend(name: str, cfg: "ServiceSettings", chat_fn: Optional[ChatFn]) -> Backend:
     if name not in BUILDERS:
-        raise _config_error(f"VERIFIER_BACKEND={name!r}: must be one of {', '.join(BACKENDS)}")
+        raise ConfigError(f"VERIFIER_BACKEND={name!r}: must be one of {', '.join(BACKENDS)}")
     return BUILDERS[name](cfg, chat_fn)
 
 
@@ -113,12 +106,10 @@ class Verifier:
     def __init__(self, cfg: "ServiceSettings | None" = None, *, backend: str | None = None,
                  chat_fn: "ChatFn | None" = None):
         if cfg is None:
-            from core.config import ServiceSettings
             cfg = ServiceSettings.load()
         self.cfg = cfg
         name = backend or cfg.verifier_backend
         if name == "llm" and chat_fn is not None:
-            from verifier_service.llm_backend import LLMBackend
             self._backend: Backend = LLMBackend(cfg, chat_fn, name="llm", model=cfg.annotate_model or "default",
                                                 endpoint=cfg.model_url or "in-process")
         else:
@@ -166,7 +157,6 @@ def finalize(res: VerifyResult, backend: str) -> VerifyResult:
 
 
 def _record_metrics(res: VerifyResult) -> None:
-    from core import metrics
     tags = {"backend": res.backend}
     metrics.inc("rlfh_verify_requests_total", 1, tags)
     metrics.observe("rlfh_verify_latency_ms", res.latency_ms, tags)

@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from core.assets import JUDGE_BASE, fetch_asset
+from core.config import ConfigError
 from core.verify_schema import Sentence, Statement, VerifyRequest, VerifyResult
 from verifier_service import evidence as E
 from verifier_service import judge_model as M
@@ -60,7 +62,6 @@ class JudgeBackend:
         self.batch_size = int(getattr(cfg, "claim_judge_batch_size", 32))
         w = self.weights_dir / "adapter.safetensors"
         if not w.exists() or not (self.weights_dir / "judge.json").exists():
-            from core.config import ConfigError
             raise ConfigError(f"CLAIM_JUDGE_WEIGHTS={self.weights_dir}: no trained judge there (expected "
                               "judge.json and adapter.safetensors). Train one with `rlfh judge train` and set "
                               "CLAIM_JUDGE_WEIGHTS to the folder it prints (no judge ships with the repo yet: "
@@ -83,7 +84,6 @@ class JudgeBackend:
             if hit is None:
                 base_path = self.base
                 if base_path in ("all-minilm-l6-v2", "embedded"):
-                    from core.assets import JUDGE_BASE, fetch_asset
                     base_path = str(fetch_asset(JUDGE_BASE))
                 hit = self._loaded[key] = M.load_judge(self.weights_dir, base_path)
             return hit

@@ -49,7 +49,7 @@ TIE_EPS = 1e-9
 
 # The grounded recipe's settings that a reward reads (recipes/grounded.toml): every variant starts from them.
 RECIPE = {"GRADE_SCOPE": "first-sentence", "TOKEN_REWARD_WEIGHT": "1", "OUTCOME_REWARD": "ternary",
-          "OUTCOME_JUDGE": "gold", "VERIFIER_BACKEND": "evidence", "GRANULARITY": "token"}
+          "OUTCOME_GRADER": "gold", "VERIFIER_BACKEND": "evidence", "GRANULARITY": "token"}
 # The RLFH authors' example launch maps, in their launch script's own spelling
 AUTHORS = {"VERIFICATION_MAP": "{'Correct':0.45,'Hedged correct':0.35,'Vague':-1,'Hedged wrong':-1.5,'Wrong':-1.7}",
            "INFORMATIVE_MAP": "{'5':1.25,'4':1,'3':0.75,'2':0.1,'1':-0.2}", "INFO_WEIGHT": "1.2",

@@ -17,7 +17,7 @@ Ray, so every piece is unit-testable with plain tensors:
   aligned with the batch's ``action_mask``;
 * :func:`label_mix` summarises the statement labels of a batch;
 * :func:`inject_abstentions` puts abstention candidates among a rollout's samples, and :func:`gold_outcomes`
-  grades responses against the gold answers (the outcome judge of OUTCOME_JUDGE=gold).
+  grades responses against the gold answers (the outcome grader of OUTCOME_GRADER=gold).
 
 Shapes: ``B`` responses (prompt-major: ``n`` samples per prompt in a row),
 ``R`` padded response length.
@@ -179,7 +179,7 @@ def reward_items(samples: Sequence[Any], prompts: Sequence[Any]) -> list[dict[st
 
 def gold_outcomes(samples: Sequence[Any], prompts: Sequence[Any], is_correct: torch.Tensor,
                   abstained: torch.Tensor, scope: str = "whole") -> tuple[torch.Tensor, torch.Tensor]:
-    """(correct, abstained) per sample by the gold-answer grader, for the outcome reward (OUTCOME_JUDGE=gold).
+    """(correct, abstained) per sample by the gold-answer grader, for the outcome reward (OUTCOME_GRADER=gold).
 
     The grader compares the response with the item's ``right_answer`` (containment, yes/no and choice rules);
     samples whose prompt has no gold answer keep the verifier's verdicts ``is_correct`` / ``abstained``

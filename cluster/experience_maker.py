@@ -175,13 +175,13 @@ def score(reward_fn: Callable, rollout: Rollout, skips: SkipCounter) -> Optional
 
 def judge_outcomes(cfg: RLFHConfig, rollout: Rollout, scores: Scores,
                    carried: AbstainControl) -> Optional[Outcomes]:
-    """OUTCOME_REWARD=ternary: right / declined / wrong by OUTCOME_JUDGE (the gold grader, or the verifier), the
+    """OUTCOME_REWARD=ternary: right / declined / wrong by OUTCOME_GRADER (the gold grader, or the verifier), the
     step's abstention price (ABSTAIN_OUTCOME_REWARD_MODE, ABSTAIN_TARGET_RATE; ``carried``: the trainer state's
     controller values; the next ones are ``Outcomes.price.carried``) and the outcome rewards. None for
     OUTCOME_REWARD=none."""
     if cfg.outcome_reward != "ternary":
         return None
-    correct, abstained = ((scores.is_correct, scores.abstained) if cfg.outcome_judge == "verifier"
+    correct, abstained = ((scores.is_correct, scores.abstained) if cfg.outcome_grader == "verifier"
                           else gold_outcomes(rollout.samples, rollout.prompts, scores.is_correct, scores.abstained,
                                              scope=cfg.grade_scope))
     closed = rollout.in_mode("closed")

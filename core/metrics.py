@@ -42,7 +42,7 @@ CATALOGUE: dict[str, MetricSpec] = {m.name: m for m in [
     MetricSpec("rlfh_judge_fallbacks_total", "counter", "Statements labelled by the fallback after judge failures.",
                ("backend",)),
     MetricSpec("rlfh_judge_rate_limited_total", "counter", "429 answers of the llm judge's endpoint, by their "
-               "Retry-After: honoured (waited out, then retried), too_long (over JUDGE_MAX_WAIT_S: not retried), "
+               "Retry-After: honoured (waited out, then retried), too_long (over LLM_MAX_WAIT_S: not retried), "
                "absent (the back-off applies).", ("retry_after",)),
     MetricSpec("rlfh_unaligned_statements_total", "counter", "Statements whose span fell back to their sentence."),
     MetricSpec("rlfh_call_failures_total", "counter", "Failed attempts of judge / reward-service calls (timeouts, "

@@ -286,10 +286,20 @@ def test_process_settings_reach_the_code(monkeypatch, tmp_path):
     ("ABSTAIN_PRICE_MARGIN", "ABSTAIN_OUTCOME_REWARD_MARGIN", "0.1"),
     ("ABSTAIN_PRICE_STEP", "ABSTAIN_TARGET_RATE_STEP", "0.5"),
     ("ABSTAIN_REWARD", "ABSTAIN_TOKEN_REWARD", "-0.3"),
+    # issue 62: "judge" is the trained claim judge only; the language model of the llm / self backends is LLM_*
+    ("JUDGE_TIMEOUT_S", "LLM_TIMEOUT_S", "30"),
+    ("JUDGE_MAX_RETRIES", "LLM_MAX_RETRIES", "1"),
+    ("JUDGE_MAX_RPM", "LLM_MAX_RPM", "100"),
+    ("JUDGE_MAX_TPM", "LLM_MAX_TPM", "5000"),
+    ("JUDGE_MAX_IN_FLIGHT", "LLM_MAX_IN_FLIGHT", "4"),
+    ("JUDGE_MAX_WAIT_S", "LLM_MAX_WAIT_S", "10"),
+    ("JUDGE_FALLBACK_LABEL", "LLM_FALLBACK_LABEL", "Wrong"),
+    ("OUTCOME_JUDGE", "OUTCOME_GRADER", "verifier"),
 ])
-def test_old_abstention_names_are_refused_naming_the_new_one(old, new, value):
-    """One name family per concept (issue 49): the abstention settings are ABSTAIN_*; an old name, as a variable or
-    a flag, stops with an error that names its new name (never silently ignored)."""
+def test_old_names_are_refused_naming_the_new_one(old, new, value):
+    """One name family per concept (issues 49 and 62): the abstention settings are ABSTAIN_*, the llm / self
+    backends' language model LLM_*, the outcome's grader OUTCOME_GRADER; an old name, as a variable or a flag,
+    stops with an error that names its new name (never silently ignored)."""
     from core.config import RENAMED_SETTINGS, ServiceSettings, flag_name, field_of_env
     assert RENAMED_SETTINGS[old] == new and new in {r["env"] for r in describe_settings()}
     assert old not in {r["env"] for r in describe_settings()}

@@ -148,7 +148,7 @@ def test_trainer_evaluates_dev_in_the_loop_and_keeps_the_best_step(tmp_path, tin
         train_batch_size=4, micro_train_batch_size=4, micro_rollout_batch_size=8, advantage_estimator="rloo",
         kl_coef=0.1, actor_lr=1e-3, max_steps=2, seed=3, use_tensorboard=False, rollout_backend="hf",
         dev_eval_step=1, dev_eval_size=4, dev_eval_modes="closed+evidence", dev_eval_max_len=4, final_model="best",
-        prompt_mode="mixed", evidence_share=0.5, outcome_reward="ternary", outcome_judge="gold",
+        prompt_mode="mixed", evidence_share=0.5, outcome_reward="ternary", outcome_grader="gold",
         abstain_outcome_reward=-0.5, abstain_samples=1, abstain_target_rate=0.5, abstain_target_rate_step=0.2,
         dev_select_max_incorrect=0.5)
     handle = start_ray(cfg, num_cpus=4, include_dashboard=False)

@@ -175,7 +175,7 @@ RECIPES = {
                 token_reward_weight=0.5, abstain_outcome_reward_evidence=-0.5, log_samples=3, freezing_actor_steps=1),
     # a group estimator without critic or reference (the update's own log-probs), caution reward, the adaptive
     # fixed price pushed to its bound, verifier outcome judge, closed book
-    "rloo": dict(advantage_estimator="rloo", kl_coef=0.0, outcome_reward="ternary", outcome_judge="verifier",
+    "rloo": dict(advantage_estimator="rloo", kl_coef=0.0, outcome_reward="ternary", outcome_grader="verifier",
                  abstain_target_rate=0.4, abstain_target_rate_step=4.0, abstain_outcome_reward=-0.2,
                  caution_reward=True, abstain_samples=1, train_batch_size=16, log_samples=0),
     # the plain token reward (no outcome), GRPO with a reference, the variance filter dropping every prompt of

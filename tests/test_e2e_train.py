@@ -276,7 +276,7 @@ def test_self_verifier_judges_with_the_policys_rollout_engines(cluster, tmp_path
     from reward_service.app import shutdown
     shutdown()
     groups = cluster["groups"]
-    cfg = tiny_cfg(tmp_path, tiny_model_path, verifier_backend="self", judge_max_retries=0, judge_timeout_s=600,
+    cfg = tiny_cfg(tmp_path, tiny_model_path, verifier_backend="self", llm_max_retries=0, llm_timeout_s=600,
                    max_steps=1, save_step=0, reward_timeout_s=900)
     trainer = Trainer(cfg, groups=groups)
     try:

@@ -405,7 +405,7 @@ def test_separate_layout_dead_rollout_engine_restarted_and_the_self_judge_follow
     the rollout engines. The rollout engine's worker is SIGKILLed after step 3. The driver restarts every group
     (the policy's process is a new one too) from step 2's checkpoint, names the rollout actor, redoes step 3 on the
     same prompts and rollout, and redeploys the verifier with the new engines (without that, every later judgement
-    would fall back to JUDGE_FALLBACK_LABEL against a dead actor); the run completes with every step rewarded by
+    would fall back to LLM_FALLBACK_LABEL against a dead actor); the run completes with every step rewarded by
     the service. One run checks both the separate layout's restart and the self-judge's redeploy: each costs a
     Ray actor start-up and a Serve deploy on the 2-core runner."""
     import logging
@@ -423,7 +423,7 @@ def test_separate_layout_dead_rollout_engine_restarted_and_the_self_judge_follow
         train_batch_size=4, micro_train_batch_size=4, micro_rollout_batch_size=4, advantage_estimator="rloo",
         kl_coef=0.0, max_steps=4, save_step=2, rollout_backend="hf", rollout_dtype="fp32", model_layout="separate",
         num_cpus_per_actor=0.25, use_tensorboard=False, log_samples=0, seed=7, actor_timeout_s=120.0,
-        max_actor_restarts=1, verifier_backend="self", judge_max_retries=0, judge_timeout_s=120,
+        max_actor_restarts=1, verifier_backend="self", llm_max_retries=0, llm_timeout_s=120,
         reward_timeout_s=300, reward_max_retries=1, serve_port=free_port())
     metrics_path = tmp_path / "run" / "metrics.jsonl"
     trainer = None

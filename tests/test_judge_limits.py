@@ -1,4 +1,4 @@
-"""The llm judge under a hosted endpoint's limits: JUDGE_MAX_RPM / _TPM / _IN_FLIGHT, 429 + Retry-After.
+"""The llm judge under a hosted endpoint's limits: LLM_MAX_RPM / _TPM / _IN_FLIGHT, 429 + Retry-After.
 
 The limiter's rule is checked with a fake clock (no sleeping). The HTTP behaviour is checked against a real local
 OpenAI-compatible server (http.server on a free loopback port) that enforces a request limit the way a provider
@@ -153,18 +153,18 @@ def test_retry_after_header_forms():
 
 def test_settings_defaults_map_to_the_limiter_and_bad_values_name_the_variable():
     cfg = RLFHConfig.load(environ={})
-    assert (cfg.judge_max_rpm, cfg.judge_max_tpm, cfg.judge_max_in_flight, cfg.judge_max_wait_s) == (0, 0, 8, 30.0)
-    lim = RateLimiter.from_config(RLFHConfig.load(environ={"JUDGE_MAX_RPM": "500", "JUDGE_MAX_TPM": "90000",
-                                                           "JUDGE_MAX_IN_FLIGHT": "4"}))
+    assert (cfg.llm_max_rpm, cfg.llm_max_tpm, cfg.llm_max_in_flight, cfg.llm_max_wait_s) == (0, 0, 8, 30.0)
+    lim = RateLimiter.from_config(RLFHConfig.load(environ={"LLM_MAX_RPM": "500", "LLM_MAX_TPM": "90000",
+                                                           "LLM_MAX_IN_FLIGHT": "4"}))
     assert (lim.max_requests, lim.max_tokens, lim.max_in_flight, lim.period_s) == (500, 90000, 4, 60.0)
-    for env, value in (("JUDGE_MAX_RPM", "-1"), ("JUDGE_MAX_RPM", "fast"), ("JUDGE_MAX_TPM", "1.5"),
-                       ("JUDGE_MAX_IN_FLIGHT", "0"), ("JUDGE_MAX_IN_FLIGHT", "1000"), ("JUDGE_MAX_WAIT_S", "-1"),
-                       ("JUDGE_MAX_WAIT_S", "inf")):
+    for env, value in (("LLM_MAX_RPM", "-1"), ("LLM_MAX_RPM", "fast"), ("LLM_MAX_TPM", "1.5"),
+                       ("LLM_MAX_IN_FLIGHT", "0"), ("LLM_MAX_IN_FLIGHT", "1000"), ("LLM_MAX_WAIT_S", "-1"),
+                       ("LLM_MAX_WAIT_S", "inf")):
         with pytest.raises(ConfigError, match=f"{env} .*{value}"):
             RLFHConfig.load(environ={env: value})
     # the time a caller waits for a verifier chunk covers the waits to be sent, per attempt
-    bound = judge_time_bound_s(RLFHConfig.load(environ={}, judge_timeout_s=10, judge_max_retries=1,
-                                               judge_max_wait_s=5))
+    bound = judge_time_bound_s(RLFHConfig.load(environ={}, llm_timeout_s=10, llm_max_retries=1,
+                                               llm_max_wait_s=5))
     assert bound == pytest.approx(2 * (2 * (10 + 5) + 0.5))
 
 
@@ -270,8 +270,8 @@ class LimitedServer:
 
 
 def _cfg(url: str, **kw) -> RLFHConfig:
-    base = dict(model_url=url, annotate_model="judge", judge_timeout_s=10.0, judge_max_retries=2,
-                judge_max_wait_s=5.0)
+    base = dict(model_url=url, annotate_model="judge", llm_timeout_s=10.0, llm_max_retries=2,
+                llm_max_wait_s=5.0)
     base.update(kw)
     return RLFHConfig.load(environ={}, **base)
 
@@ -317,18 +317,18 @@ def test_the_client_stays_under_the_request_limit(metric_spy):
 
 def test_the_client_stays_under_the_in_flight_limit():
     with LimitedServer(delay_s=0.3) as srv:
-        chat = http_chat_fn(_cfg(srv.url, judge_max_in_flight=8))
+        chat = http_chat_fn(_cfg(srv.url, llm_max_in_flight=8))
         assert chat(_convs(8)) == ["ok"] * 8
         assert srv.max_active > 2                     # the control: 8 threads do send at once
     with LimitedServer(delay_s=0.3) as srv:
-        chat = http_chat_fn(_cfg(srv.url, judge_max_in_flight=2))
+        chat = http_chat_fn(_cfg(srv.url, llm_max_in_flight=2))
         assert chat(_convs(8)) == ["ok"] * 8
         assert srv.max_active <= 2
     # a limiter shared by callers binds them together, whatever their thread pools
     with LimitedServer(delay_s=0.3) as srv:
         shared = RateLimiter(max_in_flight=2)
-        a = http_chat_fn(_cfg(srv.url, judge_max_in_flight=8), limiter=shared)
-        b = http_chat_fn(_cfg(srv.url, judge_max_in_flight=8), limiter=shared)
+        a = http_chat_fn(_cfg(srv.url, llm_max_in_flight=8), limiter=shared)
+        b = http_chat_fn(_cfg(srv.url, llm_max_in_flight=8), limiter=shared)
         outs = []
         threads = [threading.Thread(target=lambda f=f: outs.append(f(_convs(4)))) for f in (a, b)]
         for t in threads:
@@ -341,15 +341,15 @@ def test_the_client_stays_under_the_in_flight_limit():
 def test_the_token_limit_uses_the_reported_usage():
     """A token window of 250 over 30 s, calls estimated at ~105 tokens each (max_tokens 100), one at a time: when
     the server reports 10 tokens per call all five go out; when it reports none, the third would wait ~30 s, more
-    than JUDGE_MAX_WAIT_S, and is not sent."""
+    than LLM_MAX_WAIT_S, and is not sent."""
     conv = [{"role": "user", "content": "x" * 20}]
     assert estimate_tokens(conv, 100) == 105
     with LimitedServer(usage_tokens=10) as srv:
-        chat = http_chat_fn(_cfg(srv.url, judge_max_wait_s=1.0), max_tokens=100,
+        chat = http_chat_fn(_cfg(srv.url, llm_max_wait_s=1.0), max_tokens=100,
                             limiter=RateLimiter(max_tokens=250, period_s=30.0))
         assert [chat([conv])[0] for _ in range(5)] == ["ok"] * 5 and len(srv.log) == 5
     with LimitedServer(usage_tokens=None) as srv:
-        chat = http_chat_fn(_cfg(srv.url, judge_max_wait_s=1.0), max_tokens=100,
+        chat = http_chat_fn(_cfg(srv.url, llm_max_wait_s=1.0), max_tokens=100,
                             limiter=RateLimiter(max_tokens=250, period_s=30.0))
         t0 = time.monotonic()
         assert [chat([conv])[0] for _ in range(3)] == ["ok", "ok", None] and len(srv.log) == 2
@@ -404,9 +404,9 @@ def test_429_without_retry_after_uses_the_back_off(metric_spy):
 
 
 def test_retries_under_429_are_bounded_then_the_counted_fallback(metric_spy):
-    """A server that always answers 429 + Retry-After 0.2: each stage tries 1 + JUDGE_MAX_RETRIES times."""
+    """A server that always answers 429 + Retry-After 0.2: each stage tries 1 + LLM_MAX_RETRIES times."""
     with LimitedServer(fail_first=10_000, retry_after="0.2") as srv:
-        v = _verifier(srv.url, judge_max_retries=2)
+        v = _verifier(srv.url, llm_max_retries=2)
         res = v.verify(_req())
         calls = len(srv.log)
     assert calls == 2 * 3                                          # (extract, verify) x (1 + 2 retries)
@@ -418,10 +418,10 @@ def test_retries_under_429_are_bounded_then_the_counted_fallback(metric_spy):
 
 
 def test_a_retry_after_beyond_the_max_wait_is_not_retried_and_holds_later_calls(metric_spy):
-    """Retry-After: 120 with JUDGE_MAX_WAIT_S=2: the conversation gives up at once (fallback label), and while the
+    """Retry-After: 120 with LLM_MAX_WAIT_S=2: the conversation gives up at once (fallback label), and while the
     server's time runs nothing else is sent to it (a later call fails fast instead of asking again)."""
     with LimitedServer(fail_first=1, retry_after="120") as srv:
-        v = _verifier(srv.url, judge_max_wait_s=2.0)
+        v = _verifier(srv.url, llm_max_wait_s=2.0)
         v.backend.backoff_s = 0.01
         t0 = time.monotonic()
         res = v.verify(_req())

@@ -43,8 +43,8 @@ REPLAY_OK = [
 
 
 def _cfg(url: str, **kw) -> RLFHConfig:
-    base = dict(model_url=url, annotate_model="judge", judge_timeout_s=10.0, judge_max_retries=2,
-                judge_fallback_label="Vague")
+    base = dict(model_url=url, annotate_model="judge", llm_timeout_s=10.0, llm_max_retries=2,
+                llm_fallback_label="Vague")
     base.update(kw)
     return RLFHConfig.load(environ={}, **base)
 
@@ -166,7 +166,7 @@ def test_llm_malformed_json_is_a_counted_fallback(fallback_spy):
               {"match": ["For every statement give"],
                "reply": '{"results": [{"id": "S1", "label": "Mostly right", "informativeness": 4}]}'}]
     with BackgroundServer(create_app("replay", replay=replay), free_port()) as srv:
-        v = _verifier(srv.url, judge_max_retries=1, judge_fallback_label="Hedged wrong")
+        v = _verifier(srv.url, llm_max_retries=1, llm_fallback_label="Hedged wrong")
         res = v.verify(_req())
         stats = _stats(srv)
     # 2 attempts for extraction, 2 for verification; rule-based statements with exact spans
@@ -183,7 +183,7 @@ def test_llm_malformed_json_is_a_counted_fallback(fallback_spy):
 def test_llm_http_500_bounded_retries_then_fallback(fallback_spy):
     app = create_app("replay", replay=REPLAY_OK, fail_first=1000)
     with BackgroundServer(app, free_port()) as srv:
-        v = _verifier(srv.url, judge_max_retries=2)
+        v = _verifier(srv.url, llm_max_retries=2)
         t0 = time.perf_counter()
         res = v.verify(_req())
         elapsed = time.perf_counter() - t0
@@ -195,7 +195,7 @@ def test_llm_http_500_bounded_retries_then_fallback(fallback_spy):
 
 
 def test_judge_backoff_is_capped(monkeypatch):
-    """JUDGE_MAX_RETRIES=10 must not mean 0.5 * 2^9 s of sleeping before the last attempt."""
+    """LLM_MAX_RETRIES=10 must not mean 0.5 * 2^9 s of sleeping before the last attempt."""
     import verifier_service.llm_backend as lb
     seen = []
     real_sleep = time.sleep
@@ -204,7 +204,7 @@ def test_judge_backoff_is_capped(monkeypatch):
     def engine(convs):
         raise RuntimeError("down")
 
-    v = Verifier(RLFHConfig.load(environ={}, judge_max_retries=10), backend="self", chat_fn=engine)
+    v = Verifier(RLFHConfig.load(environ={}, llm_max_retries=10), backend="self", chat_fn=engine)
     v.backend.backoff_s, v.backend.max_backoff_s = 0.001, 0.004
     t0 = time.perf_counter()
     res = v.verify(_req())
@@ -216,7 +216,7 @@ def test_judge_backoff_is_capped(monkeypatch):
 def test_llm_transient_500_recovers_on_retry(fallback_spy):
     app = create_app("replay", replay=REPLAY_OK, fail_first=1)
     with BackgroundServer(app, free_port()) as srv:
-        res = _verifier(srv.url, judge_max_retries=1).verify(_req())
+        res = _verifier(srv.url, llm_max_retries=1).verify(_req())
         stats = _stats(srv)
     assert stats == {"calls": 3, "failed": 1, "served": 2}
     assert res.num_fallback == 0 and res.num_statements == 4 and _fallbacks(fallback_spy) == 0
@@ -225,7 +225,7 @@ def test_llm_transient_500_recovers_on_retry(fallback_spy):
 def test_llm_timeout_bounded_retries_then_fallback(fallback_spy):
     app = create_app("replay", replay=REPLAY_OK, delay_s=1.5)
     with BackgroundServer(app, free_port()) as srv:
-        v = _verifier(srv.url, judge_timeout_s=0.3, judge_max_retries=1)
+        v = _verifier(srv.url, llm_timeout_s=0.3, llm_max_retries=1)
         t0 = time.perf_counter()
         res = v.verify(_req())
         elapsed = time.perf_counter() - t0
@@ -236,15 +236,15 @@ def test_llm_timeout_bounded_retries_then_fallback(fallback_spy):
     # the bound the reward service waits for a verifier chunk covers both stages' retries and back-off
     from verifier_service.llm_backend import judge_time_bound_s
     bound = judge_time_bound_s(v.cfg)
-    assert bound == pytest.approx(2 * (2 * (0.3 + 30.0) + 0.5))   # + JUDGE_MAX_WAIT_S per attempt (default 30 s)
+    assert bound == pytest.approx(2 * (2 * (0.3 + 30.0) + 0.5))   # + LLM_MAX_WAIT_S per attempt (default 30 s)
     assert elapsed < HANG_S                              # a hang guard, not a benchmark (a loaded runner is slow)
-    assert judge_time_bound_s(_cfg("http://x/v1", judge_timeout_s=60, judge_max_retries=2)) == \
+    assert judge_time_bound_s(_cfg("http://x/v1", llm_timeout_s=60, llm_max_retries=2)) == \
         2 * (3 * (60 + 30) + 1.5)
 
 
 def test_llm_unreachable_endpoint_falls_back():
     port = free_port()  # nothing listens there
-    res = _verifier(f"http://127.0.0.1:{port}/v1", judge_max_retries=1).verify(_req())
+    res = _verifier(f"http://127.0.0.1:{port}/v1", llm_max_retries=1).verify(_req())
     assert res.num_fallback == res.num_statements == 3
 
 
@@ -252,7 +252,7 @@ def test_llm_batch_only_resends_failed_conversations():
     replay = REPLAY_OK + [{"match": ["atomic statements", "Paris is in France"],
                            "reply": "not json at all"}]
     with BackgroundServer(create_app("replay", replay=replay), free_port()) as srv:
-        v = _verifier(srv.url, judge_max_retries=2)
+        v = _verifier(srv.url, llm_max_retries=2)
         res = v.verify_many([_req(), _req(response="Paris is in France."), _req(response="I don't know.")])
         stats = _stats(srv)
     ok, bad, abstain = res
@@ -294,7 +294,7 @@ def test_self_backend_with_failing_engine_falls_back(fallback_spy):
         calls.append(len(convs))
         raise RuntimeError("engine is asleep")
 
-    cfg = RLFHConfig.load(environ={}, judge_max_retries=1)
+    cfg = RLFHConfig.load(environ={}, llm_max_retries=1)
     v = Verifier(cfg, backend="self", chat_fn=engine)
     v.backend.backoff_s = 0.0
     res = v.verify(_req())
@@ -352,7 +352,7 @@ def _check_invariants(res, response):
 def test_llm_backend_against_real_smollm2_server(smol_chat, fallback_spy):
     app = create_app("model", chat=smol_chat, max_new_tokens_cap=16)
     with BackgroundServer(app, free_port()) as srv:
-        v = _verifier(srv.url, judge_timeout_s=300, judge_max_retries=0)
+        v = _verifier(srv.url, llm_timeout_s=300, llm_max_retries=0)
         res = v.verify(_req(response="Jonathan Stark won two titles. He is from Canada."))
         stats = _stats(srv)
     assert stats["calls"] == 2 and stats["served"] == 2
@@ -365,7 +365,7 @@ def test_llm_backend_against_real_smollm2_server(smol_chat, fallback_spy):
 
 @pytest.mark.slow
 def test_self_backend_with_real_smollm2_chatfn(smol_chat):
-    v = Verifier(RLFHConfig.load(environ={}, judge_max_retries=0), backend="self", chat_fn=smol_chat)
+    v = Verifier(RLFHConfig.load(environ={}, llm_max_retries=0), backend="self", chat_fn=smol_chat)
     resp = "Jonathan Stark won two titles."
     res = v.verify(VerifyRequest(question=QUESTION, response=resp, materials=MATERIALS, gold_answer="two"))
     assert res.backend == "self"

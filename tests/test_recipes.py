@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: What scripts/train.sh exported for `make train` before recipes were files (its `${VAR:-...}` lines at commit
 #: c1e5b8a, applied when MODEL_PATH is the embedded model, no GPU is asked for and no Ray cluster is joined),
 #: captured by running that block of the script in an empty environment. The names are those of that commit
-#: (OUTCOME_ABSTAIN is ABSTAIN_OUTCOME_REWARD now).
+#: (OUTCOME_ABSTAIN is ABSTAIN_OUTCOME_REWARD now, OUTCOME_JUDGE is OUTCOME_GRADER).
 MAKE_TRAIN_BEFORE = {
     "PROMPT_DATA": "halueval:train", "PROMPT_MODE": "mixed", "EVIDENCE_SHARE": "0.15", "TYPE_BALANCE": "0.25",
     "ADVANTAGE_ESTIMATOR": "rloo", "KL_COEF": "0.1", "TEMPERATURE": "0.7",

@@ -300,8 +300,8 @@ def test_llm_backend_long_form_rows_over_http():
     replay = [{"match": ["atomic statements", "Gustave Eiffel was a French civil engineer"], "reply": extract},
               {"match": ["For every statement give", "330 metres"], "reply": verify}]
     with BackgroundServer(create_app("replay", replay=replay), free_port()) as srv:
-        cfg = RLFHConfig.load(environ={}, model_url=srv.url, annotate_model="judge", judge_timeout_s=10.0,
-                              judge_max_retries=1)
+        cfg = RLFHConfig.load(environ={}, model_url=srv.url, annotate_model="judge", llm_timeout_s=10.0,
+                              llm_max_retries=1)
         v = Verifier(cfg, backend="llm")
         m = LF.score_verifier("llm", v, [r], use_gold=False).metrics()
     assert m["accuracy"] == 1.0, m

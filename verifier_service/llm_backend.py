@@ -1,7 +1,7 @@
 """The ``llm`` and ``self`` backends: an LLM judge behind a batched :data:`~verifier_service.core.ChatFn`.
 
 ``llm`` sends the judge prompts to an OpenAI-compatible endpoint (:func:`http_chat_fn`: httpx, timeout
-``JUDGE_TIMEOUT_S``); ``self`` sends the same prompts through a ChatFn injected by the caller (the
+``LLM_TIMEOUT_S``); ``self`` sends the same prompts through a ChatFn injected by the caller (the
 training cluster passes the policy's rollout engines; tests pass SmolLM2 with transformers).
 
 Per batch of requests:
@@ -14,8 +14,8 @@ Per batch of requests:
    split is used instead (exact spans; logged);
 3. **verify** (one conversation per response): statements + BM25-retrieved evidence lines + gold answer;
    the reply gives label / informativeness / confidence / evidence per statement;
-4. a statement the judge did not label after ``1 + JUDGE_MAX_RETRIES`` attempts gets
-   ``JUDGE_FALLBACK_LABEL`` with ``fallback=True``, counted in ``num_fallback`` and in the metric
+4. a statement the judge did not label after ``1 + LLM_MAX_RETRIES`` attempts gets
+   ``LLM_FALLBACK_LABEL`` with ``fallback=True``, counted in ``num_fallback`` and in the metric
    ``rlfh_judge_fallbacks_total``.
 
 A failed attempt is a transport error, a timeout, an HTTP error status, an exception from the ChatFn or a
@@ -23,10 +23,10 @@ reply that :mod:`verifier_service.prompts` cannot parse strictly; each one is co
 ``rlfh_call_failures_total{target="judge_<backend>"}``. Attempts are retried with exponential backoff
 (:func:`core.retry.backoff_delay`, capped at 10 s); only the failed conversations of a batch are re-sent.
 
-Hosted judges limit their callers: ``llm`` sends under ``JUDGE_MAX_RPM``, ``JUDGE_MAX_TPM`` and
-``JUDGE_MAX_IN_FLIGHT`` (:mod:`verifier_service.rate_limit`, per replica), and a 429 answer's ``Retry-After``
+Hosted judges limit their callers: ``llm`` sends under ``LLM_MAX_RPM``, ``LLM_MAX_TPM`` and
+``LLM_MAX_IN_FLIGHT`` (:mod:`verifier_service.rate_limit`, per replica), and a 429 answer's ``Retry-After``
 is waited out instead of the back-off (:class:`RetryAfter`), counted in ``rlfh_judge_rate_limited_total``. No
-call waits longer than ``JUDGE_MAX_WAIT_S`` to be sent; the retries stay ``JUDGE_MAX_RETRIES``.
+call waits longer than ``LLM_MAX_WAIT_S`` to be sent; the retries stay ``LLM_MAX_RETRIES``.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def chat_completions_url(base: str) -> str:
 class RetryAfter:
     """A reply slot of :func:`http_chat_fn`: the call failed with 429 and a ``Retry-After`` of ``seconds``.
 
-    ``too_long``: the server asked for more than ``JUDGE_MAX_WAIT_S``; the conversation is not retried in this
+    ``too_long``: the server asked for more than ``LLM_MAX_WAIT_S``; the conversation is not retried in this
     call (it gets the fallback label). Otherwise the chat function's limiter holds every call back until the
     time is over, and :class:`LLMBackend` re-sends the conversation without its own back-off.
     """
@@ -82,14 +82,14 @@ def http_chat_fn(cfg, *, max_tokens: int = VERIFY_MAX_TOKENS, temperature: float
                  limiter: Optional[RateLimiter] = None) -> Callable[[list[list[dict]]], list]:
     """A batched ChatFn over an OpenAI-compatible ``/v1/chat/completions`` endpoint.
 
-    One POST per conversation, each with ``timeout=JUDGE_TIMEOUT_S``, sent when ``limiter`` admits it (default:
-    :meth:`RateLimiter.from_config`, i.e. ``JUDGE_MAX_RPM``, ``JUDGE_MAX_TPM``, ``JUDGE_MAX_IN_FLIGHT``; one
+    One POST per conversation, each with ``timeout=LLM_TIMEOUT_S``, sent when ``limiter`` admits it (default:
+    :meth:`RateLimiter.from_config`, i.e. ``LLM_MAX_RPM``, ``LLM_MAX_TPM``, ``LLM_MAX_IN_FLIGHT``; one
     limiter per chat function, i.e. per verifier replica). A call that the limits would hold longer than
-    ``JUDGE_MAX_WAIT_S`` is not sent. A failed conversation (not sent, timeout, connection error, non-200 status,
+    ``LLM_MAX_WAIT_S`` is not sent. A failed conversation (not sent, timeout, connection error, non-200 status,
     malformed body) yields ``None`` in its slot and a warning in the log; the backend decides about retries.
 
     A 429 answer is counted in ``rlfh_judge_rate_limited_total{retry_after=...}``: with a ``Retry-After`` of at
-    most ``JUDGE_MAX_WAIT_S`` (``honoured``) the limiter admits nothing until that time is over and the slot is
+    most ``LLM_MAX_WAIT_S`` (``honoured``) the limiter admits nothing until that time is over and the slot is
     a :class:`RetryAfter`; with a longer one (``too_long``) the limiter is paused as long as asked and the slot is
     a :class:`RetryAfter` with ``too_long``; without one (``absent``) the slot is ``None`` (the back-off applies).
     The API key (``MODEL_API_KEY``) is sent as a bearer token and never logged.
@@ -98,20 +98,20 @@ def http_chat_fn(cfg, *, max_tokens: int = VERIFY_MAX_TOKENS, temperature: float
 
     url = chat_completions_url(cfg.model_url)
     headers = {"Authorization": f"Bearer {cfg.model_api_key}"} if cfg.model_api_key else {}
-    client = httpx.Client(timeout=httpx.Timeout(cfg.judge_timeout_s), headers=headers)
+    client = httpx.Client(timeout=httpx.Timeout(cfg.llm_timeout_s), headers=headers)
     limiter = limiter if limiter is not None else RateLimiter.from_config(cfg)
-    max_wait_s = float(cfg.judge_max_wait_s)
+    max_wait_s = float(cfg.llm_max_wait_s)
     # each call in flight holds a thread; the limiter's in-flight limit also binds callers that share it
-    pool = ThreadPoolExecutor(max_workers=int(cfg.judge_max_in_flight), thread_name_prefix="judge-http")
+    pool = ThreadPoolExecutor(max_workers=int(cfg.llm_max_in_flight), thread_name_prefix="judge-http")
     model = cfg.annotate_model or "default"
 
     def one(messages: list[dict]):
         body = {"model": model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens}
         ticket = limiter.acquire(estimate_tokens(messages, max_tokens), max_wait_s)
         if ticket is None:
-            log.warning("judge call to %s not sent: the limits (JUDGE_MAX_RPM=%d, JUDGE_MAX_TPM=%d, "
-                        "JUDGE_MAX_IN_FLIGHT=%d, or a server's Retry-After) would hold it longer than "
-                        "JUDGE_MAX_WAIT_S=%g s", url, cfg.judge_max_rpm, cfg.judge_max_tpm, cfg.judge_max_in_flight,
+            log.warning("judge call to %s not sent: the limits (LLM_MAX_RPM=%d, LLM_MAX_TPM=%d, "
+                        "LLM_MAX_IN_FLIGHT=%d, or a server's Retry-After) would hold it longer than "
+                        "LLM_MAX_WAIT_S=%g s", url, cfg.llm_max_rpm, cfg.llm_max_tpm, cfg.llm_max_in_flight,
                         max_wait_s)
             return None
         used_tokens = None
@@ -175,7 +175,7 @@ def _rate_limited(r, url: str, limiter: RateLimiter, max_wait_s: float) -> Optio
     too_long = seconds > max_wait_s
     metrics.inc("rlfh_judge_rate_limited_total", 1, {"retry_after": "too_long" if too_long else "honoured"})
     if too_long:
-        log.warning("judge call to %s: HTTP 429, Retry-After %.1f s is more than JUDGE_MAX_WAIT_S=%g s: "
+        log.warning("judge call to %s: HTTP 429, Retry-After %.1f s is more than LLM_MAX_WAIT_S=%g s: "
                     "not retried", url, seconds, max_wait_s)
     else:
         log.info("judge call to %s: HTTP 429, waiting the Retry-After of %.1f s", url, seconds)
@@ -198,12 +198,12 @@ BACKOFF_S, MAX_BACKOFF_S = 0.5, 10.0
 def judge_time_bound_s(cfg) -> float:
     """Upper bound of the judge time of one ``verify_many`` call, in seconds (for callers' timeouts).
 
-    Two stages (extract, verify), each at most ``1 + JUDGE_MAX_RETRIES`` attempts of ``JUDGE_TIMEOUT_S``,
-    each held back at most ``JUDGE_MAX_WAIT_S`` by the rate limits or a 429's ``Retry-After``, with the capped
+    Two stages (extract, verify), each at most ``1 + LLM_MAX_RETRIES`` attempts of ``LLM_TIMEOUT_S``,
+    each held back at most ``LLM_MAX_WAIT_S`` by the rate limits or a 429's ``Retry-After``, with the capped
     back-off between them. Calls queued behind other requests on the same endpoint can still wait longer.
     """
-    retries = int(cfg.judge_max_retries)
-    per_stage = (retries + 1) * (float(cfg.judge_timeout_s) + float(cfg.judge_max_wait_s)) + sum(
+    retries = int(cfg.llm_max_retries)
+    per_stage = (retries + 1) * (float(cfg.llm_timeout_s) + float(cfg.llm_max_wait_s)) + sum(
         backoff_delay(a, BACKOFF_S, MAX_BACKOFF_S) for a in range(retries))
     return 2.0 * per_stage
 
@@ -235,9 +235,9 @@ class LLMBackend:
         self.model = model
         self.endpoint = endpoint
         self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s   # JUDGE_MAX_RETRIES=10 must not mean minutes of sleeping
-        self.max_attempts = 1 + int(cfg.judge_max_retries)
-        self.fallback_label = cfg.judge_fallback_label
+        self.max_backoff_s = max_backoff_s   # LLM_MAX_RETRIES=10 must not mean minutes of sleeping
+        self.max_attempts = 1 + int(cfg.llm_max_retries)
+        self.fallback_label = cfg.llm_fallback_label
 
     def identity(self) -> dict:
         ident = {"backend": self.name, "model": self.model, "prompt_version": PROMPT_VERSION,
@@ -252,7 +252,7 @@ class LLMBackend:
         """Send ``convs`` (key -> messages) with retries; ``parse(key, reply) -> (value, complete)``.
 
         Returns key -> the best parsed value (complete or the last partial one); keys that never parsed are
-        absent. At most ``1 + JUDGE_MAX_RETRIES`` attempts per conversation.
+        absent. At most ``1 + LLM_MAX_RETRIES`` attempts per conversation.
         """
         done: dict[int, object] = {}
         pending = list(convs)
@@ -278,7 +278,7 @@ class LLMBackend:
             for k, reply in zip(pending, replies):
                 if isinstance(reply, RetryAfter):
                     failed += 1
-                    if not reply.too_long:    # too long: the server will not answer within JUDGE_MAX_WAIT_S
+                    if not reply.too_long:    # too long: the server will not answer within LLM_MAX_WAIT_S
                         still.append(k)
                         waits += 1
                     continue

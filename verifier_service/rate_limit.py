@@ -2,8 +2,8 @@
 
 A hosted judge (OpenAI, Together, a shared vLLM) limits each account by requests per minute (RPM), tokens per
 minute (TPM) and often concurrent requests, and answers ``429 Too Many Requests`` beyond them, usually with a
-``Retry-After`` header. :class:`RateLimiter` keeps one verifier replica's calls under ``JUDGE_MAX_RPM``,
-``JUDGE_MAX_TPM`` and ``JUDGE_MAX_IN_FLIGHT``, and holds every call back while a ``Retry-After`` runs
+``Retry-After`` header. :class:`RateLimiter` keeps one verifier replica's calls under ``LLM_MAX_RPM``,
+``LLM_MAX_TPM`` and ``LLM_MAX_IN_FLIGHT``, and holds every call back while a ``Retry-After`` runs
 (:meth:`RateLimiter.pause`), so that the server is not asked again before it said it would answer.
 
 The windows are sliding logs, not token buckets: a bucket of N admits N at once and then N per period, i.e. up to
@@ -45,10 +45,10 @@ class RateLimiter:
     """Admission of calls under a requests-per-period, a tokens-per-period and an in-flight limit (0: unlimited).
 
     Args:
-        max_requests: calls admitted in any window of ``period_s`` (``JUDGE_MAX_RPM``; 0: no limit).
-        max_tokens: estimated tokens admitted in any window of ``period_s`` (``JUDGE_MAX_TPM``; 0: no limit). A
+        max_requests: calls admitted in any window of ``period_s`` (``LLM_MAX_RPM``; 0: no limit).
+        max_tokens: estimated tokens admitted in any window of ``period_s`` (``LLM_MAX_TPM``; 0: no limit). A
             single call estimated above the limit is admitted alone, once the window is empty (else it never would).
-        max_in_flight: calls admitted and not yet released (``JUDGE_MAX_IN_FLIGHT``; 0: no limit).
+        max_in_flight: calls admitted and not yet released (``LLM_MAX_IN_FLIGHT``; 0: no limit).
         period_s: the window, seconds (60 for per-minute limits; tests use 1).
         clock: monotonic seconds (injectable).
         sleep: how :meth:`acquire` waits for the window (injectable; a fake clock's sleep advances it).
@@ -75,8 +75,8 @@ class RateLimiter:
 
     @classmethod
     def from_config(cls, cfg, **kw) -> "RateLimiter":
-        """The limits of ``JUDGE_MAX_RPM``, ``JUDGE_MAX_TPM`` and ``JUDGE_MAX_IN_FLIGHT``, per minute."""
-        return cls(cfg.judge_max_rpm, cfg.judge_max_tpm, cfg.judge_max_in_flight, period_s=60.0, **kw)
+        """The limits of ``LLM_MAX_RPM``, ``LLM_MAX_TPM`` and ``LLM_MAX_IN_FLIGHT``, per minute."""
+        return cls(cfg.llm_max_rpm, cfg.llm_max_tpm, cfg.llm_max_in_flight, period_s=60.0, **kw)
 
     @property
     def in_flight(self) -> int:

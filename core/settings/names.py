@@ -24,6 +24,16 @@ RENAMED_SETTINGS: dict[str, str] = {
     "ABSTAIN_PRICE_MARGIN": "ABSTAIN_OUTCOME_REWARD_MARGIN",
     "ABSTAIN_PRICE_STEP": "ABSTAIN_TARGET_RATE_STEP",          # the step of ABSTAIN_TARGET_RATE's controller
     "ABSTAIN_REWARD": "ABSTAIN_TOKEN_REWARD",                  # the reward service's token-level one
+    # "judge" is the trained claim judge only (VERIFIER_BACKEND=judge, CLAIM_JUDGE_*, `rlfh judge`); the language
+    # model the llm and self backends prompt is LLM_* (issue 62), and who decides an outcome is its grader
+    "JUDGE_TIMEOUT_S": "LLM_TIMEOUT_S",
+    "JUDGE_MAX_RETRIES": "LLM_MAX_RETRIES",
+    "JUDGE_MAX_RPM": "LLM_MAX_RPM",
+    "JUDGE_MAX_TPM": "LLM_MAX_TPM",
+    "JUDGE_MAX_IN_FLIGHT": "LLM_MAX_IN_FLIGHT",
+    "JUDGE_MAX_WAIT_S": "LLM_MAX_WAIT_S",
+    "JUDGE_FALLBACK_LABEL": "LLM_FALLBACK_LABEL",
+    "OUTCOME_JUDGE": "OUTCOME_GRADER",                        # 'gold' (the gold-answer grader) or 'verifier'
 }
 #: argparse dest prefix of a refused old flag.
 RENAMED_DEST = "renamed__"

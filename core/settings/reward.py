@@ -99,9 +99,9 @@ class TrainerRewardSettings(Settings):
         doc="'ternary' (TruthRL, arXiv 2509.25760) puts on each response's last token (OUTCOME_TOKEN) "
         "OUTCOME_CORRECT when the reply is right, ABSTAIN_OUTCOME_REWARD to an abstention and OUTCOME_WRONG to "
         "anything else, so a group prefers abstaining exactly where the model's answers are mostly wrong.")
-    outcome_judge: Literal["gold", "verifier"] = setting(
-        "gold", "Who decides right / abstained / wrong for OUTCOME_REWARD: 'gold' (the gold-answer grader) or "
-        "'verifier' (every statement Correct or Hedged correct).", env="OUTCOME_JUDGE",
+    outcome_grader: Literal["gold", "verifier"] = setting(
+        "gold", "What grades a reply right / abstained / wrong for OUTCOME_REWARD: 'gold' (the gold-answer grader) or "
+        "'verifier' (every statement Correct or Hedged correct).", env="OUTCOME_GRADER",
         doc="'gold' is the grader of `rlfh eval` against the item's right_answer (containment, yes/no and choice "
         "rules); items without a gold answer fall back to the verifier. 'verifier' is strict: a right answer with "
         "one unsupported side remark counts as wrong.")

@@ -9,7 +9,8 @@ from core.verify_schema import Label
 
 
 class VerifierSettings(Settings):
-    """The verifier: its backend; the llm backend's endpoint and call limits; the trained claim judge's weights."""
+    """The verifier: its backend; the language model that the llm and self backends prompt (its endpoint, call
+    limits and fallback label: MODEL_URL, LLM_*); the trained claim judge of the judge backend (CLAIM_JUDGE_*)."""
 
     ROLE = "verifier"
 
@@ -21,24 +22,25 @@ class VerifierSettings(Settings):
                              env="MODEL_URL")
     annotate_model: str = setting("", "Model name sent to MODEL_URL by the llm backend.", env="ANNOTATE_MODEL")
     model_api_key: str = setting("", "Bearer key for MODEL_URL (secret).", env="MODEL_API_KEY")
-    judge_timeout_s: float = setting(60.0, "Timeout of one judge HTTP call, seconds.", env="JUDGE_TIMEOUT_S", gt=0)
-    judge_max_retries: int = setting(2, "Retries of a failed judge call before the fallback label.",
-                                     env="JUDGE_MAX_RETRIES", ge=0, le=10)
-    judge_max_rpm: int = setting(
+    llm_timeout_s: float = setting(60.0, "llm and self backends: timeout of one call to the language model, "
+                                   "seconds.", env="LLM_TIMEOUT_S", gt=0)
+    llm_max_retries: int = setting(2, "llm and self backends: retries of a failed call before LLM_FALLBACK_LABEL.",
+                                   env="LLM_MAX_RETRIES", ge=0, le=10)
+    llm_max_rpm: int = setting(
         0, "llm backend: requests per minute one verifier replica sends to MODEL_URL (0: no limit).",
-        env="JUDGE_MAX_RPM", ge=0,
-        doc="For a hosted judge: the account's limit divided by the verifier replicas.")
-    judge_max_tpm: int = setting(
+        env="LLM_MAX_RPM", ge=0,
+        doc="For a hosted model: the account's limit divided by the verifier replicas.")
+    llm_max_tpm: int = setting(
         0, "llm backend: tokens per minute one verifier replica sends to MODEL_URL (0: no limit).",
-        env="JUDGE_MAX_TPM", ge=0,
+        env="LLM_MAX_TPM", ge=0,
         doc="Estimated as prompt characters / 4 + the reply's max_tokens, and corrected by the reply's usage.")
-    judge_max_in_flight: int = setting(
-        8, "llm backend: judge calls one verifier replica has open at once (each holds a thread).",
-        env="JUDGE_MAX_IN_FLIGHT", ge=1, le=256)
-    judge_max_wait_s: float = setting(
-        30.0, "llm backend: the longest a judge call waits to be sent; a call that would wait longer fails.",
-        env="JUDGE_MAX_WAIT_S", ge=0,
-        doc="It waits for JUDGE_MAX_RPM / _TPM / _IN_FLIGHT or for a 429 answer's Retry-After; a call that would "
+    llm_max_in_flight: int = setting(
+        8, "llm backend: calls one verifier replica has open at once (each holds a thread).",
+        env="LLM_MAX_IN_FLIGHT", ge=1, le=256)
+    llm_max_wait_s: float = setting(
+        30.0, "llm backend: the longest a call waits to be sent; a call that would wait longer fails.",
+        env="LLM_MAX_WAIT_S", ge=0,
+        doc="It waits for LLM_MAX_RPM / _TPM / _IN_FLIGHT or for a 429 answer's Retry-After; a call that would "
         "wait longer fails (retried, then the fallback label).")
     claim_judge_weights: str = setting(
         "", "VERIFIER_BACKEND=judge: folder of a trained claim judge (`rlfh judge train`). Empty: the judge shipped "
@@ -56,5 +58,6 @@ class VerifierSettings(Settings):
     claim_judge_batch_size: int = setting(
         32, "VERIFIER_BACKEND=judge: statements per forward pass in a verifier replica.",
         env="CLAIM_JUDGE_BATCH_SIZE", ge=1, le=1024)
-    judge_fallback_label: Label = setting(
-        "Vague", "Label used (and counted) when the judge fails after retries.", env="JUDGE_FALLBACK_LABEL")
+    llm_fallback_label: Label = setting(
+        "Vague", "llm and self backends: label used (and counted) when the language model fails after retries.",
+        env="LLM_FALLBACK_LABEL")

@@ -22,6 +22,8 @@ from actors.types import (Batch, check_batch, pad_response, position_ids, prompt
                           MIN_SHARED_PREFIX, columns_after_shared_prefix, shared_prefix_length, trim_batch,
                           uses_sliding_window)
 from core.config import ProcessSettings, RLFHConfig
+from core.core_algos import entropy_from_logits, logprobs_from_logits
+from core.model_loader import default_device, load_tokenizer
 from core.ports import free_port
 
 log = logging.getLogger(__name__)
@@ -193,7 +195,6 @@ def pick_device() -> torch.device:
 
     The device form of :func:`core.model_loader.default_device` (one rule for every loader and actor).
     """
-    from core.model_loader import default_device
     return torch.device("cuda", 0) if default_device() == "cuda" else torch.device("cpu")
 
 
@@ -302,7 +303,6 @@ class BaseActor:
 
     # ------------------------------------------------------------------ helpers
     def _load_tokenizer(self, path: str):
-        from core.model_loader import load_tokenizer
         self.tokenizer = load_tokenizer(path)
         return self.tokenizer
 
@@ -469,7 +469,6 @@ def chunked_head_logprobs(head, hidden: torch.Tensor, labels: torch.Tensor, temp
     log-softmax run over ``chunk_rows`` positions at a time. Under autograd, when all the chunks' fp32 logits would
     exceed :data:`LOGPROB_KEEP_LOGITS_BYTES`, each chunk is checkpointed (its logits are recomputed in the backward
     pass instead of kept). ``with_entropy``: also the (detached) entropy."""
-    from core.core_algos import entropy_from_logits, logprobs_from_logits
     B, R, H = hidden.shape
     flat_h, flat_y = hidden.reshape(B * R, H), labels.reshape(B * R)
 
@@ -517,7 +516,6 @@ def causal_lm_response_logprobs(model, batch: Batch, temperature: float = 1.0, w
     Returns:
         ``logprobs`` [B, R] float32 (0 where ``action_mask`` is False), and ``entropy`` [B, R] when asked.
     """
-    from core.core_algos import entropy_from_logits, logprobs_from_logits
     seq, attn = batch["sequences"], batch["attention_mask"]
     P, R = prompt_length(batch), response_length(batch)
     mask = batch["action_mask"]

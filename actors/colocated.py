@@ -27,8 +27,11 @@ from typing import Any
 import torch
 
 from actors.base import response_logprobs, weights_checksum
+from actors.critic import CriticActor
 from actors.policy import PolicyActor
+from actors.reference import ReferenceActor
 from actors.roles import needs_critic, needs_reference
+from actors.rollout import HFRolloutEngine, resolve_rollout_dtype
 from actors.types import Batch
 
 log = logging.getLogger(__name__)
@@ -74,7 +77,6 @@ class ColocatedActor(PolicyActor):
 
     def init_model(self) -> dict:
         """Load the policy, then build the other roles around it. Returns ``{role: init info}``."""
-        from actors.rollout import HFRolloutEngine, resolve_rollout_dtype
         t0 = time.time()
         out = {"policy": super().init_model()}
         args = (self.cfg, self.rank, self.world_size, self.master_addr, self.master_port)
@@ -83,12 +85,10 @@ class ColocatedActor(PolicyActor):
                 self.roles["reference"] = _AdapterOffReference(self)
                 out["reference"] = {"model_path": self.model_path, "shares_policy_weights": True}
             else:
-                from actors.reference import ReferenceActor
                 ref = ReferenceActor(*args)
                 out["reference"] = ref.init_model()
                 self.roles["reference"] = ref
         if needs_critic(self.cfg):
-            from actors.critic import CriticActor
             critic = CriticActor(*args)
             ref = self.roles.get("reference")
             # CRITIC_TRAIN_LAYERS: the critic's frozen layers can be the reference's own (same initial weights)

@@ -1,6 +1,7 @@
 """The critic actor: a value head on a transformer backbone, trained with the clipped value loss."""
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import time
@@ -12,6 +13,8 @@ from torch import nn
 from actors.base import autocast_context, batched_response_forward, frozen_lower_modules, response_hidden_states
 from actors.policy import TrainableLMActor, lora_target_modules
 from actors.types import Batch, check_batch, position_ids, prompt_length, response_length
+from core.core_algos import value_loss
+from core.model_loader import resolve_model_path, torch_dtype
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +97,6 @@ class CriticActor(TrainableLMActor):
         from safetensors.torch import load_file
         from transformers import AutoModel
 
-        from core.model_loader import resolve_model_path, torch_dtype
         t0 = time.time()
         self.model_path = resolve_model_path(self.cfg.effective_critic_pretrain)
         self._load_tokenizer(self.model_path)
@@ -149,7 +151,6 @@ class CriticActor(TrainableLMActor):
 
         Returns means over micro batches: value_loss, vf_clipfrac, value_mean, plus grad_norm, lr.
         """
-        from core.core_algos import value_loss
         check_batch(batch, need=("old_values", "returns"))
         clip = self.cfg.value_clip if value_clip is None else value_clip
         self._phase_threads(share)
@@ -174,7 +175,6 @@ class CriticActor(TrainableLMActor):
                 os.makedirs(out_dir, exist_ok=True)
                 backbone = module.backbone
                 if self.lora:
-                    import copy
                     backbone = copy.deepcopy(backbone).merge_and_unload()
                 sd = {k: v.detach().cpu().contiguous() for k, v in backbone.state_dict().items()}
                 backbone.save_pretrained(out_dir, state_dict=sd, safe_serialization=True)

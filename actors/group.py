@@ -31,9 +31,14 @@ from typing import Any, Optional, Sequence
 import torch
 
 from actors import calls
+from actors.colocated import ColocatedActor
+from actors.critic import CriticActor
+from actors.policy import PolicyActor
+from actors.reference import ReferenceActor
 from actors.roles import needs_critic, needs_reference
+from actors.rollout import HFRolloutEngine, VLLMRolloutEngine, resolve_rollout_backend
 from actors.types import Batch, split_batch
-from core.config import RLFHConfig
+from core.config import ConfigError, RLFHConfig, env_name, setting_label
 from core.placement import (NODE_RESOURCE_PER_ACTOR, NODE_RESOURCE_SETTINGS, check_node_resources,  # noqa: F401
                             missing_node_resources, node_resource, wait_for_node_resources)
 
@@ -122,7 +127,6 @@ def _shared_node_resource(cfg: RLFHConfig, group: Sequence[str], why: str) -> st
     """The one node resource of roles that share bundles (or a process); a ConfigError when they name two."""
     named = {node_resource(cfg, r) for r in group} - {""}
     if len(named) > 1:
-        from core.config import ConfigError, setting_label
         detail = ", ".join(f"{setting_label(NODE_RESOURCE_SETTINGS[r])} = {node_resource(cfg, r)!r}"
                            for r in group if node_resource(cfg, r))
         raise ConfigError(f"{why} puts {' + '.join(group)} in the same bundles, so they run on one node, but their "
@@ -420,7 +424,6 @@ def create_rollout_engines(cfg: RLFHConfig, placement: Optional[Placement] = Non
     """``VLLM_NUM_ENGINES`` rollout engine actors (Ray handles) for the resolved backend."""
     import ray
 
-    from actors.rollout import HFRolloutEngine, VLLMRolloutEngine, resolve_rollout_backend
     backend = backend or resolve_rollout_backend(cfg)
     cls = VLLMRolloutEngine if backend == "vllm" else HFRolloutEngine
     rp = placement.get("rollout") if placement is not None else None
@@ -448,11 +451,9 @@ def resolve_layout(cfg: RLFHConfig, backend: Optional[str] = None) -> str:
 
     An explicit ``colocated`` that cannot work raises a ConfigError naming the setting to change.
     """
-    from core.config import ConfigError
     sizes = _role_sizes(cfg)
     one_node_cpu = all(nodes == 1 and gpn == 0 for role, (_, nodes, gpn) in sizes.items() if role != "rollout")
     if backend is None:
-        from actors.rollout import resolve_rollout_backend
         backend = resolve_rollout_backend(cfg)
     problems = []
     if backend != "hf":
@@ -465,7 +466,6 @@ def resolve_layout(cfg: RLFHConfig, backend: Optional[str] = None) -> str:
         problems.append("every role needs the same ranks and GPUs ("
                         + ", ".join(f"{_env_names(r)} = {ws}" for r, (ws, _) in ranks.items()) + ")")
     if len({node_resource(cfg, r) for r in sizes} - {""}) > 1:
-        from core.config import env_name
         problems.append("the roles are placed on different nodes ("
                         + ", ".join(f"{env_name(NODE_RESOURCE_SETTINGS[r])} = {node_resource(cfg, r)!r}"
                                     for r in sizes if node_resource(cfg, r)) + ")")
@@ -549,10 +549,6 @@ def create_groups(cfg: RLFHConfig, init_models: bool = True) -> Groups:
     """Plan placement, start every role and (by default) load every model in parallel."""
     import ray
 
-    from actors.critic import CriticActor
-    from actors.policy import PolicyActor
-    from actors.reference import ReferenceActor
-    from actors.rollout import resolve_rollout_backend
     t0 = time.time()
     backend = resolve_rollout_backend(cfg)
     if resolve_layout(cfg, backend) == "colocated":
@@ -593,7 +589,6 @@ def create_colocated_groups(cfg: RLFHConfig, init_models: bool = True) -> Groups
     """The colocated layout: one :class:`actors.colocated.ColocatedActor` per policy rank (one bundle of
     NUM_CPUS_PER_ACTOR each) hosting policy, rollout engine, reference and critic; views for the other roles."""
 
-    from actors.colocated import ColocatedActor
     t0 = time.time()
     ws, nodes, gpn = _role_sizes(cfg)["policy"]
     roles = list(_role_sizes(cfg))

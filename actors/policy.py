@@ -11,8 +11,12 @@ from typing import Optional
 import torch
 
 from actors.base import (BaseActor, abs_checksum, autocast_context, causal_lm_response_logprobs, ds_config,
-                         response_logprobs, weights_checksum)
+                         frozen_lower_modules, response_logprobs, weights_checksum)
 from actors.types import Batch, check_batch, length_grouped_order, trim_batch
+from actors.weight_sync import stateless_nccl_group
+from core.core_algos import masked_mean, policy_loss
+from core.model_loader import load_causal_lm, resolve_model_path
+from core.optim import make_adamw, resolve_state_dtype
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +56,6 @@ class TrainableLMActor(BaseActor):
     def _build_engine(self, model, lr: float) -> None:
         import deepspeed
 
-        from core.optim import make_adamw, resolve_state_dtype
         self._init_distributed()
         if self.cfg.gradient_checkpointing:
             inner = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -225,7 +228,6 @@ class PolicyActor(TrainableLMActor):
 
     def init_model(self) -> dict:
         """Load the causal LM (LoRA when LORA_RANK > 0), wrap it in DeepSpeed. Returns basic info."""
-        from core.model_loader import load_causal_lm, resolve_model_path
         t0 = time.time()
         self.model_path = resolve_model_path(self.cfg.model_path)
         self._load_tokenizer(self.model_path)
@@ -240,7 +242,6 @@ class PolicyActor(TrainableLMActor):
                 torch.manual_seed(self.cfg.seed)
                 model = get_peft_model(model, lcfg)
         if self.cfg.actor_train_layers:   # the embeddings and the layers below (with LoRA: their adapters too)
-            from actors.base import frozen_lower_modules
             decoder = (model.get_base_model() if self.lora else model).get_decoder()
             for _, _, module in frozen_lower_modules(decoder, self.cfg.actor_train_layers, "ACTOR_TRAIN_LAYERS"):
                 module.requires_grad_(False)
@@ -274,7 +275,6 @@ class PolicyActor(TrainableLMActor):
         Returns means over micro batches: policy_loss, clipfrac, approx_kl, entropy, plus grad_norm (mean
         over optimizer steps), lr, optimizer_steps, train_s and train_threads (the intra-op threads it used).
         """
-        from core.core_algos import masked_mean, policy_loss
         check_batch(batch, need=("advantages",))
         clip = self.cfg.eps_clip if eps_clip is None else eps_clip
         loss_kwargs = self.cfg.policy_loss_kwargs()
@@ -390,7 +390,6 @@ class PolicyActor(TrainableLMActor):
         """Join the policy-rank-0 + vLLM-workers NCCL group (rank 0 only; other ranks return at once)."""
         if self.rank != 0:
             return True
-        from actors.weight_sync import stateless_nccl_group
         self._sync_group = stateless_nccl_group(master_addr, master_port, 0, world_size, self.device)
         return True
 

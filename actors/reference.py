@@ -8,6 +8,7 @@ import torch
 
 from actors.base import BaseActor, response_logprobs, weights_checksum
 from actors.types import Batch
+from core.model_loader import load_causal_lm, resolve_model_path
 
 log = logging.getLogger(__name__)
 
@@ -18,7 +19,6 @@ class ReferenceActor(BaseActor):
     role = "reference"
 
     def init_model(self) -> dict:
-        from core.model_loader import load_causal_lm, resolve_model_path
         t0 = time.time()
         self.model_path = resolve_model_path(self.cfg.model_path)
         self._load_tokenizer(self.model_path)

@@ -23,14 +23,18 @@ from __future__ import annotations
 import logging
 import os
 import time
+from contextlib import nullcontext
 from typing import Any, Optional, Sequence
 
 import torch
 
-from actors.base import cpu_has_fast_bf16, process_allocator
+from actors import calls
+from actors.base import cpu_has_fast_bf16, phase_threads, pick_device, process_allocator, response_logprobs, set_threads
+from actors.decode import kv_buffer_supported, sample
 from actors.optional import VLLM_HINT, require_vllm, vllm_available
-from actors.types import Batch, RolloutSample, token_offsets
+from actors.types import Batch, RolloutSample, response_length, token_offsets
 from core.config import RLFHConfig
+from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path, torch_dtype
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +82,6 @@ def resolve_rollout_dtype(cfg: RLFHConfig, device: torch.device) -> str:
 
 def resolve_decode_loop(cfg: RLFHConfig, model) -> str:
     """HF_DECODE_LOOP for this model: ``kv-buffer`` / ``graph`` (:mod:`actors.decode`) or ``generate``."""
-    from actors.decode import kv_buffer_supported
     ok, why = kv_buffer_supported(model)
     if cfg.hf_decode_loop == "generate" or (cfg.hf_decode_loop == "auto" and not ok):
         if cfg.hf_decode_loop == "auto":
@@ -99,7 +102,6 @@ class _EngineBase:
         self.cfg = cfg if isinstance(cfg, RLFHConfig) else RLFHConfig(**cfg)
         self.engine_index = engine_index
         self._version = 0
-        from core.model_loader import load_tokenizer, resolve_model_path
         self.model_path = resolve_model_path(self.cfg.model_path)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.model_path)
         self.tokenizer.truncation_side = "left"
@@ -177,7 +179,6 @@ class _EngineBase:
 
     def _phase_threads(self, share: int = 1) -> int:
         """Intra-op threads for this generate / forward call (CPU_THREADS split over ``share`` engines)."""
-        from actors.base import phase_threads, set_threads
         return set_threads(phase_threads(self.cfg, share))
 
     def _next_version(self, version: Optional[int]) -> int:
@@ -232,8 +233,6 @@ class HFRolloutEngine(_EngineBase):
         layout): a weight sync only records the policy's version (:meth:`follow_weights`)."""
         super().__init__(cfg, engine_index, tokenizer=tokenizer)
         self.shares_policy_weights = bool(shares_policy_weights)
-        from actors.base import pick_device
-        from core.model_loader import load_causal_lm
         self.device = torch.device(device) if device is not None else pick_device()
         t0 = time.time()
         if model is None:
@@ -245,7 +244,6 @@ class HFRolloutEngine(_EngineBase):
         self.model.eval()
         self.pad_id = int(self.tokenizer.pad_token_id)
         self.dtype = str(next(self.model.parameters()).dtype).replace("torch.", "")
-        from core.model_loader import torch_dtype
         want = torch_dtype(autocast) if autocast else None
         self.autocast = want if want is not None and want != next(self.model.parameters()).dtype else None
         if self.autocast is not None:
@@ -255,7 +253,6 @@ class HFRolloutEngine(_EngineBase):
                  self.decode_loop, time.time() - t0)
 
     def _autocast(self):
-        from contextlib import nullcontext
         if self.autocast is None:
             return nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.autocast)
@@ -319,7 +316,6 @@ class HFRolloutEngine(_EngineBase):
     def _sample_kv_buffer(self, prompt_ids: list[list[int]], max_new_tokens: int, temperature: float, top_p: float,
                           seed: Optional[int], n: int, suppress_first_ids: Sequence[int]) -> list[list[int]]:
         """:func:`actors.decode.sample` in micro batches of MICRO_ROLLOUT_BATCH_SIZE rows (``n`` rows a prompt)."""
-        from actors.decode import sample
         out: list[list[int]] = []
         per = max(1, max(1, self.cfg.micro_rollout_batch_size) // n)   # prompts per micro batch
         for c, start in enumerate(range(0, len(prompt_ids), per)):
@@ -421,7 +417,6 @@ class HFRolloutEngine(_EngineBase):
     @torch.no_grad()
     def logprobs(self, batch: Batch) -> torch.Tensor:
         """Response log-probs under the engine's weights [B, R] (proves a weight sync in tests)."""
-        from actors.base import response_logprobs
         self._phase_threads()
         return response_logprobs(self.model, batch, self.cfg, self.device)
 
@@ -475,7 +470,6 @@ class VLLMRolloutEngine(_EngineBase):
         super().__init__(cfg, engine_index)
         vllm = require_vllm()
         self._vllm = vllm
-        from actors.base import pick_device
         self.on_gpu = pick_device().type == "cuda" or self.cfg.vllm_tensor_parallel_size > 1
         from transformers import AutoConfig
         max_pos = int(getattr(AutoConfig.from_pretrained(self.model_path), "max_position_embeddings", 4096) or 4096)
@@ -549,7 +543,6 @@ class VLLMRolloutEngine(_EngineBase):
 
     def logprobs(self, batch: Batch) -> torch.Tensor:
         """Response log-probs under the engine's weights [B, R] via vLLM prompt log-probs."""
-        from actors.types import response_length
         self._ensure_awake()
         R = response_length(batch)
         seqs = []
@@ -684,7 +677,6 @@ def generate_on_engines(engines: Sequence[Any], prompts: list[str], n: int, max_
         offsets.append(start)
         start += size
     out: list[RolloutSample] = []
-    from actors import calls
     for off, res in zip(offsets, calls.get(refs, "rollout generate", timeout)):
         for smp in res:
             smp.prompt_index += off

@@ -21,6 +21,8 @@ import time
 
 import torch
 
+from actors.weight_sync import stateless_nccl_group
+
 log = logging.getLogger(__name__)
 
 
@@ -59,7 +61,6 @@ class RLFHWorkerExtension:
         return "cpu"
 
     def rlfh_init_weight_group(self, master_addr: str, master_port: int, rank_offset: int, world_size: int) -> bool:
-        from actors.weight_sync import stateless_nccl_group
         rank = rank_offset + int(getattr(self, "rank", 0))
         self._rlfh_group = stateless_nccl_group(master_addr, master_port, rank, world_size, self.device)
         return True

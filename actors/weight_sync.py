@@ -27,6 +27,7 @@ import time
 from typing import Any, Sequence
 
 from actors import calls
+from actors.optional import VLLM_HINT
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,6 @@ def stateless_nccl_group(master_addr: str, master_port: int, rank: int, world_si
         from vllm.distributed.device_communicators.pynccl import PyNcclCommunicator
         from vllm.distributed.utils import StatelessProcessGroup
     except ImportError as e:
-        from actors.optional import VLLM_HINT
         raise ImportError(f"NCCL weight sync: {VLLM_HINT} ({e})") from e
     pg = StatelessProcessGroup.create(host=master_addr, port=int(master_port), rank=rank, world_size=world_size)
     return PyNcclCommunicator(pg, device=device)

@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from actors import calls
+from actors.rollout import generate_on_engines
 from cluster.model_export import save_policy
+from core.data import DataError, load_items, question_hash, stratify_question_types
+from core.grader import CORRECT, grade_answer
+from core.prompts import render_prompt, resolve_system
+from core.questions import question_type
 
 log = logging.getLogger("rlfh.dev_eval")
 
@@ -47,11 +53,9 @@ def dev_items(spec: str, size: int, type_share: float = 0.0) -> tuple[list, dict
     (:func:`core.data.stratify_question_types`), so a 64-question set holds more than the ~8 the natural mix
     gives; :func:`dev_metrics` then weighs the types back to the natural mix for the score.
     """
-    from core.data import load_items, question_hash
     if spec.startswith("halueval") and spec.partition(":")[2] == "test":
         raise ValueError("DEV_EVAL_DATA=halueval:test is the held-out split: evaluate during training on "
                          "halueval:dev (report on test only at the end)")
-    from core.data import DataError
     try:
         items = [it for it in load_items(spec) if (it.right_answer or "").strip()]
     except (DataError, FileNotFoundError, ValueError) as e:
@@ -59,8 +63,6 @@ def dev_items(spec: str, size: int, type_share: float = 0.0) -> tuple[list, dict
                          "knowledge and right_answer)") from None
     if not items:
         raise ValueError(f"DEV_EVAL_DATA={spec}: no items with a gold answer (right_answer)")
-    from core.data import stratify_question_types
-    from core.questions import question_type
     types = [question_type(it.question) for it in items]
     natural = {t: types.count(t) / len(types) for t in TYPES}
     ranked = sorted(items, key=lambda it: question_hash(it.question))
@@ -69,8 +71,6 @@ def dev_items(spec: str, size: int, type_share: float = 0.0) -> tuple[list, dict
 
 def grade_dev(items: Sequence, modes: Sequence[str], answers: Sequence[str], scope: str = "whole") -> list[DevAnswer]:
     """Gold grades of ``answers[i]`` to ``items[i]`` asked in ``modes[i]`` (strict grader; ``scope``: GRADE_SCOPE)."""
-    from core.questions import question_type
-    from core.grader import CORRECT, grade_answer
     out = []
     for it, m, a in zip(items, modes, answers):
         g = grade_answer(a, it.right_answer, it.question, scope=scope)
@@ -181,7 +181,6 @@ class DevEvaluator:
     """Greedy answers of the rollout engines to the fixed dev set, graded; one call per evaluation."""
 
     def __init__(self, cfg, tokenizer):
-        from core.prompts import render_prompt, resolve_system
         self.cfg = cfg
         self.items, natural = dev_items(cfg.dev_eval_data, cfg.dev_eval_size, cfg.dev_eval_type_share)
         self.type_weights = natural if cfg.dev_eval_type_share else None
@@ -199,8 +198,6 @@ class DevEvaluator:
 
     def run(self, engines: Sequence[Any], step: int) -> tuple[dict[str, float], list[DevAnswer]]:
         """Evaluate the engines' current weights; returns (``dev/...`` metrics, the graded answers)."""
-        from actors import calls
-        from actors.rollout import generate_on_engines
         cfg = self.cfg
         t0 = time.perf_counter()
         samples = generate_on_engines(engines, self.prompts, 1, cfg.dev_eval_max_len, 0.0, 1.0, seed=0,

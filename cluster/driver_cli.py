@@ -1,12 +1,14 @@
 """`rlfh train`: every setting as a flag, environment variables as defaults (flag > env > default).
 
-Only argparse and the config are imported here; torch / ray load inside :func:`_cmd_train`.
+Only light modules (argparse, the config) are imported here; torch / ray load inside :func:`_cmd_train`.
 """
 from __future__ import annotations
 
 import argparse
+import sys
 
 from core.config import RLFHConfig, add_recipe_arg
+from core.reaper import start_for_this_process
 
 DESCRIPTION = """\
 Train a policy with on-policy RL from fine-grained knowledge feedback (RLFH).
@@ -44,10 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     cfg = RLFHConfig.from_args(args)
-    import sys
-
-    from cluster.driver import ActorGroupsFailed, train
-    from core.reaper import start_for_this_process
+    from cluster.driver import ActorGroupsFailed, train   # torch and Ray: not for `rlfh --help`
     start_for_this_process()   # if this process is SIGKILLed, what its embedded Ray leaves behind is ended
     try:
         result = train(cfg)

@@ -33,10 +33,15 @@ does it read FAILED.
 """
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any, Optional
+
+from cluster.train_report import read_metrics
+from evaluation.report import ALPHA, GATES
 
 
 def _pct(v: Optional[float]) -> str:
@@ -125,7 +130,6 @@ def verdicts(report: dict[str, Any], name: str = "trained", gate: str = "selecti
     ``grounded``): the gate, against every run but the warm start (:func:`gate_references`); the other: correct
     answers kept against the mode's first run (the base model). A line that did not pass opens with "gate not met"
     (or "not met"), and with "FAILED" only when ``strict``."""
-    from evaluation.report import ALPHA, GATES
     gated = "evidence" if gate == "grounded" else "closed"
     out = {}
     for gname, g in report["groups"].items():
@@ -166,9 +170,6 @@ def metric_verdict(group: dict[str, Any], ref: str, metric: tuple, name: str = "
 
     Right and wrong answers are judged by the exact McNemar test the gate reads (p < alpha, the direction by the
     paired counts); the others by the paired bootstrap 95% CI of the difference (it excludes 0)."""
-    import math
-
-    from evaluation.report import ALPHA
     key, _, better, source, _ = metric
     found = _pair(group, ref, name)
     if found is None:
@@ -201,7 +202,6 @@ def metric_verdict(group: dict[str, Any], ref: str, metric: tuple, name: str = "
 
 def _effect(v: dict[str, Any], unit: str) -> str:
     """``+12.5 pts [+4.0, +21.0]``: the effect and its 95% CI (``unit`` "pts": shares in points; "": counts)."""
-    import math
     scale, digits, tail = (100, 1, " pts") if unit == "pts" else (1, 2, f" {unit}" if unit else "")
 
     def signed(x: float) -> str:
@@ -267,7 +267,6 @@ def kept_step(run_dir: str | Path) -> Optional[tuple[int, str]]:
     (SAVE_PATH/snapshots/best, its dev record in dev_eval.json): the final model is that step's when its weights
     version (rlfh_meta.json, the optimizer steps taken) is the snapshot's. A weights version of 0 is step 0: no
     update reached the final model. Otherwise the final model is the last step's (metrics.jsonl)."""
-    from cluster.train_report import read_metrics
     run = Path(run_dir)
     meta = _read_json(run / "final" / "rlfh_meta.json")
     if meta is None or not (run / "final" / "config.json").is_file():
@@ -373,7 +372,6 @@ def print_summary(report: dict[str, Any], file=None, gate: str = "selective", st
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    import argparse
     p = argparse.ArgumentParser(prog="python -m cluster.heldout_summary",
                                 description="The held-out tables and the gate's verdict of a `rlfh compare` report.")
     p.add_argument("report", metavar="REPORT_JSON", help="SAVE_PATH/heldout/report/report.json")

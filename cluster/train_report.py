@@ -235,60 +235,15 @@ def plot_curves(rows: list[dict[str, Any]], out_png: str | Path,
         a.set_visible(False)
     axes = dict(zip(panels, flat))
 
-    ax = axes["reward"]
-    ax.plot(steps, [r.get("reward_mean", float("nan")) for r in trained], marker="o", ms=3, label="total reward")
-    if any("score_mean" in r for r in trained):
-        ax.plot(steps, [r.get("score_mean", float("nan")) for r in trained], marker=".", ms=3, alpha=0.7,
-                label="verifier score")
-    ax.set_title("reward per response")
-    ax.set_xlabel("step")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-
-    ax = axes["kl"]
-    ax.plot(steps, [r.get("kl", float("nan")) for r in trained], color="tab:red", marker="o", ms=3)
-    ax.set_title("KL to reference (per token)")
-    ax.set_xlabel("step")
-    ax.grid(alpha=0.3)
-
+    _reward_panel(axes["reward"], steps, trained)
+    _kl_panel(axes["kl"], steps, trained)
     if "labels" in axes:
-        ax = axes["labels"]
-        colors = {"Correct": "tab:green", "Hedged correct": "yellowgreen", "Vague": "tab:gray",
-                  "Hedged wrong": "tab:orange", "Wrong": "tab:red"}
-        for lab in LABELS:
-            ax.plot(steps, [label_mix(r)[lab] for r in trained], label=lab, color=colors[lab], marker=".", ms=3)
-        ax.set_title("label mix (share of statements)")
-        ax.set_xlabel("step")
-        ax.set_ylim(0, 1)
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
-
+        _label_mix_panel(axes["labels"], steps, trained)
     if "rollout_declined" in axes:
         _per_type_panel(axes["rollout_declined"], steps, trained, "rollout/abstain/{t}", ".",
                         "rollouts: share declined, per question type")
     if dev_rows:
-        dsteps = [d["step"] for d in dev_rows]
-        mode = "closed" if any("dev/closed/score" in d for d in dev_rows) else "evidence"
-        abstains = "dev_declined" in axes or _declines(dev_rows, f"dev/{mode}/abstain")
-        ax = axes["dev"]
-        for key, name, c in (("correct", "correct", "tab:green"), ("incorrect", "incorrect", "tab:red"),
-                             ("abstain", "declined", "tab:gray")):
-            if key == "abstain" and not abstains:
-                continue
-            ax.plot(dsteps, [d.get(f"dev/{mode}/{key}", float("nan")) for d in dev_rows], marker="o", ms=3,
-                    label=name, color=c)
-            if mode == "closed" and any("dev/evidence/correct" in d for d in dev_rows) and key != "abstain":
-                ax.plot(dsteps, [d.get(f"dev/evidence/{key}", float("nan")) for d in dev_rows], ls="--",
-                        color=c, alpha=0.6, label=f"{name} (with passage)")
-        _finish_share_axis(ax, f"dev, greedy ({mode} book)", 7)
-        if "dev_declined" in axes:
-            _per_type_panel(axes["dev_declined"], dsteps, dev_rows, f"dev/{mode}/abstain/{{t}}", "o",
-                            "dev, greedy: share declined per question type")
-        best = best_dev_step(dev_rows)
-        if best is not None:   # the step FINAL_MODEL=best exports: where to read the dev panels
-            for a in (axes[k] for k in ("dev", "dev_declined") if k in axes):
-                a.axvline(best, color="black", ls=":", lw=1.2, label=f"best dev step ({best})")
-                a.legend(fontsize=8)
+        _dev_panels(axes, dev_rows)
 
     skipped = [r["step"] for r in rows if r.get("skipped")]
     for a in axes.values():
@@ -302,6 +257,67 @@ def plot_curves(rows: list[dict[str, Any]], out_png: str | Path,
     fig.savefig(out_png, dpi=110)
     plt.close(fig)
     return out_png
+
+
+def _reward_panel(ax, steps: list, trained: list[dict[str, Any]]) -> None:
+    """Total reward per response, and the verifier's score where the records have one, over the trained steps."""
+    ax.plot(steps, [r.get("reward_mean", float("nan")) for r in trained], marker="o", ms=3, label="total reward")
+    if any("score_mean" in r for r in trained):
+        ax.plot(steps, [r.get("score_mean", float("nan")) for r in trained], marker=".", ms=3, alpha=0.7,
+                label="verifier score")
+    ax.set_title("reward per response")
+    ax.set_xlabel("step")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+
+
+def _kl_panel(ax, steps: list, trained: list[dict[str, Any]]) -> None:
+    """KL to the reference per token over the trained steps."""
+    ax.plot(steps, [r.get("kl", float("nan")) for r in trained], color="tab:red", marker="o", ms=3)
+    ax.set_title("KL to reference (per token)")
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+
+
+def _label_mix_panel(ax, steps: list, trained: list[dict[str, Any]]) -> None:
+    """Share of statements per verifier label over the trained steps."""
+    colors = {"Correct": "tab:green", "Hedged correct": "yellowgreen", "Vague": "tab:gray",
+              "Hedged wrong": "tab:orange", "Wrong": "tab:red"}
+    for lab in LABELS:
+        ax.plot(steps, [label_mix(r)[lab] for r in trained], label=lab, color=colors[lab], marker=".", ms=3)
+    ax.set_title("label mix (share of statements)")
+    ax.set_xlabel("step")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+
+
+def _dev_panels(axes: dict, dev_rows: list[dict[str, Any]]) -> None:
+    """The in-loop dev evaluations (greedy): correct / incorrect (/ declined, where the recipe abstains) in the
+    book mode the run evaluates (closed when it has closed-book records, with the passage dashed beside it),
+    the declined share per question type where there is that panel, and a dotted line at the best dev step."""
+    dsteps = [d["step"] for d in dev_rows]
+    mode = "closed" if any("dev/closed/score" in d for d in dev_rows) else "evidence"
+    abstains = "dev_declined" in axes or _declines(dev_rows, f"dev/{mode}/abstain")
+    ax = axes["dev"]
+    for key, name, c in (("correct", "correct", "tab:green"), ("incorrect", "incorrect", "tab:red"),
+                         ("abstain", "declined", "tab:gray")):
+        if key == "abstain" and not abstains:
+            continue
+        ax.plot(dsteps, [d.get(f"dev/{mode}/{key}", float("nan")) for d in dev_rows], marker="o", ms=3,
+                label=name, color=c)
+        if mode == "closed" and any("dev/evidence/correct" in d for d in dev_rows) and key != "abstain":
+            ax.plot(dsteps, [d.get(f"dev/evidence/{key}", float("nan")) for d in dev_rows], ls="--",
+                    color=c, alpha=0.6, label=f"{name} (with passage)")
+    _finish_share_axis(ax, f"dev, greedy ({mode} book)", 7)
+    if "dev_declined" in axes:
+        _per_type_panel(axes["dev_declined"], dsteps, dev_rows, f"dev/{mode}/abstain/{{t}}", "o",
+                        "dev, greedy: share declined per question type")
+    best = best_dev_step(dev_rows)
+    if best is not None:   # the step FINAL_MODEL=best exports: where to read the dev panels
+        for a in (axes[k] for k in ("dev", "dev_declined") if k in axes):
+            a.axvline(best, color="black", ls=":", lw=1.2, label=f"best dev step ({best})")
+            a.legend(fontsize=8)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -18,17 +18,22 @@ the in-process LRU otherwise.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import logging
 import os
 import time
 import uuid
 from typing import Any, Optional
 
+from core.config import RLFHConfig, positive_int
 from core.help_text import plain_doc
+from core.model_loader import load_tokenizer
+from core.ports import free_port
+from core.ray_bootstrap import start_ray
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
-    from core.config import positive_int
     p = bsub.add_parser(
         "rewards", help="Reward service: responses/s, p50/p99 latency, alignment cost, cache speed-up.",
         description=plain_doc(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -83,8 +88,6 @@ def _percentile(xs: list[float], q: float) -> float:
 
 def _load(url: str, token: Optional[str], pool: list[dict], concurrency: int, n_requests: int, batch: int,
           progress) -> dict[str, Any]:
-    import asyncio
-
     import httpx
 
     async def run() -> dict[str, Any]:
@@ -124,7 +127,6 @@ def _alignment(repeats: int, lengths=(64, 256, 1024)) -> list[dict[str, Any]]:
     """Time compute_token_rewards on synthetic responses of ``lengths`` tokens (a statement per 8 tokens)."""
     import numpy as np
 
-    from core.config import RLFHConfig
     from core.verify_schema import LABELS, Sentence, Statement, VerifyResult
     from reward_service.token_rewards import RewardSettings, compute_token_rewards, validate_offsets
 
@@ -183,21 +185,10 @@ def _cache_speedup(url: str, token: Optional[str], pool: list[dict], batch: int,
 
 def _cmd(args: argparse.Namespace) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")   # (start_ray sets the local Ray defaults)
-    import ray
-    from ray import serve
     from rich.console import Console
-    from rich.progress import Progress
-    from rich.table import Table
-
-    from core.config import RLFHConfig
-    from core.model_loader import load_tokenizer
-    from core.ports import free_port
-    from core.ray_bootstrap import start_ray
-    from reward_service.app import deploy
 
     console = Console()
     redis_url = args.redis_url if args.redis_url is not None else os.environ.get("REDIS_URL", "")
-    import logging
     logging.getLogger("httpx").setLevel(logging.WARNING)
     cfg = RLFHConfig.load(redis_url=redis_url, max_batch_items=max(args.batch, args.cache_batch, 8), ray_address="")
     tokenizer = load_tokenizer(cfg.reward_tokenizer or cfg.model_path)
@@ -208,15 +199,37 @@ def _cmd(args: argparse.Namespace) -> int:
                   f"{'Redis' if redis_url else 'in-process LRU'}, verifier {cfg.verifier_backend}")
 
     align = _alignment(args.align_repeats)
+    results: dict[str, Any] = {"alignment": align}
+    results.update(_measure_service(cfg, args, pool, console))
+    _print_load(console, args.batch, results["load"])
+    _print_alignment(console, align, args.align_repeats)
+    _print_cache(console, results["cache"], results["deploy_s"])
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+        console.print(f"results written to {args.json}")
+    return 0
+
+
+def _measure_service(cfg, args: argparse.Namespace, pool: list[dict], console) -> dict[str, Any]:
+    """Deploy the reward service on a local Ray, warm it up, then measure ``/v1/rewards`` under each of
+    ``args.concurrency`` (:func:`_load`) and the cache's speed-up (:func:`_cache_speedup`); Serve shut down after
+    (and Ray, when this started it). Returns ``{"deploy_s", "load": [row per level], "cache"}``."""
+    import httpx
+    import ray
+    from ray import serve
+    from rich.progress import Progress
+
+    from reward_service.app import deploy   # imports Ray Serve and FastAPI
+
     started_ray = not ray.is_initialized()
     handle = start_ray(cfg, num_cpus=max(2.0, float(os.cpu_count() or 2)), include_dashboard=False)
-    results: dict[str, Any] = {"alignment": align}
+    results: dict[str, Any] = {}
     try:
         t0 = time.perf_counter()
         url = deploy(cfg, "127.0.0.1", free_port())
         results["deploy_s"] = time.perf_counter() - t0
         # warm-up: replicas up, tokenizer/verifier loaded, connection pools open
-        import httpx
         for _ in range(2):
             httpx.post(f"{url}/v1/rewards", json={"items": _tagged(pool[:args.batch], uuid.uuid4().hex)},
                        timeout=300).raise_for_status()
@@ -230,17 +243,28 @@ def _cmd(args: argparse.Namespace) -> int:
         serve.shutdown()
         if started_ray:
             handle.shutdown()
+    return results
 
-    t = Table(title=f"POST /v1/rewards (batch {args.batch}, cache misses, loopback, {os.cpu_count()} CPUs)")
+
+def _print_load(console, batch: int, load_rows: list[dict[str, Any]]) -> None:
+    """The throughput and latency table, one row per concurrency level."""
+    from rich.table import Table
+
+    t = Table(title=f"POST /v1/rewards (batch {batch}, cache misses, loopback, {os.cpu_count()} CPUs)")
     for col in ("concurrency", "requests", "errors", "responses/s", "requests/s", "p50 ms", "p99 ms"):
         t.add_column(col, justify="right")
-    for r in results["load"]:
+    for r in load_rows:
         t.add_row(str(r["concurrency"]), str(r["requests"]), str(r["errors"]), f"{r['responses_per_s']:.1f}",
                   f"{r['requests_per_s']:.1f}", f"{r['p50_ms']:.1f}", f"{r['p99_ms']:.1f}")
     console.print(t)
 
+
+def _print_alignment(console, align: list[dict[str, Any]], repeats: int) -> None:
+    """The alignment + reward math table, with the marginal cost per added token between rows."""
+    from rich.table import Table
+
     t = Table(title="Alignment + reward math (pure function, median of "
-                    f"{args.align_repeats} calls)")
+                    f"{repeats} calls)")
     for col in ("tokens", "statements", "µs / response", "ns / token", "marginal ns / token"):
         t.add_column(col, justify="right")
     prev = None
@@ -254,15 +278,14 @@ def _cmd(args: argparse.Namespace) -> int:
     console.print("Linear cost: the marginal time per added token (slope between rows) stays flat; the falling "
                   "ns/token is the fixed per-call overhead spread over more tokens.")
 
-    c = results["cache"]
+
+def _print_cache(console, c: dict[str, Any], deploy_s: float) -> None:
+    """The verification cache's table: first request, repeat (cached), speed-up; then the deploy time."""
+    from rich.table import Table
+
     t = Table(title=f"Verification cache (batch {c['batch']}, median of {c['rounds']})")
     for col in ("first request ms", "repeat (cached) ms", "speed-up"):
         t.add_column(col, justify="right")
     t.add_row(f"{c['first_ms']:.1f}", f"{c['repeat_ms']:.1f}", f"{c['speedup']:.1f}x")
     console.print(t)
-    console.print(f"(deploy took {results['deploy_s']:.1f}s)")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
-        console.print(f"results written to {args.json}")
-    return 0
+    console.print(f"(deploy took {deploy_s:.1f}s)")

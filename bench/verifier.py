@@ -41,7 +41,13 @@ from bench import longform as LF
 from bench import real as R
 from bench.longform import LongformScore, swap_entity
 from bench.real import DEFAULT_PATH
+from core.config import RLFHConfig, positive_int
+from core.data import load_halueval
 from core.help_text import plain_doc
+from core.verify_schema import BAD_LABELS, GOOD_LABELS, VerifyRequest
+from verifier_service import text as T
+from verifier_service.core import Verifier
+from verifier_service.evidence import _TEMPLATE_RE
 
 ROW_LENGTH = "(1) length-only rule"
 ROW_LEXICAL = "(2) lexical-support rule"
@@ -71,7 +77,6 @@ def rule_lexical(question: str, response: str, knowledge: list[str]) -> float:
 
     Predicted hallucinated when fewer than 80% of those words are in the knowledge (score < 0).
     """
-    from verifier_service import text as T
     kv = set(T.content_words(" ".join(knowledge)))
     qv = set(T.content_words(question))
     ws = [w for w in T.content_words(response) if w not in qv and w not in ("answer",)]
@@ -85,8 +90,6 @@ def rule_proximity(question: str, response: str, knowledge: list[str]) -> float:
 
     Score = 1 / (1 + the smallest word distance between an occurrence of X and a question content word).
     """
-    from verifier_service import text as T
-    from verifier_service.evidence import _TEMPLATE_RE
     m = _TEMPLATE_RE.match(response)
     x = m.group("x") if m else response
     xs = T.normalize(x).split()
@@ -106,7 +109,6 @@ def rule_proximity(question: str, response: str, knowledge: list[str]) -> float:
 
 def verifier_score(res) -> float:
     """Mean signed confidence of the statements (see the module docstring)."""
-    from core.verify_schema import BAD_LABELS, GOOD_LABELS
     sts = res.statements()
     if not sts:
         return 0.0
@@ -120,7 +122,6 @@ def verifier_score(res) -> float:
 
 
 def verifier_flags(res) -> bool:
-    from core.verify_schema import BAD_LABELS
     return any(s.label in BAD_LABELS for s in res.statements())
 
 
@@ -205,14 +206,13 @@ def _rule_row(name: str, fn: Callable, items, pairs, do_a: bool = True) -> Row:
 
 def reward_of(res, text: str, settings) -> float:
     """The scalar reward ``/get_reward`` gives this verified response (the whole response as one token)."""
-    from reward_service.token_rewards import compute_token_rewards
+    from reward_service.token_rewards import compute_token_rewards   # imports numpy
     n = len(text)
     return compute_token_rewards(res, [[0, n]], n, settings).score
 
 
 def _verifier_row(name: str, verifier, items, pairs, use_gold: bool, progress, batch: int = 16,
                   settings=None) -> Row:
-    from core.verify_schema import VerifyRequest
     row = Row(name)
     reqs, kinds = [], []
     for it in items:
@@ -257,23 +257,19 @@ def _verifier_row(name: str, verifier, items, pairs, use_gold: bool, progress, b
 def run_bench(split: str = "test", limit: Optional[int] = None, with_llm: bool = True, cfg=None,
               quiet: bool = False, longform: bool = True, llm_limit: int = 20,
               out: Optional[dict] = None, llm_sets: str = "abc", llm_gold: str = "both") -> list[dict]:
-    """Rows of the (a)/(b) table (returned); the long-form rows go to ``out["longform"]`` when ``out`` is given."""
+    """Rows of the (a)/(b) table (returned); the long-form rows go to ``out["longform"]`` when ``out`` is given.
+
+    The rule baselines, then the evidence backend without and with the gold answer, then the LLM judge (when
+    ``with_llm`` and a model URL, on the first ``llm_limit`` items: :func:`_llm_rows`) or its rows with a note
+    saying why not."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from core.config import RLFHConfig
-    from core.data import load_halueval
-    from reward_service.token_rewards import RewardSettings
-    from verifier_service.core import Verifier
+    from reward_service.token_rewards import RewardSettings   # imports numpy
 
     cfg = cfg or RLFHConfig.load()
     settings = RewardSettings.from_config(cfg)
-    items = load_halueval(split)
-    if limit:
-        items = items[:limit]
-    items = [it for it in items if it.right_answer and it.hallucinated_answer]
-    pairs = [(it, d) for it in items if (d := swap_entity(it)) is not None]
-    long_rs = LF.build_longform(items) if longform else []
+    items, pairs, long_rs = _bench_items(split, limit, longform)
     console = Console(stderr=True, quiet=quiet)
     console.print(f"[bold]HaluEval-QA {split}[/]: {len(items)} items -> {2 * len(items)} responses for (a); "
                   f"{len(pairs)} entity-swap pairs for (b) ({len(items) - len(pairs)} items had no distractor)"
@@ -297,46 +293,77 @@ def run_bench(split: str = "test", limit: Optional[int] = None, with_llm: bool =
             lrows.append(LF.score_verifier(ROW_EV_GOLD, ev, long_rs, True, progress).metrics())
         if with_llm and cfg.model_url:
             llm = Verifier(cfg, backend="llm")
-            l_items = items[:llm_limit]
-            l_pairs = [(it, d) for it, d in pairs if any(it is x for x in l_items)]
-            l_long = LF.build_longform(l_items) if longform else []
-            for name, gold in ((ROW_LLM_NOGOLD, False), (ROW_LLM, True)):
-                if llm_gold != "both" and (llm_gold == "with") != gold:
-                    skip = f"skipped (--llm-gold {llm_gold})"
-                    r = Row(name)
-                    r.note = skip
-                    rows.append(r)
-                    if longform:
-                        lrows.append({"row": name, "note": skip})
-                    continue
-                if "a" in llm_sets or "b" in llm_sets:
-                    r = _verifier_row(name, llm, l_items if "a" in llm_sets else [],
-                                      l_pairs if "b" in llm_sets else [], use_gold=gold, progress=progress,
-                                      batch=4, settings=settings)
-                    r.note = f"first {len(l_items)} items"
-                else:
-                    r = Row(name)
-                    r.note = "skipped (--llm-sets)"
-                rows.append(r)
-                if longform:
-                    if "c" in llm_sets:
-                        sc = LF.score_verifier(name, llm, l_long, gold, progress, batch=4)
-                        sc.note = f"first {len(l_items)} items"
-                        lrows.append(sc.metrics())
-                    else:
-                        lrows.append({"row": name, "note": "skipped (--llm-sets)"})
+            more, more_long = _llm_rows(llm, items, pairs, progress, settings, longform=longform,
+                                        llm_limit=llm_limit, llm_sets=llm_sets, llm_gold=llm_gold)
         else:
             note = "not configured (set MODEL_URL / --model-url)" if not cfg.model_url else "skipped (--no-llm)"
-            for name in (ROW_LLM_NOGOLD, ROW_LLM):
-                r = Row(name)
-                r.note = note
-                rows.append(r)
-                if longform:
-                    lrows.append({"row": name, "note": note})
+            more, more_long = _noted_rows((ROW_LLM_NOGOLD, ROW_LLM), note, longform)
+        rows += more
+        lrows += more_long
     if out is not None:
         out["longform"] = lrows
         out["longform_n"] = {"responses": len(long_rs), "statements": sum(len(r.statements) for r in long_rs)}
     return [r.metrics() for r in rows]
+
+
+def _bench_items(split: str, limit: Optional[int], longform: bool) -> tuple[list, list, list]:
+    """``(items, pairs, long answers)``: the split's first ``limit`` HaluEval-QA items with a right and a
+    hallucinated answer (a), each with its entity-swap distractor where one exists (b), and the long answers
+    built from them (c; none without ``longform``)."""
+    items = load_halueval(split)
+    if limit:
+        items = items[:limit]
+    items = [it for it in items if it.right_answer and it.hallucinated_answer]
+    pairs = [(it, d) for it in items if (d := swap_entity(it)) is not None]
+    long_rs = LF.build_longform(items) if longform else []
+    return items, pairs, long_rs
+
+
+def _noted_rows(names, note: str, longform: bool) -> tuple[list[Row], list[dict]]:
+    """Empty rows named ``names`` carrying ``note`` (why they were not measured), and their long-form rows."""
+    rows, lrows = [], []
+    for name in names:
+        r = Row(name)
+        r.note = note
+        rows.append(r)
+        if longform:
+            lrows.append({"row": name, "note": note})
+    return rows, lrows
+
+
+def _llm_rows(llm, items, pairs, progress, settings, *, longform: bool, llm_limit: int, llm_sets: str,
+              llm_gold: str) -> tuple[list[Row], list[dict]]:
+    """The LLM judge's rows without and with the gold answer, on the first ``llm_limit`` items: the sets of
+    ``llm_sets`` (a, b: the table; c: long form) for the gold settings ``llm_gold`` picks (both / with /
+    without), the others noted as skipped."""
+    l_items = items[:llm_limit]
+    l_pairs = [(it, d) for it, d in pairs if any(it is x for x in l_items)]
+    l_long = LF.build_longform(l_items) if longform else []
+    rows: list[Row] = []
+    lrows: list[dict] = []
+    for name, gold in ((ROW_LLM_NOGOLD, False), (ROW_LLM, True)):
+        if llm_gold != "both" and (llm_gold == "with") != gold:
+            more, more_long = _noted_rows((name,), f"skipped (--llm-gold {llm_gold})", longform)
+            rows += more
+            lrows += more_long
+            continue
+        if "a" in llm_sets or "b" in llm_sets:
+            r = _verifier_row(name, llm, l_items if "a" in llm_sets else [],
+                              l_pairs if "b" in llm_sets else [], use_gold=gold, progress=progress,
+                              batch=4, settings=settings)
+            r.note = f"first {len(l_items)} items"
+        else:
+            r = Row(name)
+            r.note = "skipped (--llm-sets)"
+        rows.append(r)
+        if longform:
+            if "c" in llm_sets:
+                sc = LF.score_verifier(name, llm, l_long, gold, progress, batch=4)
+                sc.note = f"first {len(l_items)} items"
+                lrows.append(sc.metrics())
+            else:
+                lrows.append({"row": name, "note": "skipped (--llm-sets)"})
+    return rows, lrows
 
 
 def _pct(v) -> str:
@@ -431,7 +458,6 @@ def _run_real(args: argparse.Namespace, cfg) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from core.config import RLFHConfig
     cfg = RLFHConfig.from_args(args)
     if args.by_model and not args.real:
         print("--by-model needs --real (the hand-labelled answers whose figures it prints per model): add --real "
@@ -463,7 +489,6 @@ def _sets(v: str) -> str:
 
 
 def add_parser(bench_sub: argparse._SubParsersAction) -> None:
-    from core.config import RLFHConfig, positive_int
     p = bench_sub.add_parser(
         "verifier", help="Verifier accuracy on HaluEval-QA (original pairs, entity-swap pairs, long-form answers).",
         description=plain_doc(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)

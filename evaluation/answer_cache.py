@@ -18,6 +18,10 @@ import logging
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from core.assets import SMOLLM2_GGUF, cache_dir
+from core.model_loader import EMBEDDED_ALIASES
+from evaluation.generate import Generation, GenerationStats, generate_greedy
+
 log = logging.getLogger("evaluation.answer_cache")
 
 SHIPPED_DIR = Path(__file__).with_name("shipped")   # files that ship with the code, named like cache files
@@ -30,9 +34,7 @@ def model_key(model_spec: str, path: str) -> str:
     so a shipped file applies). Any other model: its folder plus each weight file's size and modification
     time, so a model re-trained in the same folder is measured again.
     """
-    from core.model_loader import EMBEDDED_ALIASES
     if model_spec in EMBEDDED_ALIASES:
-        from core.assets import SMOLLM2_GGUF
         return f"embedded:{SMOLLM2_GGUF.package}=={SMOLLM2_GGUF.version}:{SMOLLM2_GGUF.member}"
     folder = Path(path)
     return "|".join([str(folder.resolve()), *weight_stamps(folder)])
@@ -91,7 +93,6 @@ def answers_cache_path(model: str, prompts: Sequence[str], max_new_tokens: int, 
     every prompt, the token limit, the prompts per decoding call (padding changes fp32 rounding) and the
     numerics (``float32``, ``bfloat16``, ``float32+autocast``)."""
     if cache_root is None:
-        from core.assets import cache_dir
         cache_root = cache_dir()
     key = ["greedy-answers", model, list(prompts), max_new_tokens, batch_size, dtype]
     h = hashlib.sha256(json.dumps(key).encode())
@@ -99,7 +100,6 @@ def answers_cache_path(model: str, prompts: Sequence[str], max_new_tokens: int, 
 
 
 def _generation_of(row: dict):
-    from evaluation.generate import Generation
     return Generation(text=str(row["answer"]), prompt_tokens=int(row["prompt_tokens"]),
                       new_tokens=int(row["new_tokens"]), truncated=bool(row["truncated"]))
 
@@ -122,7 +122,6 @@ def greedy_answers(model, tokenizer, items: Sequence, prompts: Sequence[str], *,
         :class:`~evaluation.generate.GenerationStats` (0 s when read), where they came from: ``"cache"``,
         ``"shipped"`` or ``"computed"``).
     """
-    from evaluation.generate import GenerationStats, generate_greedy
     if len(items) != len(prompts):
         raise ValueError(f"greedy_answers: {len(items)} items, {len(prompts)} prompts (need one each)")
     path = answers_cache_path(model_name, prompts, max_new_tokens, batch_size, dtype, cache_root)

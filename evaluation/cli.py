@@ -6,6 +6,7 @@ import sys
 
 from core.prompts import ABSTAIN_TEXT, SYSTEM_PROMPTS   # constants of a dependency-free module
 from evaluation.generate import EVAL_BATCH_SIZE, EVAL_DTYPES  # no heavy imports at module level
+from evaluation.select import SelectError, print_selection, select_checkpoint
 
 EVAL_DESCRIPTION = """\
 Generate greedy answers with a model on a QA split and grade them for hallucination.
@@ -262,7 +263,7 @@ def _add_select_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from evaluation.runner import EvalConfig, print_summary, run_eval
+    from evaluation.runner import EvalConfig, print_summary, run_eval   # numpy: not for `rlfh --help`
     cfg = EvalConfig(model=args.model, data=args.data, mode=args.mode, out=args.out, limit=args.limit,
                      batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, system=args.system,
                      dtype=args.dtype, name=args.name, verifier=args.verifier, n_boot=args.n_boot, seed=args.seed,
@@ -320,7 +321,6 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_select(args: argparse.Namespace) -> int:
-    from evaluation.select import SelectError, print_selection, select_checkpoint
     if args.limit < 0:
         print("rlfh select: --limit must be >= 0 (0: every question of --data)", file=sys.stderr)
         return 2

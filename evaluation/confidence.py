@@ -6,8 +6,12 @@ response log-prob code the trainer uses (``actors.base.causal_lm_response_logpro
 """
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 from typing import Sequence
+
+from actors.base import batched_response_forward, causal_lm_response_logprobs
+from actors.types import make_batch
 
 
 #: Sequences per teacher-forced scoring forward. Unlike decoding, a forward gains nothing from more rows and pads
@@ -31,9 +35,6 @@ def answer_confidence(model, tokenizer, prompts: Sequence[str], answers: Sequenc
         N floats (<= 0).
     """
     import torch
-
-    from actors.base import batched_response_forward, causal_lm_response_logprobs
-    from actors.types import make_batch
 
     if len(prompts) != len(answers):
         raise ValueError(f"answer_confidence: {len(prompts)} prompts vs {len(answers)} answers")
@@ -70,7 +71,6 @@ def abstain_probability(model, tokenizer, prompts: Sequence[str], abstain_text: 
     mass on it where it does not know, even when greedy decoding rounds that mass to always or never; this reads
     the mass itself. Returns N floats in [0, 1].
     """
-    import math
     n_tok = len(tokenizer(abstain_text, add_special_tokens=False)["input_ids"])
     if not n_tok:
         raise ValueError("abstain_text is empty; give the model's abstention reply, e.g. \"I don't know.\"")

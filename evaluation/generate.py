@@ -9,8 +9,11 @@ training rollouts. Prompts are sorted by token length before batching so a batch
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Optional, Sequence
+
+from core.config import RLFHConfig
 
 
 @dataclass
@@ -52,8 +55,6 @@ def inference_precision(model, dtype: str):
     docs/PERFORMANCE.md, "Mixed precision on CPU"). The weights are marked trainable because autocast caches
     only the bf16 casts of leaf tensors that require grad (else it re-casts every weight at every forward);
     nothing computes a gradient (every caller runs under ``no_grad``). Other dtypes: no context."""
-    from contextlib import nullcontext
-
     import torch
     if dtype != "autocast":
         return nullcontext()
@@ -63,8 +64,7 @@ def inference_precision(model, dtype: str):
 
 def eval_engine(model, tokenizer, batch_size: int, prompt_max_len: int):
     """An :class:`~actors.rollout.HFRolloutEngine` over ``model`` / ``tokenizer`` (shared, not copied)."""
-    from actors.rollout import HFRolloutEngine
-    from core.config import RLFHConfig
+    from actors.rollout import HFRolloutEngine   # torch: this module is on `rlfh --help`'s import path
     path = getattr(getattr(model, "config", None), "_name_or_path", "") or getattr(model, "name_or_path", "")
     kw = {"model_path": path} if path else {}
     cfg = RLFHConfig(rollout_backend="hf", micro_rollout_batch_size=batch_size, prompt_max_len=prompt_max_len, **kw)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from core.grader import CORRECT, grade_answer
+from core.grader import CORRECT, GRADES, grade_answer
+from evaluation.generate import eval_engine
 
 BUCKETS = ("never", "sometimes", "mostly")  # known_rate == 0, 0 < known_rate < 0.5, known_rate >= 0.5
 
@@ -68,7 +69,6 @@ def sample_known_rates(model, tokenizer, prompts: Sequence[str], golds: Sequence
     """
     from tqdm import tqdm
 
-    from evaluation.generate import eval_engine
     if not isinstance(k, int) or k < 1:
         raise ValueError(f"--knowledge-samples must be an integer >= 1, got {k!r}")
     if temperature <= 0:
@@ -103,7 +103,6 @@ def per_bucket_outcomes(known: Sequence[Optional[float]], grades: Sequence[str])
     """
     if len(known) != len(grades):
         raise ValueError(f"per_bucket_outcomes: {len(known)} rates for {len(grades)} grades")
-    from core.grader import GRADES
     out = {b: {"n": 0, **{g: 0 for g in GRADES}} for b in BUCKETS}
     for p, g in zip(known, grades):
         b = knowledge_bucket(p)

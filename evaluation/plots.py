@@ -1,6 +1,8 @@
 """PNG plots of the hallucination report (matplotlib, Agg backend)."""
 from __future__ import annotations
 
+import math
+import textwrap
 from pathlib import Path
 from typing import Any, Optional
 
@@ -21,7 +23,6 @@ def _plt():
 
 
 def _wrap(name: str, width: int = 18) -> str:
-    import textwrap
     return "\n".join(textwrap.wrap(name, width)) or name
 
 
@@ -156,7 +157,6 @@ def plot_risk_coverage(report: dict[str, Any], out_png: str | Path) -> Optional[
 
 def _has_values(rows: list[dict[str, Any]], key: str, positive: bool = False) -> bool:
     """Some record of ``rows`` has a finite number under ``key`` (above 0 with ``positive``)."""
-    import math
     return any(isinstance(r.get(key), (int, float)) and math.isfinite(r[key]) and (r[key] > 0 or not positive)
                for r in rows)
 

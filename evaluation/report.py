@@ -20,10 +20,15 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from core.prompts import PROMPT_ONLY_SYSTEMS
-from core.grader import CORRECT, INCORRECT, NOT_ATTEMPTED
+from core.grader import CORRECT, INCORRECT, NOT_ATTEMPTED, grade_answer
+from core.questions import QUESTION_TYPES, question_type
+from core.verify_schema import GOOD_LABELS
+from evaluation.knowledge import BUCKETS, per_bucket_outcomes
 from evaluation.metrics_log import read_metrics
 from evaluation.plots import plot_outcomes, plot_risk_coverage, plot_tradeoff, plot_training
 from evaluation.runner import VERIFIER_LABELS, pct, summarise
+from evaluation.selectivity import abstention_overlap, auroc, random_abstention, risk_coverage, type_rule_grades
+from evaluation.stats import mcnemar_paired, outcome_metrics, paired_bootstrap_diff, paired_bootstrap_ratio_diff
 
 ALPHA = 0.05
 
@@ -59,7 +64,6 @@ def load_run(path: str | Path) -> dict[str, Any]:
 
 def regrade(records: list[dict]) -> None:
     """Grade every record again with the current gold grader (so a report never mixes grader versions)."""
-    from core.grader import grade_answer
     for r in records:
         for k in ("question", "gold", "answer"):
             if k not in r:
@@ -96,7 +100,6 @@ def pair_records(a: dict, b: dict) -> tuple[list[dict], list[dict]]:
 
 def compare_pair(a: dict, b: dict, n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
     """Paired tests of run b against run a (b - a)."""
-    from evaluation.stats import mcnemar_paired, paired_bootstrap_diff
     ra, rb = pair_records(a, b)
     if not ra:
         raise CompareError(f"{a['dir']} and {b['dir']} share no questions; evaluate both on the same --data and "
@@ -124,8 +127,6 @@ def verifier_diff(ra: list[dict], rb: list[dict], n_boot: int = 2000, seed: int 
     """Paired bootstrap CIs (b - a) of the training verifier's fact precision (supported statements of all stated,
     as :func:`evaluation.runner.summarise` counts it) and supported statements per answer, on the paired items that
     both runs verified. None when no item has both verifier records."""
-    from core.verify_schema import GOOD_LABELS
-    from evaluation.stats import paired_bootstrap_ratio_diff
     both = [(x["verifier"], y["verifier"]) for x, y in zip(ra, rb) if x.get("verifier") and y.get("verifier")]
     if not both:
         return None
@@ -361,11 +362,6 @@ def selectivity(gruns: list[dict]) -> dict[str, Any]:
     correctness on its attempted answers. Also the question-type rule: the reference's answers with every
     open question declined (a selectivity that needs no training).
     """
-    from core.questions import QUESTION_TYPES, question_type
-    from evaluation.knowledge import per_bucket_outcomes
-    from evaluation.selectivity import (abstention_overlap, auroc, random_abstention, risk_coverage,
-                                        type_rule_grades)
-    from evaluation.stats import outcome_metrics
     ref = gruns[0]
     out: dict[str, Any] = {"reference": ref["name"], "runs": {}}
     for run in gruns:
@@ -610,7 +606,6 @@ def _md_per_knowledge(sel: dict[str, Any]) -> list[str]:
     with_known = {m: e["per_knowledge"] for m, e in sel["runs"].items() if e.get("per_knowledge")}
     if not with_known:
         return []
-    from evaluation.knowledge import BUCKETS
     first = next(iter(with_known.values()))
     L = ["", f"**Outcomes by what {sel['reference']} knew** (its sampled answers per question, graded: "
              "*never* none right, *sometimes* under half, *mostly* half or more; `rlfh eval "

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from core.grader import grade_answer
 from evaluation.generate import EVAL_BATCH_SIZE
 
 log = logging.getLogger(__name__)
@@ -84,8 +85,7 @@ def apply_threshold(scored_dir: str | Path, tau: float, out_dir: str | Path, nam
     first token blocked), so declining the questions whose recorded P(abstain) exceeds ``tau`` is all that
     changes.
     """
-    from core.grader import grade_answer
-    from evaluation.runner import summarise
+    from evaluation.runner import summarise   # numpy: this module is on `rlfh --help`'s import path
     src = Path(scored_dir)
     summary = json.loads((src / "summary.json").read_text(encoding="utf-8"))
     if summary.get("abstain_threshold") != 1.0:

@@ -26,6 +26,7 @@ import argparse
 import json
 import sys
 
+from core.config import ConfigError
 from core.help_text import plain_doc
 from ops import soak
 from ops.faults import (ALL_ROLES, ROLES, SIGNALS, inject, last_step, node_processes,  # noqa: F401 (re-exported)
@@ -59,7 +60,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_soak(args: argparse.Namespace) -> int:
-    from core.config import ConfigError
     try:
         soak.soak(args)
     except (ValueError, ConfigError) as e:

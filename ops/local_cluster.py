@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from core.ray_bootstrap import LOCAL_RAY_ENV, _bind_loopback
+
 log = logging.getLogger(__name__)
 
 FAST_NODE_DEATH = {"health_check_initial_delay_ms": 0, "health_check_period_ms": 500,
@@ -93,7 +95,6 @@ class LocalCluster:
         from ray._private import ray_constants
         from ray.cluster_utils import Cluster
 
-        from core.ray_bootstrap import LOCAL_RAY_ENV, _bind_loopback
         env = dict(os.environ)   # to put back on shutdown: the loopback variables as they were
         self._env_before = {k: env.get(k) for k in LOCAL_RAY_ENV}
         self._enabled_before = ray_constants.ENABLE_RAY_CLUSTER
@@ -144,7 +145,6 @@ def _serve_worker_node(address: str, num_cpus: float, resources: dict) -> int:
     from ray._private.node import Node
     from ray._private.parameter import RayParams
 
-    from core.ray_bootstrap import LOCAL_RAY_ENV, _bind_loopback
     os.environ.update(LOCAL_RAY_ENV)
     _bind_loopback()
     params = RayParams(node_ip_address="127.0.0.1", num_cpus=num_cpus, num_gpus=0, resources=resources,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import html
 import math
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Iterable, Optional
@@ -333,7 +334,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    import sys
     try:
         page, shown, total = build(args.run, args.out, args.step, args.limit)
     except SamplesError as e:

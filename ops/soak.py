@@ -37,11 +37,15 @@ import random
 import subprocess
 import threading
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from core.config import RLFHConfig, add_recipe_arg
+from core.ports import free_port
 from ops.faults import inject, last_step
+from ops.local_cluster import LocalCluster, node_is_dead
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +148,6 @@ class FaultInjector(threading.Thread):
         return fault
 
     def _kill_node(self, fault: Fault, inject) -> None:
-        from ops.local_cluster import node_is_dead
         resource = self.rng.choice(sorted(NODES))
         fault.target = resource
         done = inject(os.getpid(), "node", node=resource, wait_s=30)
@@ -164,7 +167,6 @@ class FaultInjector(threading.Thread):
 
 
 def _soak_config(args: argparse.Namespace, save_path: Path, redis_url: str, serve_port: int):
-    from core.config import RLFHConfig
     return RLFHConfig.load(
         recipe=args.recipe, save_path=str(save_path), ckpt_path=str(save_path / "checkpoints"), max_steps=10 ** 6,
         save_step=args.save_step, max_actor_restarts=args.max_actor_restarts, actor_timeout_s=args.actor_timeout_s,
@@ -178,7 +180,7 @@ def _run(cfg, stop_after_s: Optional[float] = None, steps: Optional[int] = None)
     """Train ``cfg`` for ``stop_after_s`` seconds or ``steps`` steps; ``(summary, wall seconds)``. A run that stops
     with ActorGroupsFailed (MAX_ACTOR_RESTARTS spent) is rerun from its checkpoint, as a Kubernetes Job would,
     while time is left; each such stop is counted."""
-    from cluster.driver import ActorGroupsFailed, Trainer
+    from cluster.driver import ActorGroupsFailed, Trainer   # torch and Ray: not for `rlfh chaos --help`
     if steps is not None:
         cfg = cfg.model_copy(update={"max_steps": steps})
     t0 = time.monotonic()
@@ -221,8 +223,6 @@ def _run(cfg, stop_after_s: Optional[float] = None, steps: Optional[int] = None)
 
 
 def soak(args: argparse.Namespace) -> dict:
-    from ops.local_cluster import LocalCluster
-    from core.ports import free_port
     for flag, value, low in (("--minutes", args.minutes, 0), ("--every", args.every, 0)):
         if not value > low:
             raise ValueError(f"{flag} must be > {low}, got {value:g}")
@@ -269,7 +269,6 @@ def soak(args: argparse.Namespace) -> dict:
 
 def render_table(result: dict) -> str:
     """The soak's summary: faults by kind, steps, rewards lost, wall time against the fault-free run."""
-    from collections import Counter
     faults = result["faults"]
     by_kind = Counter(f["kind"] + (f" ({f['target']})" if f["kind"] == "node" else "") for f in faults)
     failed = sum(1 for f in faults if f["error"])
@@ -300,7 +299,6 @@ def render_table(result: dict) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from core.config import add_recipe_arg
     add_recipe_arg(p)
     p.add_argument("--minutes", type=float, default=30.0, help="How long to train under faults (default 30).")
     p.add_argument("--every", type=float, default=120.0, help="Seconds between faults (default 120).")

@@ -18,6 +18,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import logging
 import os
@@ -213,8 +214,6 @@ def wait_terminal(client, sid: str, timeout_s: Optional[float], poll_s: float = 
 
 def follow(client, sid: str, timeout_s: Optional[float]) -> str:
     """Stream the job's logs to stdout until it ends; returns the final status."""
-    import asyncio
-
     async def _tail():
         async for lines in client.tail_job_logs(sid):
             sys.stdout.write(lines)

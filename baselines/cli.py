@@ -1,9 +1,11 @@
-"""`rlfh baseline rtuning|dpo`: the baselines RL must beat. Only argparse at import time."""
+"""`rlfh baseline rtuning|dpo`: the baselines RL must beat. No torch at import time."""
 from __future__ import annotations
 
 import argparse
 import sys
 
+from baselines import dpo, rtuning, warmstart
+from baselines.common import BaselineError
 from core.prompts import ABSTAIN_TEXT   # a constant of a dependency-free module
 
 DESCRIPTION = """\
@@ -189,15 +191,8 @@ def _warmstart_training_args(w: argparse.ArgumentParser) -> None:
 
 def _run(name: str):
     def func(args) -> int:
-        from baselines.common import BaselineError
         try:
-            if name == "rtuning":
-                from baselines.rtuning import run
-            elif name == "warmstart":
-                from baselines.warmstart import run
-            else:
-                from baselines.dpo import run
-            return run(args)
+            return {"rtuning": rtuning, "warmstart": warmstart, "dpo": dpo}[name].run(args)
         except BaselineError as e:
             print(f"rlfh baseline {name}: {e}", file=sys.stderr)
             return 2

@@ -5,6 +5,7 @@ Nothing here knows about Ray or DeepSpeed: one process, one model, torch's AdamW
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -14,7 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+from core.data import DataError, load_items, stratify_question_types
+from core.grader import grade_answer
+from core.model_loader import default_device, load_causal_lm, load_tokenizer, resolve_model_path
 from core.prompts import ABSTAIN_TEXT as DEFAULT_ABSTAIN_TEXT  # noqa: F401 (the trainer's ABSTAIN_TEXT default, for dpo / rtuning)
+from core.prompts import prompt_mode_for, render_prompt, resolve_system
 from core.sampling import eos_id, sample_answers  # noqa: F401 (re-exported: the baselines sample through these)
 
 log = logging.getLogger("baselines")
@@ -44,7 +49,6 @@ def load_questions(spec: str, limit: int, type_share: float = 0.0) -> list:
     ``type_share > 0``: ``limit`` distinct questions of which yes/no and two-option ones make up at least that
     share each (:func:`core.data.stratify_question_types`), instead of the first ``limit``.
     """
-    from core.data import DataError, load_items, stratify_question_types
     check_positive("--limit", limit, allow_zero=True)
     if not 0.0 <= type_share < 0.5:
         raise BaselineError(f"--type-share must be in [0, 0.5) (the least share of yes/no and of two-option "
@@ -69,7 +73,6 @@ def load_questions(spec: str, limit: int, type_share: float = 0.0) -> list:
 
 def render_prompts(tokenizer, items: Sequence, mode: str, system: str, evidence_share: float = 0.5) -> list[str]:
     """The trainer's prompt for every item (``mixed``: closed or evidence by the question's stable hash)."""
-    from core.prompts import prompt_mode_for, render_prompt, resolve_system
     sys_text = resolve_system(system)
     return [render_prompt(tokenizer, it.question, it.knowledge_text,
                           prompt_mode_for(it.question, mode, evidence_share), system=sys_text) for it in items]
@@ -83,7 +86,7 @@ def set_seed(seed: int) -> None:
 
 def set_threads(threads: int) -> int:
     import torch
-    from actors.base import machine_cores
+    from actors.base import machine_cores   # torch: kept lazy, this module is on `rlfh --help`'s import path
     n = threads if threads > 0 else machine_cores()
     torch.set_num_threads(n)
     return n
@@ -91,7 +94,6 @@ def set_threads(threads: int) -> int:
 
 def load_model(model_spec: str):
     """``(path, model, tokenizer)`` of ``--model`` (the embedded alias or a HF folder), fp32, on this device."""
-    from core.model_loader import default_device, load_causal_lm, load_tokenizer, resolve_model_path
     try:
         path = resolve_model_path(model_spec)
     except FileNotFoundError as e:
@@ -105,7 +107,6 @@ def load_model(model_spec: str):
 def grade_all(items: Sequence, answers: Sequence[str], scope: str = "whole") -> list:
     """Gold-grader :class:`core.grader.Grade` of ``answers[i]`` for ``items[i]`` (strict reading; ``scope``:
     what of the answer is read, as GRADE_SCOPE)."""
-    from core.grader import grade_answer
     return [grade_answer(a, it.right_answer, it.question, scope=scope) for it, a in zip(items, answers)]
 
 
@@ -235,8 +236,6 @@ def train_loop(model, examples: Sequence, step_loss: Callable, *, epochs: int, l
     ``autocast``: bf16 autocast of the forward on a CPU with native bf16 (the trainer's TRAIN_AUTOCAST=auto
     rule; weights, gradients and AdamW state stay fp32).
     """
-    import contextlib
-
     import torch
     from tqdm import tqdm
     check_positive("--epochs", epochs)

@@ -19,6 +19,7 @@ training question (:func:`evaluation.answer_cache.greedy_answers`), is cached an
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -26,7 +27,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
+from baselines.common import grade_all
+from core.assets import cache_dir
+from core.grader import CORRECT, GRADER_VERSION
 from evaluation.answer_cache import SHIPPED_DIR, cached_or_shipped, read_rows, write_rows
+from evaluation.generate import eval_engine
 
 log = logging.getLogger("baselines.probe")
 
@@ -77,9 +82,7 @@ def cache_path(model: str, prompts: Sequence[str], k: int, temperature: float, m
     """``$RLFH_CACHE_DIR/probe/<hash>.jsonl``; the hash covers the model, every prompt, the sampling settings
     (the sampler's dtype and rows per call where they are not fp32 / 32: those change the samples) and the gold
     grader's version (a grader fix re-probes)."""
-    from core.grader import GRADER_VERSION
     if cache_root is None:
-        from core.assets import cache_dir
         cache_root = cache_dir()
     key = [model, list(prompts), k, temperature, max_new_tokens, seed, GRADER_VERSION]
     if (dtype, batch_size) != ("fp32", 32):
@@ -126,13 +129,9 @@ def probe_questions(model, tokenizer, items: Sequence, prompts: Sequence[str], *
     if found is not None:
         return found, source
     from tqdm import tqdm
-    from baselines.common import grade_all
-    from evaluation.generate import eval_engine
-    from core.grader import CORRECT
     # the rollout engine's sampler (KV buffer; the k samples of a prompt share one prefill), as RL samples
     per_call = max(1, batch_size // k)
     if dtype == "bf16":   # a copy: the caller trains the fp32 model afterwards
-        import copy
 
         import torch
         model = copy.deepcopy(model).to(torch.bfloat16).eval()

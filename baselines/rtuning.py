@@ -17,6 +17,8 @@ from baselines.common import (BaselineError, DEFAULT_ABSTAIN_TEXT, check_sft_arg
                               fmt_loss, grade_all, load_model, load_questions, prepare_out, print_summary,
                               render_prompts, response_logprobs, save_model, set_seed, set_threads, train_loop,
                               write_jsonl)
+from core.grader import CORRECT, INCORRECT
+from evaluation.generate import generate_greedy
 
 log = logging.getLogger("baselines.rtuning")
 
@@ -44,7 +46,6 @@ def rtuning_targets(items: Sequence, prompts: Sequence[str], answers: Sequence[s
     Returns:
         N :class:`SFTTarget` in input order.
     """
-    from core.grader import CORRECT, INCORRECT
     if not (abstain_text or "").strip():
         raise BaselineError("--abstain-text must not be empty")
     n = len(items)
@@ -65,7 +66,7 @@ def sft_step_loss(pad_id: int):
     """``step_loss`` for :func:`baselines.common.train_loop`: mean NLL over the micro batch's response tokens,
     times ``weight`` (the micro batch's share of the step's response tokens with :func:`response_tokens` as
     ``weight_of``: the step's loss is then the mean NLL over all of its response tokens)."""
-    from core.core_algos import masked_mean
+    from core.core_algos import masked_mean   # torch: kept lazy, this module is on `rlfh --help`'s import path
 
     def fn(model, samples, weight):
         lp, mask = response_logprobs(model, samples, pad_id)
@@ -91,7 +92,6 @@ def sft_on_targets(model, tok, targets: Sequence, args, desc: str, **loop_kwargs
 
 
 def run(args) -> int:
-    from evaluation.generate import generate_greedy
     t_start = time.perf_counter()
     check_sft_args(args)
     items = load_questions(args.data, args.limit, args.type_share)

@@ -42,8 +42,15 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from baselines.common import (SFT_LOOP_VERSION, BaselineError, DEFAULT_ABSTAIN_TEXT, check_positive, check_sft_args,
-                              fmt_loss, load_model, load_questions, prepare_out, print_summary, set_seed, set_threads,
-                              train_last_layers, write_jsonl)
+                              fmt_loss, grade_all, load_model, load_questions, prepare_out, print_summary, save_model,
+                              set_seed, set_threads, train_last_layers, write_jsonl)
+from baselines.probe import PROBE_SEED, answer_threshold, bucket_counts, cache_path, probe_questions
+from baselines.rtuning import sft_on_targets
+from core.grader import CORRECT, GRADER_VERSION
+from core.model_loader import load_tokenizer, resolve_model_path
+from core.prompts import prompt_mode_for, render_prompt, resolve_system
+from evaluation.answer_cache import SHIPPED_DIR, answers_cache_path, greedy_answers, model_key
+from verifier_service.text import content_words, split_sentences, stem
 
 log = logging.getLogger("baselines.warmstart")
 
@@ -82,7 +89,6 @@ def with_support(answer: str, question: str, passage: str) -> str:
     sentences repeat them; a tie goes to the earlier sentence). The first sentence alone where no passage sentence
     shares a word with it or the passage is that sentence already. An answer made of the question's words only
     (a two-option question's choice) is matched on all its words."""
-    from verifier_service.text import content_words, split_sentences, stem
     spans = split_sentences(answer)
     first = spans[0].text if spans else answer.strip()
     asked = {stem(w) for w in content_words(question)}
@@ -111,8 +117,6 @@ def grounded_targets(items: Sequence, targets: list[WarmTarget], answers: str = 
         raise BaselineError(f"--support-answers must be one of {', '.join(SUPPORT_ANSWERS)}, got {answers!r}")
     right = None
     if answers == "right":
-        from baselines.common import grade_all
-        from core.grader import CORRECT
         right = [g.grade == CORRECT for g in grade_all(items, [t.answer for t in targets], scope="first-sentence")]
     for i, (it, t) in enumerate(zip(items, targets)):
         if t.source != "own" or t.prompt_mode != "evidence":
@@ -169,7 +173,6 @@ def warmstart_targets(items: Sequence, prompts: Sequence[str], modes: Sequence[s
 
 
 def _probe_summary(probes: dict, args) -> dict:
-    from baselines.probe import answer_threshold, bucket_counts
     return {"samples": args.probe_samples, "temperature": args.probe_temperature, "dtype": probe_dtype(args),
             "batch_size": probe_batch_size(args),
             "threshold": answer_threshold(args.abstain_price), "buckets": bucket_counts(list(probes.values()))}
@@ -189,7 +192,7 @@ def probe_dtype(args) -> str:
     rule: RL samples in bf16 there), else fp32."""
     if args.probe_dtype != "auto":
         return args.probe_dtype
-    from actors.base import cpu_has_fast_bf16
+    from actors.base import cpu_has_fast_bf16   # torch: kept lazy, this module is on `rlfh --help`'s import path
     import torch
     return "bf16" if not torch.cuda.is_available() and cpu_has_fast_bf16() else "fp32"
 
@@ -210,7 +213,6 @@ def settings_of(args) -> dict:
         if out.get(k) == default:
             del out[k]
     if args.abstain_where != "random" or out.get("support_answers") == "right":
-        from core.grader import GRADER_VERSION
         out["grader"] = GRADER_VERSION
     out["sft_loop"] = SFT_LOOP_VERSION   # a warm start trained by an older loop is made again
     return out
@@ -229,7 +231,6 @@ def cached(out: Path, settings: dict) -> bool:
 
 def closed_book_prompts(tok, items: Sequence, modes: Sequence[str], system) -> tuple[list[int], list[str]]:
     """What the probe samples: the closed-book questions (indices into ``items``) and their closed-book prompts."""
-    from core.prompts import render_prompt
     closed = [i for i, m in enumerate(modes) if m != "evidence"]
     return closed, [render_prompt(tok, items[i].question, items[i].knowledge_text, "closed", system=system)
                     for i in closed]
@@ -239,10 +240,6 @@ def cache_file_names(args) -> dict[str, str]:
     """The names of the cache files :func:`run` looks up for ``args`` (shipped ones have the same names):
     ``{"answers": ..., "probe": ...}``, from the tokenizer alone: no model weights are loaded, nothing is sampled.
     The answers' key assumes fp32 weights (how ``rlfh baseline`` loads a model)."""
-    from baselines.probe import PROBE_SEED, cache_path
-    from core.model_loader import load_tokenizer, resolve_model_path
-    from core.prompts import prompt_mode_for, render_prompt, resolve_system
-    from evaluation.answer_cache import answers_cache_path, model_key
     path = resolve_model_path(args.model)
     tok = load_tokenizer(path)
     items = load_questions(args.data, args.limit, args.type_share)
@@ -262,8 +259,6 @@ def run(args) -> int:
     answer every question with the base model (:func:`_base_answers`), grade them (``--abstain-where wrong``) or
     probe them (``--abstain-where probed``, :func:`_probe`), choose the targets (:func:`_choose_targets`), SFT on
     them and save the model, then print the summary (:func:`_print_warmstart_summary`)."""
-    from baselines.rtuning import sft_on_targets
-    from core.prompts import prompt_mode_for, render_prompt, resolve_system
     t_start = time.perf_counter()
     _check_args(args)
     settings = settings_of(args)
@@ -291,8 +286,6 @@ def run(args) -> int:
     answers, answers_source, t_gen = _base_answers(args, model, tok, path, items, prompts)
     right = None
     if args.abstain_where == "wrong":   # R-Tuning-style: the gold grader decides which answers may be replaced
-        from baselines.common import grade_all
-        from core.grader import CORRECT
         right = [g.grade == CORRECT for g in grade_all(items, answers)]
         log.info("gold grader: %d of %d answers right (always kept)", sum(right), len(right))
     decline, probes, probe_source, t_probe = None, {}, None, 0.0
@@ -315,7 +308,6 @@ def run(args) -> int:
             "probe_source": probe_source, "answers_source": answers_source, "trainable_params": trainable,
             "micro_batches": hist.micro_batches, "tokens_computed": hist.tokens,
             "seconds": {"generate": t_gen, "probe": t_probe, "train": hist.seconds}}
-    from baselines.common import save_model
     save_model(model, tok, out, json.loads(json.dumps(meta, default=str)))
     _print_warmstart_summary(args, items, counts, meta, hist, out, time.perf_counter() - t_start)
     return 0
@@ -350,7 +342,6 @@ def _base_answers(args, model, tok, path: str, items: Sequence, prompts: list[st
     """Step 1: the base model's greedy answer to every prompt (cached, or shipped unless --recompute-probe).
     Returns (answers, where they came from, seconds)."""
     log.info("step 1/2: the base model answers %d questions (greedy, <= %d tokens)", len(items), args.max_new_tokens)
-    from evaluation.answer_cache import SHIPPED_DIR, greedy_answers, model_key
     t0 = time.perf_counter()
     recompute = getattr(args, "recompute_probe", False)
     gens, _, answers_source = greedy_answers(
@@ -369,8 +360,6 @@ def _probe(args, model, tok, path: str, items: Sequence, modes: Sequence[str], s
     """``--abstain-where probed``: sample the closed-book questions (:mod:`baselines.probe`) and decline where the
     right-sample rate is below the answer threshold at ``--abstain-price``. Returns (decline per item, probe per
     uid, where the probe came from, seconds)."""
-    from baselines.probe import PROBE_SEED, answer_threshold, bucket_counts, probe_questions
-    from evaluation.answer_cache import SHIPPED_DIR, model_key
     recompute = getattr(args, "recompute_probe", False)
     closed, closed_prompts = closed_book_prompts(tok, items, modes, system)
     t_probe = time.perf_counter()

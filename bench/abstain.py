@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import argparse
 
+from core.data import load_items
+from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
+from core.prompts import SYSTEM_PROMPTS, render_prompt
+from verifier_service.text import is_abstention_text
+
 # a stronger wording than the may-abstain baseline, to see whether prompting alone gets abstentions sampled
 STRONG_SYSTEM = ("You are a helpful assistant. Answer the question in one short sentence. If you do not know the "
                  "answer for certain, reply only: I don't know.")
@@ -40,11 +45,6 @@ def _cmd(args: argparse.Namespace) -> int:
     import torch
     from rich.console import Console
     from rich.table import Table
-
-    from core.data import load_items
-    from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
-    from core.prompts import SYSTEM_PROMPTS, render_prompt
-    from verifier_service.text import is_abstention_text
 
     model_dir = resolve_model_path(args.model)
     tok = load_tokenizer(model_dir)

@@ -24,6 +24,12 @@ import subprocess
 import sys
 import time
 
+from baselines.common import encode_example, eos_id, load_model
+from baselines.rtuning import sft_step_loss
+from core.cpu_blas import preload_value
+from core.data import load_halueval
+from core.prompts import render_prompt
+
 SHAPES = ((48, 576, 1536), (48, 576, 49152), (512, 576, 1536), (512, 1536, 576))
 
 
@@ -46,11 +52,7 @@ def child(model: str, rows: int, max_new_tokens: int, threads: int) -> dict:
     """One variant's measurements in this process (whatever LD_PRELOAD it was started with)."""
     import torch
 
-    from actors.decode import sample
-    from baselines.common import encode_example, eos_id, load_model
-    from baselines.rtuning import sft_step_loss
-    from core.data import load_halueval
-    from core.prompts import render_prompt
+    from actors.decode import sample   # torch: kept lazy, this module is on `rlfh --help`'s import path
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     out: dict = {"matmul": {}}
@@ -93,7 +95,6 @@ def child(model: str, rows: int, max_new_tokens: int, threads: int) -> dict:
 def measure(repeats: int = 2, rows: int = 8, max_new_tokens: int = 40, threads: int = 2,
             model: str = "smollm2-135m-instruct") -> dict:
     """``{"shim": path or "", "why": str, "runs": {"MKL default": [child dicts], "vendor shim": [...]}}``."""
-    from core.cpu_blas import preload_value
     if min(repeats, rows, max_new_tokens, threads) < 1:
         raise ValueError("--repeats, --rows, --max-new-tokens and --threads must be >= 1")
     base_env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}

@@ -15,6 +15,12 @@ twice them.
 from __future__ import annotations
 
 import argparse
+import time
+
+from core.config import RLFHConfig
+from core.data import load_halueval
+from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
+from core.prompts import render_prompt
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -32,17 +38,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def measure(model: str, n_prompts: int, n_samples: int, max_new_tokens: int, mode: str = "closed",
             threads: int = 0) -> dict:
     """The numbers ``rlfh bench drift`` prints (see the module docstring)."""
-    import time
-
     import torch
 
+    # torch: kept lazy, this module is on `rlfh --help`'s import path
     from actors.base import phase_threads, response_logprobs, set_threads
     from actors.rollout import HFRolloutEngine
     from actors.types import make_batch
-    from core.config import RLFHConfig
-    from core.data import load_halueval
-    from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
-    from core.prompts import render_prompt
     cfg = RLFHConfig(model_path=model, rollout_backend="hf", micro_rollout_batch_size=16, rollout_dtype="fp32",
                      cpu_threads=threads)
     set_threads(phase_threads(cfg))
@@ -84,8 +85,6 @@ def measure(model: str, n_prompts: int, n_samples: int, max_new_tokens: int, mod
 def _gradient_agreement(model, batch, cfg) -> dict:
     """TRAIN_AUTOCAST=bf16 against fp32 on one backward of ``sum(log p)`` over ``batch``: the cosine of the two
     full gradients, their norm ratio, and the forward+backward time of each."""
-    import time
-
     import torch
 
     from actors.base import autocast_context, causal_lm_response_logprobs

@@ -20,6 +20,13 @@ int8 kernel). ``--batch`` rows / that time is the tokens/s ceiling of a decode s
 from __future__ import annotations
 
 import argparse
+import statistics
+import time
+
+from core.config import RLFHConfig
+from core.data import load_halueval
+from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
+from core.prompts import render_prompt
 
 LOOPS = ("kv-buffer", "generate")
 
@@ -52,18 +59,12 @@ def measure(model: str = "smollm2-135m-instruct", n_prompts: int = 8, n: int = 4
             repeats: int = 3, threads: int = 0, progress: bool = True, ceiling: bool = False) -> dict:
     """The numbers ``rlfh bench gen`` prints: ``{loop: {"seconds": [...], "tokens": [...]}, ...}``; with
     ``ceiling`` also ``"ceiling"``: :func:`matmul_ceiling` of the same loaded model at ``batch`` rows."""
-    import statistics
-    import time
-
     import torch
     from tqdm import tqdm
 
+    # torch: kept lazy, this module is on `rlfh --help`'s import path
     from actors.base import phase_threads, set_threads
     from actors.rollout import HFRolloutEngine
-    from core.config import RLFHConfig
-    from core.data import load_halueval
-    from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
-    from core.prompts import render_prompt
     if min(n_prompts, n, max_new_tokens, batch, repeats) < 1:
         raise ValueError("--prompts, --n, --max-new-tokens, --batch and --repeats must be >= 1")
     path = resolve_model_path(model)
@@ -120,8 +121,6 @@ def matmul_ceiling(lm, rows: int, formats=CEILING_FORMATS, repeats: int = 3) -> 
     ``int8-weight`` keeps fp32 rows and int8 weights with one fp32 scale per output channel
     (``torch.ops.aten._weight_int8pack_mm``). Formats this torch build cannot run are left out.
     """
-    import time
-
     import torch
     import torch.nn.functional as F
     weights = [m.weight.detach().float() for m in lm.modules() if isinstance(m, torch.nn.Linear)]

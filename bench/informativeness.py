@@ -26,6 +26,8 @@ from typing import Optional, Sequence
 
 from bench.real import GROUNDED_PATH, PARTS, RealDataError, jsonl_objects, load_real, split_of
 from core.help_text import plain_doc
+from core.verify_schema import VerifyRequest
+from verifier_service.core import Verifier
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_PATH = DATA_DIR / "informativeness.jsonl"
@@ -121,8 +123,6 @@ def agreement(pairs: Sequence[tuple[int, int]]) -> dict:
 
 def run(path: "str | Path" = DEFAULT_PATH, cfg=None) -> list[dict]:
     """One row per part (and ``all``) of the verifier's agreement with the hand levels."""
-    from core.verify_schema import VerifyRequest
-    from verifier_service.core import Verifier
     records = load_records(path)
     answers = source_answers()
     verifier = Verifier(cfg, backend="evidence")

@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import time
 
+from bench.real import DEFAULT_PATH, load_real
+from core.config import RLFHConfig, positive_int
 from core.help_text import plain_doc
+from core.verify_schema import VerifyRequest
+from verifier_service.core import Verifier
 
 
 def measure(backend: str, threads: int, batch: int, repeats: int, cfg=None) -> dict:
     import torch
 
-    from bench.real import DEFAULT_PATH, load_real
-    from core.config import RLFHConfig
-    from core.verify_schema import VerifyRequest
-    from verifier_service.core import Verifier
     cfg = cfg or RLFHConfig.load()
     answers = load_real(DEFAULT_PATH)
     reqs = [VerifyRequest(question=a.question, response=a.answer, materials=list(a.knowledge)) for a in answers]
@@ -49,8 +50,6 @@ def measure(backend: str, threads: int, batch: int, repeats: int, cfg=None) -> d
 
 
 def _run(args: argparse.Namespace) -> int:
-    import platform
-
     from rich.console import Console
     from rich.table import Table
     rows = [measure(b, t, args.batch, args.repeats) for b in args.backends for t in args.threads]
@@ -70,7 +69,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    from core.config import positive_int
     p = sub.add_parser("judge", help="Statements/s of one verifier replica: the rules vs the trained claim judge.",
                        description=plain_doc(__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backends", nargs="+", default=["evidence", "judge"], choices=["evidence", "judge"],

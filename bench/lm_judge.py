@@ -21,10 +21,18 @@ one tune half and scored on the other.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
 from typing import Optional, Sequence
+
+from bench.real import fact_label, load_real
+from core.config import RLFHConfig
+from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
+from core.verify_schema import VerifyRequest
+from evaluation.selectivity import auroc as mann_whitney
+from verifier_service.core import Verifier
 
 
 def auroc(pos: Sequence[float], neg: Sequence[float]) -> Optional[float]:
@@ -32,7 +40,6 @@ def auroc(pos: Sequence[float], neg: Sequence[float]) -> Optional[float]:
     ``None`` when either side is empty."""
     if not pos or not neg:
         return None
-    from evaluation.selectivity import auroc as mann_whitney
     return mann_whitney([*pos, *neg], [True] * len(pos) + [False] * len(neg))
 
 
@@ -52,8 +59,6 @@ def fact_logprob(model, tok, context: str, prefix: str, fact: str) -> float:
 
 def score_facts(model, tok, answers, verifier) -> list[dict]:
     """One row per fact: its label, prompt mode, the verifier's labels and the three log-probabilities."""
-    from bench.real import fact_label
-    from core.verify_schema import VerifyRequest
     from tqdm import tqdm
     rows = []
     for a in tqdm(answers, desc="facts", unit="answer", file=sys.stderr):
@@ -100,7 +105,6 @@ def table(rows: list[dict]) -> list[dict]:
 
 def tune_half(question: str) -> int:
     """The two halves the evidence verifier's rules were written on since evidence-1.17 (docs/EVALUATION.md)."""
-    import hashlib
     return int(hashlib.sha1(("tune-half/" + question).encode("utf-8")).hexdigest()[:8], 16) % 2
 
 
@@ -149,10 +153,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = ap.parse_args(argv)
     if args.limit < 0:
         ap.error(f"--limit must be >= 0 (0: every answer), got {args.limit}")
-    from bench.real import load_real
-    from core.config import RLFHConfig
-    from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
-    from verifier_service.core import Verifier
     answers = [a for a in load_real() if args.part == "both" or a.part == args.part]
     answers = answers[:args.limit] if args.limit else answers
     try:

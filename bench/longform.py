@@ -36,10 +36,13 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from core.verify_schema import BAD_LABELS, GOOD_LABELS, LABELS
+from core.verify_schema import BAD_LABELS, GOOD_LABELS, LABELS, Sentence, Statement, VerifyRequest, VerifyResult
+from verifier_service import text as T
+from verifier_service.question import NATIONALITIES
 
 HEDGES = ("I think ", "I believe ", "Probably, ", "If I remember correctly, ", "I'm fairly sure that ")
 FILLERS = (
@@ -93,7 +96,6 @@ def _group(kind: str) -> str:
 
 def _swap_candidates(item, passage_i: int, sentence: str):
     """Entities of the item's passages (same passage first) usable as replacements in ``sentence``."""
-    from verifier_service import text as T
     sn = " " + T.normalize(sentence) + " "
     order = [passage_i] + [i for i in range(len(item.knowledge)) if i != passage_i]
     out, seen = [], set()
@@ -112,8 +114,6 @@ def swap_one(item, passage_i: int, sentence: str, rng: random.Random) -> Optiona
 
     None when the sentence has no entity with a usable same-kind replacement.
     """
-    from verifier_service import text as T
-    from verifier_service.question import NATIONALITIES
     ents = [e for e in T.entities(sentence) if e.norm and len(e.norm) > 1 and e.norm not in ("yes", "no")]
     rng.shuffle(ents)
     cands = _swap_candidates(item, passage_i, sentence)
@@ -159,7 +159,6 @@ def _evidence_sentences(item) -> list[tuple[int, str]]:
     """Usable passage sentences: 5-30 words, an entity, no hedge cue of their own ("about 200 species"
     would make a copied fact a hedged one), and not a restatement of the question (at least 2 content
     words and a third of them that the question lacks: a restatement is Vague by design)."""
-    from verifier_service import text as T
     qs = set(T.content_words(item.question))
     out = []
     for pi, p in enumerate(item.knowledge):
@@ -185,7 +184,6 @@ def swap_entity(item) -> Optional[str]:
     contained in the right answer. Candidates of the right answer's kind (number/date vs name) are preferred.
     The pick is ``candidates[sha1(question) % len(candidates)]`` in reading order. None when there is none.
     """
-    from verifier_service import text as T
     right = item.right_answer or ""
     rn = T.normalize(right)
     if not rn:
@@ -314,7 +312,6 @@ def span_scores(st: TrueStatement, preds: list) -> tuple[float, float]:
 
 def gold_result(resp: LongResponse):
     """The true statements as a VerifyResult (one sentence per statement), for the reward service's signs."""
-    from core.verify_schema import Sentence, Statement, VerifyResult
     sents = []
     for st in resp.statements:
         s = Statement(text=st.text, start=st.start, end=st.end, label=st.label, informativeness=3)
@@ -326,6 +323,7 @@ def token_signs(res, response: str):
     """``(T,)`` int8 FSPO label signs of the regex tokens of ``response`` (the reward service's rule)."""
     import numpy as np
 
+    # numpy: kept lazy, this module is on `rlfh --help`'s import path
     from reward_service.token_rewards import RewardSettings, compute_token_rewards
     off = np.asarray(tokens(response), dtype=np.int64).reshape(-1, 2)
     if off.shape[0] == 0:
@@ -413,7 +411,6 @@ def _cls(label: str) -> int:
 
 
 def requests(responses: Sequence[LongResponse], use_gold: bool):
-    from core.verify_schema import VerifyRequest
     return [VerifyRequest(question=r.question, response=r.response, materials=r.materials,
                           gold_answer=r.gold if use_gold else None) for r in responses]
 
@@ -421,7 +418,6 @@ def requests(responses: Sequence[LongResponse], use_gold: bool):
 def score_verifier(name: str, verifier, responses: Sequence[LongResponse], use_gold: bool, progress=None,
                    batch: int = 8) -> LongformScore:
     """Run ``verifier`` over the long answers and score it."""
-    import time
     sc = LongformScore(name)
     reqs = requests(responses, use_gold)
     task = progress.add_task(name, total=len(reqs)) if progress is not None else None

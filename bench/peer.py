@@ -16,9 +16,14 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import tempfile
 import time
 from typing import Any
 
+from core.config import RLFHConfig
+from core.data import load_items
+from core.model_loader import load_tokenizer, resolve_model_path
+from core.prompts import render_prompt
 from reward_service.schemas import ItemReward
 
 TRL_HINT = ("TRL is not installed in this environment: run `make bench-peer` (installs TRL into .venv-peer, "
@@ -76,7 +81,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def word_pattern(word: str):
     """The reward's test: ``word`` as a whole word, any case (compiled regex)."""
-    import re
     return re.compile(r"(?<!\w)" + re.escape(word) + r"(?!\w)", re.IGNORECASE)
 
 
@@ -112,23 +116,17 @@ def trl_step_timer(times: list[float]):
 
 
 def _prompts(model: str, n: int) -> list[str]:
-    from core.data import load_items
-    from core.model_loader import load_tokenizer
-    from core.prompts import render_prompt
     tok = load_tokenizer(model)
     return [render_prompt(tok, it.question, mode="closed") for it in load_items("halueval:train", limit=n)]
 
 
 def run_trl(args, prompts: list[str]) -> list[float]:
     """Seconds per optimizer step of TRL's GRPOTrainer (generation included)."""
-    import tempfile
-
     try:
         from datasets import Dataset
         from trl import GRPOConfig, GRPOTrainer
     except ImportError as e:
         raise SystemExit(f"{TRL_HINT} ({e})") from None
-    from core.model_loader import resolve_model_path
     reward = word_reward(args.word)
     times: list[float] = []
 
@@ -148,10 +146,7 @@ def run_trl(args, prompts: list[str]) -> list[float]:
 
 def run_rlfh(args, n_prompts: int) -> list[float]:
     """Seconds per step of rlfh's Trainer (embedded Ray, every actor, weight sync) on the same sizes."""
-    import tempfile
-
-    from cluster.driver import Trainer
-    from core.config import RLFHConfig
+    from cluster.driver import Trainer   # torch and Ray: kept lazy, this module is on `rlfh --help`'s import path
     times: list[float] = []
     with tempfile.TemporaryDirectory(prefix="rlfh-bench-peer-") as tmp:
         cfg = RLFHConfig.load(

@@ -32,13 +32,17 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
 from bench.longform import token_signs, tokens
-from core.verify_schema import BAD_LABELS, GOOD_LABELS, LABELS
+from core.config import ConfigError, RLFHConfig
+from core.grader import grade_answer
+from core.verify_schema import BAD_LABELS, GOOD_LABELS, LABELS, Sentence, Statement, VerifyRequest, VerifyResult
+from verifier_service.core import Verifier
 
 DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "real_answers.jsonl"
 #: the grounded recipe's held-out answers (base and trained, with the passage), labelled the same way
@@ -88,7 +92,6 @@ class RealAnswer:
         """The gold grader's verdict now (``core.grader``, its current GRADER_VERSION): what the bench
         scores against, so a grader fix moves the answer-fact columns instead of leaving them on a stale grade
         (grader v3 reads 5 of the 206 answers otherwise than the recorded ``grade``)."""
-        from core.grader import grade_answer
         return grade_answer(self.answer, self.gold, self.question).grade
 
 
@@ -272,7 +275,6 @@ def fact_label(fact: Fact, preds: Sequence) -> str:
 
 def facts_result(ans: RealAnswer):
     """The true facts as a VerifyResult (one sentence per fact), for the reward service's token signs."""
-    from core.verify_schema import Sentence, Statement, VerifyResult
     sents = [Sentence(text=f.text, start=f.start, end=f.end,
                       statements=[Statement(text=f.text, start=f.start, end=f.end, label=f.label,
                                             informativeness=3)]) for f in ans.facts]
@@ -357,7 +359,6 @@ class RealScore:
 def score_verifier(name: str, verifier, answers: Sequence[RealAnswer], use_gold: bool,
                    batch: int = 8) -> RealScore:
     """Run ``verifier`` (anything with ``verify_many``) over ``answers`` and score it."""
-    from core.verify_schema import VerifyRequest
     sc = RealScore(name)
     reqs = [VerifyRequest(question=a.question, response=a.answer, materials=list(a.knowledge),
                           gold_answer=a.gold if use_gold else None) for a in answers]
@@ -397,9 +398,6 @@ def statement_figures(answers: Sequence[RealAnswer], labels: Optional[Sequence[S
 def run_by_model(path: "str | Path", cfg=None, batch: int = 8) -> list[dict]:
     """Rows of the statement figures per model: the hand labels, and the evidence verifier (with the gold answer,
     as ``rlfh eval`` runs it) on the same answers. Each row: ``{"judge", "model", **statement_figures}``."""
-    from core.config import RLFHConfig
-    from core.verify_schema import VerifyRequest
-    from verifier_service.core import Verifier
     cfg = cfg or RLFHConfig.load()
     answers = load_real(path)
     ver = Verifier(cfg, backend="evidence")
@@ -440,21 +438,17 @@ def run_real(path: "str | Path" = DEFAULT_PATH, parts: Sequence[str] = PARTS, cf
     """Metrics rows: every backend (evidence; judge, the trained claim judge of CLAIM_JUDGE_WEIGHTS; llm when
     MODEL_URL is set), without and with the gold answer, on
     each part of the labelled set. Each row dict has ``part``, ``backend`` and ``gold``."""
-    from core.config import RLFHConfig
-    from verifier_service.core import Verifier
     cfg = cfg or RLFHConfig.load()
     answers = load_real(path)
     backends = [("evidence", Verifier(cfg, backend="evidence"), None)]
     judge_missing = None
     if with_judge:
-        from core.config import ConfigError
         try:
             backends.append(("judge", Verifier(cfg, backend="judge"), None))
         except ConfigError as e:
             judge_missing = f"not built ({e})"
     if with_llm and cfg.model_url:
         backends.append(("llm", Verifier(cfg, backend="llm"), llm_limit))
-    from core.verify_schema import VerifyRequest
     for _, ver, _ in backends:
         # one request first, so that ms/answer does not carry the backend's start-up (imports, tokenizers)
         ver.verify(VerifyRequest(question="Who wrote it?", response="Jane wrote it.", materials=["Jane wrote it."]))
@@ -513,7 +507,6 @@ def print_real_table(rows: list[dict], path: "str | Path" = DEFAULT_PATH, file=N
 
 def _build_main(argv: Optional[list[str]] = None) -> int:
     """``python -m bench.real POOL.json ANNOTATIONS.txt OUT.jsonl``: (re)build the labelled set."""
-    import sys
     args = argv if argv is not None else sys.argv[1:]
     if len(args) != 3:
         print("usage: python -m bench.real POOL.json ANNOTATIONS.txt OUT.jsonl", file=sys.stderr)

@@ -28,6 +28,7 @@ is never read while writing rules.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import sys
@@ -39,6 +40,9 @@ from bench.real import PARTS, RealDataError, jsonl_objects, split_of
 from core.config import ConfigError, RLFHConfig
 from core.grader import NOT_ATTEMPTED, grade_answer
 from core.help_text import plain_doc
+from core.reward_settings import RewardSettings
+from core.verify_schema import VerifyRequest
+from verifier_service.core import Verifier
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_PATH = DATA_DIR / "reward_pairs.jsonl"
@@ -116,7 +120,6 @@ class RewardOfReply:
     variants with the same backend: the settings after the verifier are pure)."""
 
     def __init__(self, settings: dict[str, str]):
-        from core.reward_settings import RewardSettings
         self.cfg = RLFHConfig.load(environ={**RECIPE, **settings})
         self.reward = RewardSettings.from_config(self.cfg)
         # every pair comes with its passage: the evidence mode's abstention price where one is set
@@ -126,7 +129,7 @@ class RewardOfReply:
     def __call__(self, reply: str, pair: Pair, result) -> float:
         import torch
 
-        from core import core_algos
+        from core import core_algos   # torch and numpy: kept lazy, this module is on `rlfh --help`'s import path
         from reward_service.token_rewards import compute_token_rewards
         cfg = self.cfg
         total = 0.0
@@ -144,8 +147,6 @@ class RewardOfReply:
 
 def verify_all(pairs: Sequence[Pair], backend: str = "evidence") -> dict[tuple[str, str], object]:
     """``{(question, reply): VerifyResult}`` for every reply of ``pairs``, verified once with passage and gold."""
-    from core.verify_schema import VerifyRequest
-    from verifier_service.core import Verifier
     verifier = Verifier(RLFHConfig.load(environ=RECIPE), backend=backend)
     out = {}
     for p in pairs:
@@ -306,7 +307,6 @@ def groups_from_samples(path: "str | Path", source: str, steps: Sequence[int], p
     """Groups of ``group_size`` replies to one prompt from a run's ``samples.jsonl`` (``LOG_SAMPLES`` covering the
     whole step), the first ``per_step`` prompts of each of ``steps`` in file order: the pool the hand rankings read.
     """
-    import hashlib
     by: dict[tuple[int, str], list[dict]] = {}
     with open(path, encoding="utf-8") as fh:
         for line in fh:

@@ -13,8 +13,12 @@ and names the budget it was written against:
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import time
+
+from verifier_service import text as T
+from verifier_service.align import align_statement
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,9 +42,8 @@ def measure(repeat: int = 3) -> list[dict]:
     """One row per pass: ``{"pass", "size", "seconds", "budget_s", "within"}``."""
     import numpy as np
 
+    # numpy: kept lazy, this module is on `rlfh --help`'s import path
     from reward_service.token_rewards import align_spans
-    from verifier_service import text as T
-    from verifier_service.align import align_statement
 
     rows = []
     base = "Jonathan Stark was born on April 3, 1971 in Medford, Oregon. He won 2 titles with Henri Leconte in 1994. "
@@ -68,7 +71,6 @@ def measure(repeat: int = 3) -> list[dict]:
 def _cmd(args: argparse.Namespace) -> int:
     rows = measure(args.repeat)
     if args.json:
-        import json
         print(json.dumps(rows, indent=2))
         return 0
     print(f"{'pass':24s} {'size':32s} {'seconds':>9s} {'budget':>7s}")

@@ -17,6 +17,14 @@ the step (about two thirds). Packing saves in proportion to the padding it drops
 from __future__ import annotations
 
 import argparse
+import statistics
+
+from baselines.common import (BaselineError, encode_example, eos_id, load_model, set_threads, train_last_layers,
+                              train_loop)
+from baselines.rtuning import response_tokens, sft_step_loss
+from core.data import load_halueval
+from core.model_loader import load_tokenizer, resolve_model_path
+from core.prompts import prompt_mode_for, render_prompt
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -57,16 +65,8 @@ def measure(model: str = "smollm2-135m-instruct", train_layers: tuple[int, ...] 
             batch_size: int = 8, micro_batch_size: int = 8, repeats: int = 2, threads: int = 0) -> dict:
     """``{"threads", "examples", "evidence", "tokens_per_example", "runs": {(layers, budget): {"trainable",
     "micro_batches", "tokens_per_step", "s_per_step": [...], "median", "best"}}}``."""
-    import statistics
-
     import torch
 
-    from baselines.common import (encode_example, eos_id, load_model, set_threads,
-                                  train_last_layers, train_loop)
-    from baselines.rtuning import response_tokens, sft_step_loss
-    from core.data import load_halueval
-    from core.model_loader import load_tokenizer, resolve_model_path
-    from core.prompts import prompt_mode_for, render_prompt
     if min(steps, batch_size, micro_batch_size, repeats) < 1:
         raise ValueError("--steps, --batch-size, --micro-batch-size and --repeats must be >= 1")
     if not 0.0 <= evidence_share <= 1.0:
@@ -99,7 +99,7 @@ def measure(model: str = "smollm2-135m-instruct", train_layers: tuple[int, ...] 
 
 
 def print_table(res: dict) -> None:
-    from actors.base import cpu_summary
+    from actors.base import cpu_summary   # torch: kept lazy, this module is on `rlfh --help`'s import path
     runs = res["runs"]
     first = runs[next(iter(runs))]["median"]
     print(f"\n{res['examples']} dev examples, {res['evidence']} with the passage "
@@ -113,7 +113,6 @@ def print_table(res: dict) -> None:
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    from baselines.common import BaselineError
     try:
         res = measure(args.model, tuple(parse_layers(args.train_layers)),
                       tuple(parse_layers(args.token_budget, "--token-budget", "0,2048")), args.evidence_share,

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import tempfile
+import time
 
-from core.config import RLFHConfig
+from core.config import EMBEDDED_MODEL, RLFHConfig, env_name
 
 # The embedded default's sizes, as scripts/train.sh sets them for the embedded model on CPU.
 EMBEDDED_SIZES = {"generate_max_len": 48}
@@ -35,16 +38,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    import tempfile
-    import time
-
-    from cluster.driver import Trainer
+    from cluster.driver import Trainer   # torch and Ray: kept lazy, this module is on `rlfh --help`'s import path
     if args.steps < 1:
         print("--steps must be >= 1")
         return 2
-    import os
 
-    from core.config import EMBEDDED_MODEL, env_name
     for name, value in EMBEDDED_SIZES.items():   # flag > environment > the embedded default's size
         if getattr(args, name, None) is None and not os.environ.get(env_name(name)) \
                 and (args.model_path or os.environ.get("MODEL_PATH") or EMBEDDED_MODEL) == EMBEDDED_MODEL:
@@ -90,7 +88,6 @@ def _vm_hwm_mb(pid: int) -> float:
 
 def peak_rss(trainer) -> list[tuple[str, int, float]]:
     """``(process, pid, peak RSS MB)`` of the driver, every actor rank and every rollout engine (this node)."""
-    import os
     out = [("driver", os.getpid(), _vm_hwm_mb(os.getpid()))]
     g = trainer.groups
     if g is None:

@@ -17,6 +17,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from actors.types import RolloutSample, token_offsets  # noqa: E402  (the repository on sys.path first)
+from cluster.samples_log import sample_record  # noqa: E402
+from core.config import ServiceSettings  # noqa: E402
+from core.data import load_halueval  # noqa: E402
+from core.model_loader import load_tokenizer, resolve_model_path  # noqa: E402
+from core.verify_schema import VerifyRequest  # noqa: E402
+from ops.show import build  # noqa: E402
+from reward_service.token_rewards import RewardSettings, compute_token_rewards  # noqa: E402
+from verifier_service.core import Verifier  # noqa: E402
+
 #: (step, HaluEval train question prefix, prompt mode, the handwritten response)
 EXAMPLES = [
     (1, "The Oberoi family is part of", "evidence",
@@ -34,15 +44,6 @@ EXAMPLES = [
 
 
 def build_records(backend: str) -> list[dict]:
-    from actors.types import RolloutSample, token_offsets
-    from cluster.samples_log import sample_record
-    from core.config import ServiceSettings
-    from core.data import load_halueval
-    from core.model_loader import load_tokenizer, resolve_model_path
-    from core.verify_schema import VerifyRequest
-    from reward_service.token_rewards import RewardSettings, compute_token_rewards
-    from verifier_service.core import Verifier
-
     items = load_halueval("train")
     tok = load_tokenizer(resolve_model_path("smollm2-135m-instruct"))
     cfg = ServiceSettings.load()
@@ -72,7 +73,6 @@ def main() -> int:
     with open(out / "samples.jsonl", "w", encoding="utf-8") as fh:
         for rec in build_records(args.backend):
             fh.write(json.dumps(rec) + "\n")
-    from ops.show import build
     page, shown, _ = build(out)
     print(f"wrote {out / 'samples.jsonl'} and {page} ({shown} rollouts)")
     return 0

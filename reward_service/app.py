@@ -53,6 +53,7 @@ from ray.serve.exceptions import BackPressureError
 
 from core import metrics
 from core.config import ConfigError, RLFHConfig, ServiceSettings, env_name
+from core.model_loader import load_tokenizer
 from core.placement import check_node_resources
 from core.ray_bootstrap import start_ray
 from core.verify_schema import GOOD_LABELS, LABELS, VerifyRequest, VerifyResult
@@ -256,7 +257,6 @@ class RewardDeployment:
             if self._tokenizer is None and self._tokenizer_error is None:
                 name = self.cfg.reward_tokenizer or self.cfg.model_path
                 try:
-                    from core.model_loader import load_tokenizer
                     self._tokenizer = load_tokenizer(name)
                 except Exception as e:  # no tokenizer: callers must send offsets
                     self._tokenizer_error = f"tokenizer {name!r} could not be loaded: {type(e).__name__}: {e}"

@@ -316,44 +316,16 @@ def sample(model, prompt_ids: Sequence[Sequence[int]], *, n: int, max_new_tokens
     rows, cap = b * n, plen + max_new_tokens
     if fixed_shapes:   # fewer distinct shapes to capture / compile; the extra columns stay masked
         cap = -(-cap // CAPACITY_ROUND) * CAPACITY_ROUND
-    ids = torch.full((b, plen), int(pad_id), dtype=torch.long)
-    real = torch.zeros((b, plen), dtype=torch.bool)
-    for i, p in enumerate(prompt_ids):
-        ids[i, plen - len(p):] = torch.as_tensor(list(p), dtype=torch.long)
-        real[i, plen - len(p):] = True
-    # the tokens every prompt starts with (a chat template's system prompt; each prompt keeps at least its last
-    # token) are prefilled once for all rows, then each prompt's rest, left padded: buffer columns
-    # [shared | padding | rest of the prompt | generated]
-    shared = shared_prefix_length(ids[:, :-1], real[:, :-1], at_least=MIN_SHARED_PREFIX) if share_prefix else 0
-    first = ids[0, plen - len(prompt_ids[0]):][:shared].to(device)
-    if shared:
-        src = columns_after_shared_prefix(real, shared)
-        ids, real = ids.gather(1, src), real.gather(1, src)
-    rest = plen - shared
-    ids, real = ids.to(device), real.to(device)
+    ids, real, first, shared = _prompt_batch(prompt_ids, pad_id, share_prefix)
+    ids, real, first = ids.to(device), real.to(device), first.to(device)
     key_mask = torch.ones((rows, cap), dtype=torch.bool, device=device)
     key_mask[:, shared:plen] = real.repeat_interleave(n, 0)
-    positions = shared + (real.long().cumsum(-1) - 1).clamp_(min=0)
     next_pos = shared + real.sum(-1).repeat_interleave(n, 0)   # [rows] the position of the next fed token
     eos_set = {int(e) for e in eos_ids}
     eos = torch.as_tensor(sorted(eos_set) or [-1], dtype=torch.long, device=device)
     buffer = KVBuffer(key_mask, repeat=rows if shared else n)
-    out: list[list[int]] = [[] for _ in range(rows)]
-    ended = [False] * rows                                   # emitted an end token: its later tokens are dropped
-    live = torch.arange(rows, device=device)                 # original row of each buffer row
     with _kv_buffer_attention(model, buffer):
-        if shared:
-            model(input_ids=first[None], position_ids=torch.arange(shared, device=device)[None], use_cache=False,
-                  logits_to_keep=1)
-            buffer.advance(shared, repeat=n)
-        chunks = []
-        for lo, hi, width in prefill_chunks(real.sum(-1).tolist(), prefill_tokens):
-            # the chunk's prompts fill the last ``width`` columns before the reply; the rest is their padding
-            buffer.rows, buffer.length, buffer.repeat = slice(lo * n, hi * n), plen - width, n
-            chunks.append(model(input_ids=ids[lo:hi, rest - width:], position_ids=positions[lo:hi, rest - width:],
-                                use_cache=False, logits_to_keep=1).logits[:, -1])
-        buffer.rows, buffer.length, buffer.repeat = slice(None), plen, 1
-        logits = torch.cat(chunks).repeat_interleave(n, 0)
+        logits = _prefill(model, buffer, ids, real, first, n=n, prefill_tokens=prefill_tokens)
         if suppress_first_ids:
             logits[:, list(suppress_first_ids)] = float("-inf")
         if fixed_shapes:
@@ -361,23 +333,83 @@ def sample(model, prompt_ids: Sequence[Sequence[int]], *, n: int, max_new_tokens
                                   temperature=temperature, top_p=top_p, eos=eos, pad_id=int(pad_id),
                                   generator=generator, cuda_graph=cuda_graph, sync_every=sync_every,
                                   forward=compiled_forward(model) if compile_step else model)
-        for step in range(max_new_tokens):
-            tok = sample_next_tokens(logits, temperature, top_p, generator)
-            for r, t in zip(live.tolist(), tok.tolist()):
-                if not ended[r]:
-                    out[r].append(t)
-                    ended[r] = t in eos_set
-            done = torch.isin(tok, eos)
-            if step == max_new_tokens - 1 or bool(done.all()):
-                break
-            if int(done.sum()) >= max(1, int(COMPACT_SHARE * len(live))):
-                keep = (~done).nonzero().squeeze(-1)
-                buffer.keep_rows(keep)
-                live, tok, next_pos, done = live[keep], tok[keep], next_pos[keep], done[keep]
-            # rows that ended but were not dropped yet keep decoding; their extra tokens are not kept
-            logits = model(input_ids=tok[:, None], position_ids=next_pos[:, None], use_cache=False).logits[:, -1]
-            buffer.advance(1)
-            next_pos = next_pos + 1
+        return _decode_dropping_rows(model, buffer, logits, next_pos, max_new_tokens=max_new_tokens,
+                                     temperature=temperature, top_p=top_p, eos=eos, eos_set=eos_set,
+                                     generator=generator)
+
+
+def _prompt_batch(prompt_ids: Sequence[Sequence[int]], pad_id: int,
+                  share_prefix: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """The prompts as one left-padded batch, on the host: ``(ids [b, plen - shared], real [b, plen - shared],
+    first [shared], shared)``, ``plen`` the longest prompt. ``real`` marks the prompts' own tokens. With
+    ``share_prefix``, the ``shared`` tokens every prompt starts with (a chat template's system prompt, at least
+    :data:`MIN_SHARED_PREFIX`; each prompt keeps at least its last token) are ``first``, and ``ids`` / ``real``
+    keep each prompt's rest, left padded (buffer columns [shared | padding | rest of the prompt | generated])."""
+    b, plen = len(prompt_ids), max(len(p) for p in prompt_ids)
+    ids = torch.full((b, plen), int(pad_id), dtype=torch.long)
+    real = torch.zeros((b, plen), dtype=torch.bool)
+    for i, p in enumerate(prompt_ids):
+        ids[i, plen - len(p):] = torch.as_tensor(list(p), dtype=torch.long)
+        real[i, plen - len(p):] = True
+    shared = shared_prefix_length(ids[:, :-1], real[:, :-1], at_least=MIN_SHARED_PREFIX) if share_prefix else 0
+    first = ids[0, plen - len(prompt_ids[0]):][:shared]
+    if shared:
+        src = columns_after_shared_prefix(real, shared)
+        ids, real = ids.gather(1, src), real.gather(1, src)
+    return ids, real, first, shared
+
+
+def _prefill(model, buffer: KVBuffer, ids: torch.Tensor, real: torch.Tensor, first: torch.Tensor, *, n: int,
+             prefill_tokens: int) -> torch.Tensor:
+    """Fill ``buffer`` with the prompts' keys and values: the shared prefix ``first`` [shared] once for all rows,
+    then each prompt's rest (``ids`` / ``real`` [b, plen - shared], as :func:`_prompt_batch` leaves them) in chunks
+    of consecutive prompts of at most ``prefill_tokens`` tokens (:func:`prefill_chunks`). Returns the logits of
+    the first generated token, ``[b * n, vocab]`` (each prompt's row repeated ``n`` times), the buffer ready for
+    it."""
+    shared, rest = first.shape[0], ids.shape[1]
+    plen = shared + rest
+    positions = shared + (real.long().cumsum(-1) - 1).clamp_(min=0)
+    if shared:
+        model(input_ids=first[None], position_ids=torch.arange(shared, device=ids.device)[None], use_cache=False,
+              logits_to_keep=1)
+        buffer.advance(shared, repeat=n)
+    chunks = []
+    for lo, hi, width in prefill_chunks(real.sum(-1).tolist(), prefill_tokens):
+        # the chunk's prompts fill the last ``width`` columns before the reply; the rest is their padding
+        buffer.rows, buffer.length, buffer.repeat = slice(lo * n, hi * n), plen - width, n
+        chunks.append(model(input_ids=ids[lo:hi, rest - width:], position_ids=positions[lo:hi, rest - width:],
+                            use_cache=False, logits_to_keep=1).logits[:, -1])
+    buffer.rows, buffer.length, buffer.repeat = slice(None), plen, 1
+    return torch.cat(chunks).repeat_interleave(n, 0)
+
+
+def _decode_dropping_rows(model, buffer: KVBuffer, logits: torch.Tensor, next_pos: torch.Tensor, *,
+                          max_new_tokens: int, temperature: float, top_p: float, eos: torch.Tensor,
+                          eos_set: set[int], generator: Optional[torch.Generator]) -> list[list[int]]:
+    """The eager decode loop: sample a token for each live row from ``logits`` [live, vocab], feed it at
+    ``next_pos`` [live], and drop the rows that ended once they are :data:`COMPACT_SHARE` of the live ones.
+    Returns the generated ids per row, each through its first token in ``eos_set``."""
+    rows = logits.shape[0]
+    out: list[list[int]] = [[] for _ in range(rows)]
+    ended = [False] * rows                                   # emitted an end token: its later tokens are dropped
+    live = torch.arange(rows, device=logits.device)          # original row of each buffer row
+    for step in range(max_new_tokens):
+        tok = sample_next_tokens(logits, temperature, top_p, generator)
+        for r, t in zip(live.tolist(), tok.tolist()):
+            if not ended[r]:
+                out[r].append(t)
+                ended[r] = t in eos_set
+        done = torch.isin(tok, eos)
+        if step == max_new_tokens - 1 or bool(done.all()):
+            break
+        if int(done.sum()) >= max(1, int(COMPACT_SHARE * len(live))):
+            keep = (~done).nonzero().squeeze(-1)
+            buffer.keep_rows(keep)
+            live, tok, next_pos, done = live[keep], tok[keep], next_pos[keep], done[keep]
+        # rows that ended but were not dropped yet keep decoding; their extra tokens are not kept
+        logits = model(input_ids=tok[:, None], position_ids=next_pos[:, None], use_cache=False).logits[:, -1]
+        buffer.advance(1)
+        next_pos = next_pos + 1
     return out
 
 

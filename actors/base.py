@@ -17,6 +17,7 @@ import time
 from typing import Any, Optional
 
 import torch
+import torch.distributed as dist
 
 from actors.types import (Batch, check_batch, pad_response, position_ids, prompt_groups, prompt_length, response_length,
                           MIN_SHARED_PREFIX, columns_after_shared_prefix, shared_prefix_length, trim_batch,
@@ -272,7 +273,6 @@ class BaseActor:
     def _init_distributed(self) -> None:
         """deepspeed.init_distributed over MASTER_ADDR/PORT: gloo on CPU, nccl on GPU."""
         import deepspeed
-        import torch.distributed as dist
         if dist.is_initialized():
             return
         backend = "nccl" if self.device.type == "cuda" else "gloo"
@@ -293,7 +293,6 @@ class BaseActor:
 
     def shutdown(self) -> bool:
         """Tear down the process group (safe to call twice)."""
-        import torch.distributed as dist
         if dist.is_available() and dist.is_initialized():
             try:
                 dist.destroy_process_group()

@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from typing import Optional
 
 import torch
+import torch.distributed as dist
+from torch.multiprocessing.reductions import reduce_tensor
 
 from actors.base import (BaseActor, abs_checksum, autocast_context, causal_lm_response_logprobs, ds_config,
                          frozen_lower_modules, response_logprobs, weights_checksum)
@@ -94,7 +96,6 @@ class TrainableLMActor(BaseActor):
         micro batches and optimizer steps (ranks with a shorter shard repeat their last micro batch with
         zero weight) so the gradient all-reduce never waits on a missing peer.
         """
-        import torch.distributed as dist
         micro = self.cfg.micro_train_batch_size
         gas = self.ds_cfg["gradient_accumulation_steps"]
         B = int(batch["sequences"].shape[0])
@@ -416,7 +417,6 @@ class PolicyActor(TrainableLMActor):
         (rebuild_fn, args)), ...], "more": bool, "next": int, "bytes": int}``. The tensors stay alive here until
         :meth:`release_ipc` (call it once every engine has loaded the bucket).
         """
-        from torch.multiprocessing.reductions import reduce_tensor
         keep, handles = [], []
         size = 0
         index = 0

@@ -47,6 +47,7 @@ from typing import Any, Optional
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+import ray
 from pydantic import ValidationError
 from ray import serve
 from ray.serve.exceptions import BackPressureError
@@ -588,8 +589,6 @@ def deploy(cfg: RLFHConfig, host: Optional[str] = None, port: Optional[int] = No
 
     ``blocking``: serve until Ctrl-C, then shut Serve down.
     """
-    import ray
-
     host = host or cfg.serve_host
     port = int(port or cfg.serve_port)
     if not ray.is_initialized():

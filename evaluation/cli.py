@@ -1,4 +1,4 @@
-"""`rlfh eval`, `rlfh compare` and `rlfh select`. Only argparse at import time; torch / numpy load inside the commands."""
+"""`rlfh eval`, `rlfh compare` and `rlfh select`. No torch or numpy at import time: they load inside the commands."""
 from __future__ import annotations
 
 import argparse

@@ -20,6 +20,7 @@ from baselines.common import (BaselineError, DEFAULT_ABSTAIN_TEXT, check_positiv
                               eos_id, fmt_loss, grade_all, load_model, load_questions, prepare_out, print_summary,
                               render_prompts, sample_answers, save_model, sequence_logprobs, set_seed,
                               set_threads, train_loop, write_jsonl)
+from core.grader import CORRECT, INCORRECT
 
 log = logging.getLogger("baselines.dpo")
 
@@ -54,7 +55,6 @@ def dpo_pairs(uid: str, prompt: str, answers: Sequence[str], grades: Sequence, a
     Returns:
         the pairs, kinds in :data:`PAIR_KINDS` order within each round.
     """
-    from core.grader import CORRECT, INCORRECT
     if not (abstain_text or "").strip():
         raise BaselineError("--abstain-text must not be empty")
     if len(answers) != len(grades):
@@ -122,16 +122,7 @@ def reference_logprobs(model, samples: Sequence, pad_id: int, batch_size: int, p
 
 def run(args) -> int:
     t_start = time.perf_counter()
-    check_sft_args(args)
-    for name in ("beta", "temperature"):
-        check_positive("--" + name, getattr(args, name))
-    check_positive("--pairs-per-question", args.pairs_per_question, allow_zero=True)
-    if args.samples < 2:
-        raise BaselineError(f"--samples must be >= 2 (pairs need at least two answers per question), got {args.samples}")
-    if not 0 < args.top_p <= 1:
-        raise BaselineError(f"--top-p must be in (0, 1], got {args.top_p}")
-    if not 0 <= args.label_smoothing < 0.5:
-        raise BaselineError(f"--label-smoothing must be in [0, 0.5), got {args.label_smoothing}")
+    _check_dpo_args(args)
     items = load_questions(args.data, args.limit, args.type_share)
     out = prepare_out(args.out, args.overwrite)
     threads = set_threads(args.threads)
@@ -149,7 +140,54 @@ def run(args) -> int:
     t_gen = time.perf_counter() - t0
 
     log.info("step 2/4: grading and building pairs (correct > abstain > wrong)")
-    from core.grader import CORRECT, INCORRECT
+    pairs, counts = _graded_pairs(items, prompts, samples, args, out)
+
+    log.info("step 3/4: reference log-probs of %d pairs under the frozen base model", len(pairs))
+    t0 = time.perf_counter()
+    examples = _reference_examples(model, tok, pairs, args)
+    t_ref = time.perf_counter() - t0
+
+    log.info("step 4/4: DPO, %d epochs x %d pairs, beta %g, lr %g, batch %d", args.epochs, len(pairs), args.beta,
+             args.lr, args.batch_size)
+    hist = train_loop(model, examples, dpo_step_loss(tok.pad_token_id, args.beta, args.label_smoothing),
+                      epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
+                      micro_batch_size=args.micro_batch_size, seed=args.seed, max_norm=args.max_norm,
+                      progress=args.progress, desc="dpo")
+    kinds = {k: sum(x.kind == k for x in pairs) for k in PAIR_KINDS}
+    n_right, n_wrong, n_other = counts
+    meta = {"baseline": "dpo", "base_model": args.model, "base_path": path, "data": args.data,
+            "questions": len(items), "mode": args.mode, "system": args.system, "abstain_text": args.abstain_text,
+            "samples_per_question": args.samples, "temperature": args.temperature, "top_p": args.top_p,
+            "sample_grades": {"correct": n_right, "wrong": n_wrong, "abstained_or_empty": n_other},
+            "pairs": kinds, "beta": args.beta, "label_smoothing": args.label_smoothing, "epochs": args.epochs,
+            "lr": args.lr, "batch_size": args.batch_size, "seed": args.seed, "max_new_tokens": args.max_new_tokens,
+            "loss_first": hist.first, "loss_last": hist.last, "losses": hist.losses, "step_metrics": hist.metrics,
+            "seconds": {"sample": t_gen, "reference": t_ref, "train": hist.seconds}}
+    save_model(model, tok, out, meta)
+    _print_dpo_summary(len(items), args.samples, counts, kinds, hist, (t_gen, t_ref, hist.seconds),
+                       time.perf_counter() - t_start, out)
+    return 0
+
+
+def _check_dpo_args(args) -> None:
+    """DPO's own options (besides :func:`check_sft_args`): :class:`BaselineError` naming the first bad one."""
+    check_sft_args(args)
+    for name in ("beta", "temperature"):
+        check_positive("--" + name, getattr(args, name))
+    check_positive("--pairs-per-question", args.pairs_per_question, allow_zero=True)
+    if args.samples < 2:
+        raise BaselineError(f"--samples must be >= 2 (pairs need at least two answers per question), got {args.samples}")
+    if not 0 < args.top_p <= 1:
+        raise BaselineError(f"--top-p must be in (0, 1], got {args.top_p}")
+    if not 0 <= args.label_smoothing < 0.5:
+        raise BaselineError(f"--label-smoothing must be in [0, 0.5), got {args.label_smoothing}")
+
+
+def _graded_pairs(items, prompts: list[str], samples: list[list[str]], args,
+                  out) -> tuple[list[PreferencePair], tuple[int, int, int]]:
+    """Grade every sample with the gold grader and build each question's preference pairs (:func:`dpo_pairs`);
+    both written to ``out`` (``samples.jsonl``, ``pairs.jsonl``). Returns the pairs and the sample counts
+    ``(correct, wrong, abstained or empty)``; :class:`BaselineError` when there is no pair."""
     pairs: list[PreferencePair] = []
     graded_rows = []
     n_right = n_wrong = n_other = 0
@@ -164,51 +202,43 @@ def run(args) -> int:
         pairs.extend(dpo_pairs(it.uid, p, answers, grades, args.abstain_text, args.pairs_per_question, args.seed))
     write_jsonl(out / "samples.jsonl", graded_rows)
     write_jsonl(out / "pairs.jsonl", [asdict(x) for x in pairs])
-    kinds = {k: sum(x.kind == k for x in pairs) for k in ("correct>wrong", "correct>abstain", "abstain>wrong")}
+    kinds = {k: sum(x.kind == k for x in pairs) for k in PAIR_KINDS}
     log.info("samples: %d correct, %d wrong, %d abstained/empty; pairs: %s", n_right, n_wrong, n_other, kinds)
     if not pairs:
         raise BaselineError("no preference pairs: every sample was an abstention or empty; raise --samples, "
                             "--temperature or --limit")
+    return pairs, (n_right, n_wrong, n_other)
 
-    log.info("step 3/4: reference log-probs of %d pairs under the frozen base model", len(pairs))
+
+def _reference_examples(model, tok, pairs: list[PreferencePair], args) -> list[_Example]:
+    """The pairs as training examples: chosen and rejected encoded, with their sequence log-probs under the
+    frozen base model (computed once, so only one model is in memory)."""
     eos = eos_id(model, tok)
     chosen = [encode_example(tok, x.prompt, x.chosen, eos) for x in pairs]
     rejected = [encode_example(tok, x.prompt, x.rejected, eos) for x in pairs]
-    t0 = time.perf_counter()
     ref = reference_logprobs(model, chosen + rejected, tok.pad_token_id, args.micro_batch_size * 2, args.progress)
-    t_ref = time.perf_counter() - t0
-    examples = [_Example(c, r, ref[i], ref[len(pairs) + i]) for i, (c, r) in enumerate(zip(chosen, rejected))]
+    return [_Example(c, r, ref[i], ref[len(pairs) + i]) for i, (c, r) in enumerate(zip(chosen, rejected))]
 
-    log.info("step 4/4: DPO, %d epochs x %d pairs, beta %g, lr %g, batch %d", args.epochs, len(pairs), args.beta,
-             args.lr, args.batch_size)
-    hist = train_loop(model, examples, dpo_step_loss(tok.pad_token_id, args.beta, args.label_smoothing),
-                      epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
-                      micro_batch_size=args.micro_batch_size, seed=args.seed, max_norm=args.max_norm,
-                      progress=args.progress, desc="dpo")
+
+def _print_dpo_summary(n_items: int, n_samples: int, counts: tuple[int, int, int], kinds: dict, hist,
+                       seconds: tuple[float, float, float], total_s: float, out) -> None:
+    """The run's summary table: samples by grade, pairs by kind, loss and pair accuracy, times."""
+    n_right, n_wrong, n_other = counts
+    t_gen, t_ref, t_train = seconds
     acc_first = hist.metrics[0].get("accuracy", float("nan")) if hist.metrics else float("nan")
     acc_last = hist.metrics[-1].get("accuracy", float("nan")) if hist.metrics else float("nan")
-    meta = {"baseline": "dpo", "base_model": args.model, "base_path": path, "data": args.data,
-            "questions": len(items), "mode": args.mode, "system": args.system, "abstain_text": args.abstain_text,
-            "samples_per_question": args.samples, "temperature": args.temperature, "top_p": args.top_p,
-            "sample_grades": {"correct": n_right, "wrong": n_wrong, "abstained_or_empty": n_other},
-            "pairs": kinds, "beta": args.beta, "label_smoothing": args.label_smoothing, "epochs": args.epochs,
-            "lr": args.lr, "batch_size": args.batch_size, "seed": args.seed, "max_new_tokens": args.max_new_tokens,
-            "loss_first": hist.first, "loss_last": hist.last, "losses": hist.losses, "step_metrics": hist.metrics,
-            "seconds": {"sample": t_gen, "reference": t_ref, "train": hist.seconds}}
-    save_model(model, tok, out, meta)
-    total_s = len(items) * args.samples
+    n_total = n_items * n_samples
     print_summary("DPO baseline (self-sampled factuality pairs)", [
-        ("questions x samples", f"{len(items)} x {args.samples}"),
+        ("questions x samples", f"{n_items} x {n_samples}"),
         ("samples correct / wrong / abstain+empty",
-         f"{n_right} / {n_wrong} / {n_other} ({100 * n_right / max(1, total_s):.1f}% correct)"),
+         f"{n_right} / {n_wrong} / {n_other} ({100 * n_right / max(1, n_total):.1f}% correct)"),
         ("pairs correct>wrong", str(kinds["correct>wrong"])),
         ("pairs correct>abstain", str(kinds["correct>abstain"])),
         ("pairs abstain>wrong", str(kinds["abstain>wrong"])),
         ("optimizer steps", str(len(hist.losses))),
         ("loss first / last", f"{fmt_loss(hist.first)} / {fmt_loss(hist.last)}"),
         ("pair accuracy first / last step", f"{acc_first:.2f} / {acc_last:.2f}"),
-        ("sample / reference / train time", f"{t_gen:.0f}s / {t_ref:.0f}s / {hist.seconds:.0f}s"),
-        ("total time", f"{time.perf_counter() - t_start:.0f}s"),
+        ("sample / reference / train time", f"{t_gen:.0f}s / {t_ref:.0f}s / {t_train:.0f}s"),
+        ("total time", f"{total_s:.0f}s"),
         ("saved", str(out)),
     ])
-    return 0

@@ -305,102 +305,132 @@ def run_peer(args, model_path: str) -> dict:
     TRL: its whole step (generation included). Both: no KL, one update per rollout, instant keyword reward."""
     import torch
 
-    from actors.colocated import ColocatedActor
-    from actors.types import make_batch
-    from core.core_algos import compute_advantages
     from core.model_loader import load_tokenizer
     from core.prompts import render_prompt
     cfg = make_cfg(args, model_path, 1).model_copy(update={"advantage_estimator": "grpo", "kl_coef": 0.0})
     tok = load_tokenizer(model_path)
     prompts = [render_prompt(tok, q) for q in (QUESTIONS * (args.prompts // len(QUESTIONS) + 1))[:args.prompts]]
-    rows = args.prompts * args.n
     bandwidth = copy_bandwidth_gbs() if torch.cuda.is_available() else 0.0
     CHECKS["copy_bandwidth_GBps"] = round(bandwidth, 1)
     out: dict = {"mode": "peer", "loops": {}, "trl": {}}
     if args.only in ("both", "trl"):   # first: what it leaves on the GPU is freed before our side runs
-        import gc
-        if torch.cuda.is_available():
-            torch.cuda.reset_peak_memory_stats()
-        try:
-            times = run_trl_gpu(args, model_path, prompts)
-            out["trl"] = {"step_s": times, "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)
-                          if torch.cuda.is_available() else 0}
-        except Exception as e:  # noqa: BLE001 - still time our side, and say why TRL has no row
-            out["trl"] = {"error": f"{type(e).__name__}: {e}"[:400]}
-            print(f"TRL failed: {out['trl']['error']}", flush=True)
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        out["trl"] = _peer_trl(args, model_path, prompts)
     if args.only in ("both", "rlfh"):
-        with timed("init_colocated"):
-            actor = ColocatedActor(cfg)
-            actor.init_model()
-        engine = actor.roles["rollout"]
-        for loop in args.loops.split(","):
-            # "graph+compile": HF_DECODE_LOOP=graph with HF_DECODE_COMPILE=1
-            engine.decode_loop = loop.split("+")[0]
-            engine.cfg = engine.cfg.model_copy(update={"hf_decode_compile": loop.endswith("+compile")})
-            if torch.cuda.is_available():
-                torch.cuda.reset_peak_memory_stats()
-            res = {"generate_s": [], "train_s": [], "step_s": [], "tokens_per_s": []}
-            for step in range(args.steps):
-                t0 = time.perf_counter()
-                with timed(f"{loop}/generate"):
-                    samples = engine.generate(prompts, args.n, args.tokens, 1.0, 1.0, seed=step)
-                res["generate_s"].append(TIMES[f"{loop}/generate"][-1])
-                n_tok = sum(len(s.response_token_ids) for s in samples)
-                res["tokens_per_s"].append(n_tok / res["generate_s"][-1])
-                batch = make_batch(samples, tok.pad_token_id)
-                rewards = torch.zeros(batch["action_mask"].shape)
-                last = batch["action_mask"].long().cumsum(-1).argmax(-1)
-                rewards[torch.arange(len(samples)), last] = keyword_rewards(samples, args.word)
-                adv, _ = compute_advantages("grpo", rewards, batch["action_mask"], n_samples_per_prompt=args.n)
-                with timed(f"{loop}/policy_train"):   # no old log-prob forward: one update per rollout, no KL,
-                    actor.train_step(dict(batch, advantages=adv))   # its own detached log-probs are the old ones
-                res["train_s"].append(TIMES[f"{loop}/policy_train"][-1])
-                engine.follow_weights(actor.weights_version())   # colocated: the engine IS the policy module
-                res["step_s"].append(time.perf_counter() - t0)
-                mean_ctx = (sum(len(s.prompt_token_ids) for s in samples) + n_tok / 2) / len(samples)
-                res["bound_tokens_per_s"] = decode_bound_tokens_per_s(engine.model, rows, mean_ctx, bandwidth) \
-                    if bandwidth else None
-                print(f"rlfh [{loop}] step {step + 1}: {res['step_s'][-1]:.2f}s (generate {res['generate_s'][-1]:.2f}s"
-                      f" at {res['tokens_per_s'][-1]:.0f} tok/s, train {res['train_s'][-1]:.2f}s)", flush=True)
-            # the sampling loop alone (no sample building: detokenising and offsets of every response run on the CPU)
-            ids = engine.encode_prompts(prompts)
-            with timed(f"{loop}/decode_only"):
-                engine._generate_ids(ids, args.tokens, 1.0, 1.0, 0, n=args.n)
-            res["decode_only_s"] = TIMES[f"{loop}/decode_only"][-1]
-            res["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2) if torch.cuda.is_available() else 0
-            if loop == "graph":
-                from actors.decode import LAST_CAPTURE_ERROR
-                res["capture_error"] = LAST_CAPTURE_ERROR["error"]
-            out["loops"][loop] = res
-        # the graph replay is the eager fixed-shape step, recorded: greedy tokens must agree exactly
-        if "graph" in args.loops.split(",") and torch.cuda.is_available():
-            few = prompts[:8]
-            greedy = {}
-            for name, graph in (("graph-eager", False), ("graph", True)):
-                engine.decode_loop = "graph"
-                greedy[name] = [s.response_token_ids for s in _greedy_with(engine, few, graph, args.tokens)]
-            CHECKS["graph_replay_equals_eager_greedy"] = greedy["graph"] == greedy["graph-eager"]
-            if any(loop.endswith("+compile") for loop in args.loops.split(",")):
-                # the benchmark's own batch shape (all rows), so that the compiled step is not compiled again
-                engine.decode_loop, rows_greedy = "graph", {}
-                for on in (False, True):
-                    engine.cfg = engine.cfg.model_copy(update={"hf_decode_compile": on})
-                    rows_greedy[on] = [s.response_token_ids for s in engine.generate(prompts, args.n, args.tokens,
-                                                                                     0.0, 1.0)]
-                CHECKS["compiled_graph_equals_graph_greedy_rows"] = sum(
-                    a == b for a, b in zip(rows_greedy[True], rows_greedy[False])) / len(rows_greedy[True])
-            engine.decode_loop = "kv-buffer"
-            CHECKS["kv_buffer_equals_graph_greedy_rows"] = sum(
-                a == b for a, b in zip(greedy["graph"], [s.response_token_ids for s in engine.generate(
-                    few, 1, args.tokens, 0.0, 1.0)])) / len(few)
-        actor.shutdown()
-        del actor, engine
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        _peer_rlfh(args, cfg, tok, prompts, bandwidth, out["loops"])
     return out
+
+
+def _peer_trl(args, model_path: str, prompts: list[str]) -> dict:
+    """TRL GRPOTrainer's step times and peak memory (``{"error"}`` when TRL fails); the GPU emptied after."""
+    import gc
+
+    import torch
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    try:
+        times = run_trl_gpu(args, model_path, prompts)
+        trl = {"step_s": times, "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)
+               if torch.cuda.is_available() else 0}
+    except Exception as e:  # noqa: BLE001 - still time our side, and say why TRL has no row
+        trl = {"error": f"{type(e).__name__}: {e}"[:400]}
+        print(f"TRL failed: {trl['error']}", flush=True)
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return trl
+
+
+def _peer_rlfh(args, cfg, tok, prompts: list[str], bandwidth: float, loops: dict) -> None:
+    """This trainer's side: one colocated actor, each decode loop of ``args.loops`` timed into ``loops``
+    (:func:`_peer_loop`), then the greedy agreement checks of the graph loop (:func:`_peer_greedy_checks`)."""
+    import torch
+
+    from actors.colocated import ColocatedActor
+    with timed("init_colocated"):
+        actor = ColocatedActor(cfg)
+        actor.init_model()
+    engine = actor.roles["rollout"]
+    for loop in args.loops.split(","):
+        loops[loop] = _peer_loop(args, actor, engine, tok, prompts, loop, bandwidth)
+    # the graph replay is the eager fixed-shape step, recorded: greedy tokens must agree exactly
+    if "graph" in args.loops.split(",") and torch.cuda.is_available():
+        _peer_greedy_checks(args, engine, prompts)
+    actor.shutdown()
+    del actor, engine
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _peer_loop(args, actor, engine, tok, prompts: list[str], loop: str, bandwidth: float) -> dict:
+    """``args.steps`` GRPO steps with the decode loop ``loop`` ("graph+compile": HF_DECODE_LOOP=graph with
+    HF_DECODE_COMPILE=1): generate, keyword reward, advantages, policy update; then the sampling loop alone.
+    Returns the loop's times, tokens/s (and the memory-bandwidth bound), peak memory."""
+    import torch
+
+    from actors.types import make_batch
+    from core.core_algos import compute_advantages
+    rows = args.prompts * args.n
+    engine.decode_loop = loop.split("+")[0]
+    engine.cfg = engine.cfg.model_copy(update={"hf_decode_compile": loop.endswith("+compile")})
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    res = {"generate_s": [], "train_s": [], "step_s": [], "tokens_per_s": []}
+    for step in range(args.steps):
+        t0 = time.perf_counter()
+        with timed(f"{loop}/generate"):
+            samples = engine.generate(prompts, args.n, args.tokens, 1.0, 1.0, seed=step)
+        res["generate_s"].append(TIMES[f"{loop}/generate"][-1])
+        n_tok = sum(len(s.response_token_ids) for s in samples)
+        res["tokens_per_s"].append(n_tok / res["generate_s"][-1])
+        batch = make_batch(samples, tok.pad_token_id)
+        rewards = torch.zeros(batch["action_mask"].shape)
+        last = batch["action_mask"].long().cumsum(-1).argmax(-1)
+        rewards[torch.arange(len(samples)), last] = keyword_rewards(samples, args.word)
+        adv, _ = compute_advantages("grpo", rewards, batch["action_mask"], n_samples_per_prompt=args.n)
+        with timed(f"{loop}/policy_train"):   # no old log-prob forward: one update per rollout, no KL,
+            actor.train_step(dict(batch, advantages=adv))   # its own detached log-probs are the old ones
+        res["train_s"].append(TIMES[f"{loop}/policy_train"][-1])
+        engine.follow_weights(actor.weights_version())   # colocated: the engine IS the policy module
+        res["step_s"].append(time.perf_counter() - t0)
+        mean_ctx = (sum(len(s.prompt_token_ids) for s in samples) + n_tok / 2) / len(samples)
+        res["bound_tokens_per_s"] = decode_bound_tokens_per_s(engine.model, rows, mean_ctx, bandwidth) \
+            if bandwidth else None
+        print(f"rlfh [{loop}] step {step + 1}: {res['step_s'][-1]:.2f}s (generate {res['generate_s'][-1]:.2f}s"
+              f" at {res['tokens_per_s'][-1]:.0f} tok/s, train {res['train_s'][-1]:.2f}s)", flush=True)
+    # the sampling loop alone (no sample building: detokenising and offsets of every response run on the CPU)
+    ids = engine.encode_prompts(prompts)
+    with timed(f"{loop}/decode_only"):
+        engine._generate_ids(ids, args.tokens, 1.0, 1.0, 0, n=args.n)
+    res["decode_only_s"] = TIMES[f"{loop}/decode_only"][-1]
+    res["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2) if torch.cuda.is_available() else 0
+    if loop == "graph":
+        from actors.decode import LAST_CAPTURE_ERROR
+        res["capture_error"] = LAST_CAPTURE_ERROR["error"]
+    return res
+
+
+def _peer_greedy_checks(args, engine, prompts: list[str]) -> None:
+    """Greedy tokens must agree: graph replay vs the eager fixed-shape step, the compiled graph step vs the
+    graph step (all rows, where a "+compile" loop ran), the kv-buffer loop vs the graph step (into CHECKS)."""
+    few = prompts[:8]
+    greedy = {}
+    for name, graph in (("graph-eager", False), ("graph", True)):
+        engine.decode_loop = "graph"
+        greedy[name] = [s.response_token_ids for s in _greedy_with(engine, few, graph, args.tokens)]
+    CHECKS["graph_replay_equals_eager_greedy"] = greedy["graph"] == greedy["graph-eager"]
+    if any(loop.endswith("+compile") for loop in args.loops.split(",")):
+        # the benchmark's own batch shape (all rows), so that the compiled step is not compiled again
+        engine.decode_loop, rows_greedy = "graph", {}
+        for on in (False, True):
+            engine.cfg = engine.cfg.model_copy(update={"hf_decode_compile": on})
+            rows_greedy[on] = [s.response_token_ids for s in engine.generate(prompts, args.n, args.tokens,
+                                                                             0.0, 1.0)]
+        CHECKS["compiled_graph_equals_graph_greedy_rows"] = sum(
+            a == b for a, b in zip(rows_greedy[True], rows_greedy[False])) / len(rows_greedy[True])
+    engine.decode_loop = "kv-buffer"
+    CHECKS["kv_buffer_equals_graph_greedy_rows"] = sum(
+        a == b for a, b in zip(greedy["graph"], [s.response_token_ids for s in engine.generate(
+            few, 1, args.tokens, 0.0, 1.0)])) / len(few)
 
 
 def _greedy_with(engine, prompts, cuda_graph: bool, tokens: int):

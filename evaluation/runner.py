@@ -28,12 +28,21 @@ from typing import Any, Optional
 
 import numpy as np
 
-from core.prompts import ABSTAIN_TEXT, PROMPT_ONLY_SYSTEMS, SYSTEM_PROMPTS
-from core.verify_schema import LABELS as VERIFIER_LABELS
-from evaluation.answer_cache import weight_stamps
-from evaluation.generate import EVAL_BATCH_SIZE, EVAL_DTYPES, inference_precision, weights_dtype
+from core.data import load_items, question_hash
 from core.grader import (CORRECT, GRADE_SCOPES, GRADES, INCORRECT, NOT_ATTEMPTED, detect_abstention,
                                 grade_answer)
+from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
+from core.prompts import ABSTAIN_TEXT, PROMPT_ONLY_SYSTEMS, SYSTEM_PROMPTS, render_prompt
+from core.questions import question_type
+from core.verify_schema import LABELS as VERIFIER_LABELS
+from core.verify_schema import MAX_RESPONSE_CHARS, VerifyRequest
+from evaluation.answer_cache import answers_cache_path, greedy_answers, model_key, weight_stamps
+from evaluation.generate import (EVAL_BATCH_SIZE, EVAL_DTYPES, Generation, GenerationStats, generate_greedy,
+                                 inference_precision, weights_dtype)
+from evaluation.knowledge import sample_known_rates
+from evaluation.stats import bootstrap_ci, bootstrap_mean_ci, outcome_metrics
+from verifier_service.core import Verifier
+from verifier_service.text import grounded_share
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +154,6 @@ def subsample(items: list, limit: int) -> list:
     """
     if not limit or limit >= len(items):
         return list(items)
-    from core.data import question_hash
     ranked = sorted(range(len(items)), key=lambda i: question_hash(items[i].question))
     keep = set(ranked[:limit])
     return [it for i, it in enumerate(items) if i in keep]
@@ -153,7 +161,6 @@ def subsample(items: list, limit: int) -> list:
 
 def pair_key(question: str) -> str:
     """The key ``rlfh compare`` pairs items on (normalised question hash)."""
-    from core.data import question_hash
     return question_hash(question)[:20]
 
 
@@ -176,7 +183,6 @@ def verifier_stats(res) -> dict[str, Any]:
 
 def summarise(records: list[dict[str, Any]], n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
     """Metrics of one run from its answer records (used by ``rlfh eval`` and ``rlfh compare``)."""
-    from evaluation.stats import bootstrap_ci, bootstrap_mean_ci, outcome_metrics
     grades = [r["grade"] for r in records]
     m = outcome_metrics(grades)
     ci = bootstrap_ci(grades, n_boot=n_boot, seed=seed)
@@ -233,24 +239,19 @@ def _model_fingerprint(path: str) -> str:
 
 
 def run_eval(cfg: EvalConfig) -> dict[str, Any]:
-    """Generate, grade, verify, write ``answers.jsonl`` + ``summary.json``; return the summary."""
+    """Generate, grade, verify, write ``answers.jsonl`` + ``summary.json``; return the summary.
+
+    In order: the items (:func:`_eval_items`); a previous run's summary when ``--reuse`` finds one for the same
+    weights and settings; the model's answers and what else it is asked per item (:func:`_model_outputs`); the
+    grounding gate (evidence mode); the gold grades; the verifier's statistics (:func:`_verify_all`); one record
+    per answer (:func:`_answer_records`); the summary (:func:`_eval_summary`).
+    """
     cfg.check()
-    import torch
-
-    from core.data import load_items
-    from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
-
     t_start = time.perf_counter()
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    items = subsample(load_items(cfg.data), cfg.limit)
-    missing = [i for i, it in enumerate(items) if not (it.right_answer or "").strip()]
-    if missing:
-        raise ValueError(f"--data {cfg.data}: {len(missing)} item(s) have no 'right_answer' (first: item "
-                         f"{missing[0]}, question {items[missing[0]].question[:60]!r}); the gold grader needs one "
-                         "per item")
+    items = _eval_items(cfg)
     model_dir = resolve_model_path(cfg.model)
-    system = system_prompt(cfg)
     name = cfg.name or default_name(cfg.model, cfg.system)
     if cfg.reuse:
         old = reusable_summary(cfg, model_dir, name)
@@ -259,6 +260,73 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
             return old
     log.info("eval %s (%s) on %s: %d items, mode=%s, system=%s", name, model_dir, cfg.data, len(items), cfg.mode,
              cfg.system)
+
+    mo = _model_outputs(cfg, model_dir, items, name)
+    gens = mo.gens
+    grounded: list[Optional[float]] = [None] * len(items)
+    ungated: list[Optional[str]] = [None] * len(items)
+    if cfg.mode == "evidence":
+        grounded = [grounded_share(g.text, it.question, it.knowledge_text) for g, it in zip(gens, items)]
+    if cfg.grounding_gate:
+        gens, ungated = apply_grounding_gate(gens, items, grounded, cfg.abstain_text, mo.tok)
+        log.info("eval %s: the grounding gate declined %d of %d answers (open questions whose answer adds no "
+                 "word from the passage)", name, sum(u is not None for u in ungated), len(items))
+    scope = cfg.grade_scope
+    grades = [grade_answer(g.text, it.right_answer, it.question, scope=scope) for g, it in zip(gens, items)]
+    lenient = [grade_answer(g.text, it.right_answer, it.question, strict=False, scope=scope).grade
+               for g, it in zip(gens, items)]
+
+    vstats: list[Optional[dict]] = [None] * len(items)
+    t_ver = 0.0
+    verifier_identity = None
+    if cfg.verifier:
+        t0 = time.perf_counter()
+        vstats, verifier_identity = _verify_all(items, gens, cfg.progress)
+        t_ver = time.perf_counter() - t0
+
+    records = _answer_records(items, gens, grades, lenient, vstats, mo, grounded, ungated, scope)
+    with open(out / "answers.jsonl", "w", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+    summary = _eval_summary(cfg, name, model_dir, records, mo, verifier_identity, verify_s=t_ver, t_start=t_start)
+    with open(out / "summary.json", "w", encoding="utf-8") as fh:
+        json.dump(summary, fh, indent=2, default=_json_default)
+    return summary
+
+
+def _eval_items(cfg: EvalConfig) -> list:
+    """The items of ``--data`` (``--limit`` of them, :func:`subsample`); ``ValueError`` when one has no gold
+    answer (the grader needs one per item)."""
+    items = subsample(load_items(cfg.data), cfg.limit)
+    missing = [i for i, it in enumerate(items) if not (it.right_answer or "").strip()]
+    if missing:
+        raise ValueError(f"--data {cfg.data}: {len(missing)} item(s) have no 'right_answer' (first: item "
+                         f"{missing[0]}, question {items[missing[0]].question[:60]!r}); the gold grader needs one "
+                         "per item")
+    return items
+
+
+@dataclass
+class _ModelOutputs:
+    """What the evaluated model gives for the items (each list: one entry per item, None where not asked)."""
+
+    tok: Any                              # the model's tokenizer (the grounding gate counts its tokens)
+    gens: list                            # evaluation.generate.Generation per item
+    gstats: Any                           # evaluation.generate.GenerationStats of the answers
+    answers_source: str                   # "computed", "cache" / "shipped" (evaluation.answer_cache), "run"
+    p_abstain: list[Optional[float]]      # P(abstain text | prompt), with --abstain-threshold
+    confidence: list[Optional[float]]     # mean token log-prob of the answer (cfg.wants_confidence())
+    known: list[Optional[float]]          # share of sampled answers graded right (--knowledge-samples)
+    threads: int
+    confidence_s: float
+    knowledge_s: float
+
+
+def _model_outputs(cfg: EvalConfig, model_dir: str, items: list, name: str) -> _ModelOutputs:
+    """Load the model and take from it: the answers (a training run's with ``--answers-from``, thresholded on
+    P(abstain) with ``--abstain-threshold``, else greedy and cached), then each answer's confidence and each
+    question's known rate where asked; the model is freed after."""
+    import torch
 
     threads = pick_threads(cfg.threads)
     torch.set_num_threads(threads)
@@ -277,7 +345,6 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
         elif cfg.abstain_threshold:
             gens, gstats, p_abstain = _generate_with_abstain_threshold(model, tok, prompts, cfg, name)
         else:   # greedy answers, cached; --reuse takes cached ones, or shipped ones (the embedded base model)
-            from evaluation.answer_cache import greedy_answers, model_key
             gens, gstats, answers_source = greedy_answers(
                 model, tok, items, prompts, max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size,
                 model_name=model_key(cfg.model, model_dir), dtype=ANSWER_NUMERICS[cfg.dtype],
@@ -285,7 +352,7 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
         confidence: list[Optional[float]] = [None] * len(items)
         t_conf = 0.0
         if cfg.wants_confidence():
-            from evaluation.confidence import SCORE_BATCH_SIZE, answer_confidence
+            from evaluation.confidence import SCORE_BATCH_SIZE, answer_confidence   # imports torch
             t0 = time.perf_counter()
             confidence = answer_confidence(model, tok, prompts, [g.text for g in gens],
                                            batch_size=min(cfg.batch_size, SCORE_BATCH_SIZE))
@@ -293,7 +360,6 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
         known: list[Optional[float]] = [None] * len(items)
         t_know = 0.0
         if cfg.knowledge_samples:
-            from evaluation.knowledge import sample_known_rates
             t0 = time.perf_counter()
             known = sample_known_rates(model, tok, prompts, [it.right_answer for it in items],
                                        [it.question for it in items], k=cfg.knowledge_samples,
@@ -303,33 +369,19 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
             t_know = time.perf_counter() - t0
     del model
     torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    return _ModelOutputs(tok=tok, gens=gens, gstats=gstats, answers_source=answers_source, p_abstain=p_abstain,
+                         confidence=confidence, known=known, threads=threads, confidence_s=t_conf,
+                         knowledge_s=t_know)
 
-    grounded: list[Optional[float]] = [None] * len(items)
-    ungated: list[Optional[str]] = [None] * len(items)
-    if cfg.mode == "evidence":
-        from verifier_service.text import grounded_share
-        grounded = [grounded_share(g.text, it.question, it.knowledge_text) for g, it in zip(gens, items)]
-    if cfg.grounding_gate:
-        gens, ungated = apply_grounding_gate(gens, items, grounded, cfg.abstain_text, tok)
-        log.info("eval %s: the grounding gate declined %d of %d answers (open questions whose answer adds no "
-                 "word from the passage)", name, sum(u is not None for u in ungated), len(items))
-    scope = cfg.grade_scope
-    grades = [grade_answer(g.text, it.right_answer, it.question, scope=scope) for g, it in zip(gens, items)]
-    lenient = [grade_answer(g.text, it.right_answer, it.question, strict=False, scope=scope).grade
-               for g, it in zip(gens, items)]
 
-    vstats: list[Optional[dict]] = [None] * len(items)
-    t_ver = 0.0
-    verifier_identity = None
-    if cfg.verifier:
-        t0 = time.perf_counter()
-        vstats, verifier_identity = _verify_all(items, gens, cfg.progress)
-        t_ver = time.perf_counter() - t0
-
+def _answer_records(items: list, gens: list, grades: list, lenient: list[str], vstats: list[Optional[dict]],
+                    mo: _ModelOutputs, grounded: list[Optional[float]], ungated: list[Optional[str]],
+                    scope: str) -> list[dict[str, Any]]:
+    """One ``answers.jsonl`` record per item: the answer, its grades (strict and lenient), the verifier's
+    statistics and what the model gave beside the answer."""
     records = []
-    from core.questions import question_type
-    for it, g, gr, vs, conf, lg, kn, pa, gs, ug in zip(items, gens, grades, vstats, confidence, lenient, known,
-                                                      p_abstain, grounded, ungated):
+    for it, g, gr, vs, conf, lg, kn, pa, gs, ug in zip(items, gens, grades, vstats, mo.confidence, lenient, mo.known,
+                                                      mo.p_abstain, grounded, ungated):
         records.append({
             "uid": it.uid, "key": pair_key(it.question), "question": it.question, "gold": it.right_answer,
             "answer": g.text, "grade": gr.grade, "grade_lenient": lg, "reason": gr.reason, "hedged": gr.hedged,
@@ -340,13 +392,18 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
             "known_rate": kn, "p_abstain": None if pa is None else float(f"{pa:.6g}"),
             "grounded_share": None if gs is None else round(gs, 4), "ungated_answer": ug,
         })
-    with open(out / "answers.jsonl", "w", encoding="utf-8") as fh:
-        for r in records:
-            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+    return records
 
-    summary = {
+
+def _eval_summary(cfg: EvalConfig, name: str, model_dir: str, records: list[dict[str, Any]], mo: _ModelOutputs,
+                  verifier_identity, *, verify_s: float, t_start: float) -> dict[str, Any]:
+    """``summary.json``: what was evaluated and how (model, its fingerprint, data, settings), the metrics over
+    ``records`` (:func:`summarise`) and the timings."""
+    gstats = mo.gstats
+    return {
         "name": name, "model": cfg.model, "model_dir": model_dir, "model_fingerprint": _model_fingerprint(model_dir),
-        "data": cfg.data, "mode": cfg.mode, "system": cfg.system, "system_prompt": system, "limit": cfg.limit,
+        "data": cfg.data, "mode": cfg.mode, "system": cfg.system, "system_prompt": system_prompt(cfg),
+        "limit": cfg.limit,
         "max_new_tokens": cfg.max_new_tokens, "batch_size": cfg.batch_size, "dtype": cfg.dtype,
         "confidence": cfg.wants_confidence(),
         "knowledge_samples": cfg.knowledge_samples,
@@ -355,19 +412,16 @@ def run_eval(cfg: EvalConfig) -> dict[str, Any]:
         "abstain_model": cfg.abstain_model or None,
         "abstain_model_fingerprint": _model_fingerprint(resolve_model_path(cfg.abstain_model))
         if cfg.abstain_model else None,
-        "grounding_gate": cfg.grounding_gate, "answers_from": cfg.answers_from or None, "grade_scope": scope,
+        "grounding_gate": cfg.grounding_gate, "answers_from": cfg.answers_from or None, "grade_scope": cfg.grade_scope,
         "verifier_identity": verifier_identity,
         "metrics": summarise(records, cfg.n_boot, cfg.seed),
-        "timing": {"answers": answers_source, "generate_s": round(gstats.seconds, 2), "new_tokens": gstats.new_tokens,
-                   "tokens_per_s": round(gstats.tokens_per_s, 1), "threads": threads, "verify_s": round(t_ver, 2),
-                   "confidence_s": round(t_conf, 2), "knowledge_s": round(t_know, 2),
-                   "total_s": round(time.perf_counter() - t_start, 2)},
+        "timing": {"answers": mo.answers_source, "generate_s": round(gstats.seconds, 2),
+                   "new_tokens": gstats.new_tokens, "tokens_per_s": round(gstats.tokens_per_s, 1),
+                   "threads": mo.threads, "verify_s": round(verify_s, 2), "confidence_s": round(mo.confidence_s, 2),
+                   "knowledge_s": round(mo.knowledge_s, 2), "total_s": round(time.perf_counter() - t_start, 2)},
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
         **cfg.extra,
     }
-    with open(out / "summary.json", "w", encoding="utf-8") as fh:
-        json.dump(summary, fh, indent=2, default=_json_default)
-    return summary
 
 
 def _generate_with_abstain_threshold(model, tok, prompts: list[str], cfg: EvalConfig, name: str):
@@ -376,12 +430,10 @@ def _generate_with_abstain_threshold(model, tok, prompts: list[str], cfg: EvalCo
     rounding's. With ``cfg.abstain_model`` that model's probability decides and ``model`` answers. Returns
     (generations, stats, P(abstain) per prompt)."""
     from evaluation.confidence import SCORE_BATCH_SIZE, abstain_probability
-    from evaluation.generate import GenerationStats, generate_greedy
 
     t0 = time.perf_counter()
     gate = model
     if cfg.abstain_model:   # another model decides (e.g. a refusal-trained copy gating the model users deploy)
-        from core.model_loader import load_causal_lm, load_tokenizer, resolve_model_path
         gate_dir = resolve_model_path(cfg.abstain_model)
         if load_tokenizer(gate_dir).get_vocab() != tok.get_vocab():
             raise ValueError(f"--abstain-model {cfg.abstain_model}: its tokenizer differs from --model's; the "
@@ -412,7 +464,6 @@ def _generate_with_abstain_threshold(model, tok, prompts: list[str], cfg: EvalCo
 
 def declined(tok, abstain_text: str, prompt_tokens: int):
     """The generation recorded where a gate declines: the abstention text, counted in ``tok``'s tokens."""
-    from evaluation.generate import Generation
     return Generation(text=abstain_text, prompt_tokens=prompt_tokens,
                       new_tokens=len(tok(abstain_text, add_special_tokens=False)["input_ids"]), truncated=False)
 
@@ -431,7 +482,6 @@ def apply_grounding_gate(gens: list, items: list, grounded: list[Optional[float]
     again.
     Returns (generations, the replaced answer per item or None).
     """
-    from core.questions import question_type
 
     out, ungated = list(gens), [None] * len(gens)
     for i, (g, it, share) in enumerate(zip(gens, items, grounded)):
@@ -448,7 +498,6 @@ def system_prompt(cfg: EvalConfig) -> str:
 
 def eval_prompts(cfg: EvalConfig, tok, items: list) -> list[str]:
     """The chat prompts a run of ``cfg`` asks ``items`` with (its prompt mode and system prompt)."""
-    from core.prompts import render_prompt
     system = system_prompt(cfg)
     return [render_prompt(tok, it.question, it.knowledge_text, cfg.mode, system=system) for it in items]
 
@@ -460,9 +509,6 @@ ANSWER_NUMERICS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "au
 def cached_answers_name(cfg: EvalConfig) -> str:
     """The file a ``--reuse`` run of ``cfg`` looks its greedy answers up by, in ``$RLFH_CACHE_DIR/answers/`` and
     then :data:`evaluation.answer_cache.SHIPPED_DIR`: from the data and the tokenizer alone (no weights loaded)."""
-    from core.data import load_items
-    from core.model_loader import load_tokenizer, resolve_model_path
-    from evaluation.answer_cache import answers_cache_path, model_key
     model_dir = resolve_model_path(cfg.model)
     prompts = eval_prompts(cfg, load_tokenizer(model_dir), subsample(load_items(cfg.data), cfg.limit))
     return answers_cache_path(model_key(cfg.model, model_dir), prompts, cfg.max_new_tokens, cfg.batch_size,
@@ -479,7 +525,6 @@ def answers_of_run(cfg: EvalConfig, model_dir: str, items: list):
     """The greedy answers of an earlier plain ``rlfh eval`` run (``cfg.answers_from``) of the same model,
     data, mode, system prompt and length cap, in ``items`` order, so a gate can be evaluated without
     generating again. Raises ValueError naming the setting that differs."""
-    from evaluation.generate import Generation, GenerationStats
 
     src = Path(cfg.answers_from)
     sp, ap = src / "summary.json", src / "answers.jsonl"
@@ -512,7 +557,6 @@ def answers_of_run(cfg: EvalConfig, model_dir: str, items: list):
 
 def reusable_summary(cfg: EvalConfig, model_dir: str, name: str) -> Optional[dict[str, Any]]:
     """The existing summary in ``cfg.out`` when it was made with the same weights and settings, else None."""
-    from core.model_loader import resolve_model_path
     sp, ap = Path(cfg.out) / "summary.json", Path(cfg.out) / "answers.jsonl"
     if not (sp.exists() and ap.exists()):
         return None
@@ -550,7 +594,6 @@ def _json_default(o):
 
 def _verifier_identity() -> dict:
     """What the training verifier (as configured now) would record as its identity."""
-    from verifier_service.core import Verifier
     return Verifier().cache_identity()
 
 
@@ -558,8 +601,6 @@ def _verify_all(items, gens, progress: bool) -> tuple[list[dict], dict]:
     """Run the training verifier (its configured backend, ``evidence`` by default) over every answer."""
     from tqdm import tqdm
 
-    from core.verify_schema import MAX_RESPONSE_CHARS, VerifyRequest
-    from verifier_service.core import Verifier
     ver = Verifier()
     reqs = [VerifyRequest(question=it.question, response=g.text[:MAX_RESPONSE_CHARS], materials=it.knowledge,
                           gold_answer=it.right_answer) for it, g in zip(items, gens)]

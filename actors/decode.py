@@ -25,6 +25,7 @@ encoder-decoders) are refused by :func:`kv_buffer_supported`; the engine then us
 """
 from __future__ import annotations
 
+import logging
 import threading
 from contextlib import contextmanager
 from typing import Optional, Sequence
@@ -500,7 +501,6 @@ def capture_step(one_step) -> Optional["torch.cuda.CUDAGraph"]:
     """Run ``one_step`` once eagerly on a side stream (cuBLAS and allocator warm-up; a real step), then record it
     in a CUDA graph. Returns the graph (recorded, not run), or None if the capture failed (the reason goes to
     :data:`LAST_CAPTURE_ERROR` and the log)."""
-    import logging
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):

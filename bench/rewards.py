@@ -27,10 +27,12 @@ import uuid
 from typing import Any, Optional
 
 from core.config import RLFHConfig, positive_int
+from core.data import load_halueval
 from core.help_text import plain_doc
 from core.model_loader import load_tokenizer
 from core.ports import free_port
 from core.ray_bootstrap import start_ray
+from core.verify_schema import LABELS, Sentence, Statement, VerifyResult
 
 
 def add_parser(bsub: argparse._SubParsersAction) -> None:
@@ -58,7 +60,6 @@ def add_parser(bsub: argparse._SubParsersAction) -> None:
 
 def _responses(split: str, tokenizer, n: int) -> list[dict[str, Any]]:
     """``n`` reward items from HaluEval: right and hallucinated answers, with token offsets (+ EOS)."""
-    from core.data import load_halueval
     qa = load_halueval(split)
     out = []
     for item in qa:
@@ -127,7 +128,6 @@ def _alignment(repeats: int, lengths=(64, 256, 1024)) -> list[dict[str, Any]]:
     """Time compute_token_rewards on synthetic responses of ``lengths`` tokens (a statement per 8 tokens)."""
     import numpy as np
 
-    from core.verify_schema import LABELS, Sentence, Statement, VerifyResult
     from reward_service.token_rewards import RewardSettings, compute_token_rewards, validate_offsets
 
     settings = RewardSettings.from_config(RLFHConfig.load(environ={}))

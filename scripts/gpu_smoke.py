@@ -31,12 +31,17 @@ phase table, the ratio, peak memory, tokens/s next to the memory-bandwidth bound
 from __future__ import annotations
 
 import argparse
+import gc
+import importlib.util
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
+from importlib.metadata import version
+from unittest import mock
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -90,7 +95,6 @@ def prepare(out: str, python_version: str) -> int:
     # --no-build-isolation: its setup.py imports torch; an isolated build would fetch a CUDA torch (GBs)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", wdir,
                     PREP_WHEELS[0]], check=True, env=env)
-    from importlib.metadata import version
     pinned = [f"{name}=={version(name)}" for name in PREP_PINNED_FROM_HERE]
     subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
                     python_version, "--platform", "manylinux2014_x86_64", "-d", wdir, *PREP_WHEELS[1:], *pinned],
@@ -106,8 +110,6 @@ def prepare(out: str, python_version: str) -> int:
 def random_model(config_dir: str, dtype: str, shape: str = "135m") -> str:
     """The architecture in ``config_dir`` (resized to ``shape``, see :data:`SHAPES`) with random weights, saved
     with its tokenizer to a temp folder."""
-    import tempfile
-
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     out = os.path.join(tempfile.gettempdir(), f"rlfh-gpu-smoke-model-{shape}")
@@ -174,8 +176,6 @@ def report(args, extra: dict) -> None:
 
 
 def environment() -> dict:
-    import importlib.util
-
     import torch
     env = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpus": torch.cuda.device_count(),
            "gpu_name": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
@@ -322,8 +322,6 @@ def run_peer(args, model_path: str) -> dict:
 
 def _peer_trl(args, model_path: str, prompts: list[str]) -> dict:
     """TRL GRPOTrainer's step times and peak memory (``{"error"}`` when TRL fails); the GPU emptied after."""
-    import gc
-
     import torch
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
@@ -435,8 +433,6 @@ def _peer_greedy_checks(args, engine, prompts: list[str]) -> None:
 
 def _greedy_with(engine, prompts, cuda_graph: bool, tokens: int):
     """Greedy samples of the fixed-shape loop, replayed from a CUDA graph or run eagerly."""
-    from unittest import mock
-
     from actors import decode
     real = decode.sample
 
@@ -449,8 +445,6 @@ def _greedy_with(engine, prompts, cuda_graph: bool, tokens: int):
 
 def run_trl_gpu(args, model_path: str, prompts: list[str]) -> list[float]:
     """Seconds per optimizer step of TRL GRPOTrainer on this GPU (generation included), bf16, no KL."""
-    import tempfile
-
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 

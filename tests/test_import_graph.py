@@ -191,3 +191,15 @@ print(res.sentences[0].statements[0].label, compute_token_rewards(res, offsets, 
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["Correct", "True"]
+
+
+def test_the_command_line_builds_without_torch():
+    """``rlfh --help`` builds every subcommand's parser without importing torch, Ray or transformers (a
+    subcommand imports them when it runs), so the command answers at once on a laptop."""
+    import subprocess
+    import sys
+    code = ("import sys, rlfh.cli as c; c.build_parser(); "
+            "print(sorted(m for m in ('torch', 'ray', 'transformers', 'vllm', 'deepspeed') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from core.assets import JUDGE_BASE, fetch_asset
 from core.help_text import plain_doc
+from verifier_service.judge_settings import DataSettings, TrainSettings
 
 DESCRIPTION = """\
 The claim judge: P(supported | statement, question, optional gold answer, evidence), a small cross-encoder
@@ -31,8 +32,6 @@ The claim judge: P(supported | statement, question, optional gold answer, eviden
 
 
 def _data_args(p: argparse.ArgumentParser) -> None:
-    from verifier_service.judge_data import DataSettings
-    from verifier_service.judge_train import TrainSettings
     d, t = DataSettings(), TrainSettings()
     p.add_argument("--qa-items", type=int, default=d.qa_items,
                    help=f"HaluEval-QA train questions used (each gives a right and a hallucinated answer). "
@@ -59,8 +58,6 @@ def _data_args(p: argparse.ArgumentParser) -> None:
 
 
 def _settings(args):
-    from verifier_service.judge_data import DataSettings
-    from verifier_service.judge_train import TrainSettings
     data = DataSettings(qa_items=args.qa_items, swaps_per_item=args.swaps_per_item,
                         dialogue_items=args.dialogue_items, summary_items=args.summary_items,
                         hand_repeats=args.hand_repeats, policy_repeats=args.policy_repeats, seed=args.seed)

@@ -36,6 +36,7 @@ from core.prompts import prompt_mode_for, render_prompt
 from core.sampling import sample_answers
 from verifier_service import text as T
 from verifier_service.judge_model import JudgeInput
+from verifier_service.judge_settings import DataSettings
 
 SOURCES = ("qa", "swap", "policy", "hand", "dialogue", "summary")
 _REPO = Path(__file__).resolve().parent.parent
@@ -285,23 +286,6 @@ def summary_examples(limit: int, rng: random.Random) -> list[Example]:
         if neg is not None:
             out.append(Example(JudgeInput(neg, neg, q, (doc,)), 0, "summary"))
     return out
-
-
-@dataclass(frozen=True)
-class DataSettings:
-    """How much of each source goes into one training set (part of the judge's cache key)."""
-
-    qa_items: int = 1200
-    swaps_per_item: float = 2.0
-    dialogue_items: int = 300
-    summary_items: int = 200
-    hand_repeats: int = 2
-    policy_repeats: int = 2
-    policy_questions: int = 0           # train questions the policy samples answers to (0: none)
-    policy_samples: int = 2             # answers per question
-    policy_temperature: float = 0.7
-    policy_evidence_share: float = 0.5  # share of those prompts with the passage
-    seed: int = 0
 
 
 def build_training_set(s: DataSettings) -> list[Example]:

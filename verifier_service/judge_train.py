@@ -17,10 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -30,26 +29,14 @@ from core.assets import cache_dir, file_lock
 from core.data import load_halueval
 from verifier_service import judge_data as D
 from verifier_service import judge_model as M
+from verifier_service.judge_settings import DataSettings, TrainSettings
 from verifier_service import text as T
 from verifier_service.retrieval import MaterialIndex
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class TrainSettings:
-    lr: float = 1e-3
-    batch_size: int = 16
-    warmup_steps: int = 30
-    max_examples: int = 4200    # the first N shuffled examples (0: all of them)
-    epochs: int = 2
-    rank: int = 16
-    alpha: float = 32.0
-    seed: int = 0
-    threads: int = 0
-
-
-def build_key(data: D.DataSettings, train: TrainSettings, base: str) -> str:
+def build_key(data: DataSettings, train: TrainSettings, base: str) -> str:
     blob = json.dumps({"data": asdict(data), "train": {k: v for k, v in asdict(train).items() if k != "threads"},
                        "base": base, "format": M.FORMAT_VERSION}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -197,7 +184,7 @@ def default_out(key: str) -> Path:
     return cache_dir() / "judge" / key
 
 
-def build_judge(data: D.DataSettings, train: TrainSettings, base_path: str, out: Optional[Path] = None,
+def build_judge(data: DataSettings, train: TrainSettings, base_path: str, out: Optional[Path] = None,
                 force: bool = False, progress: bool = True) -> Path:
     """Train the judge once for these settings (cached by :func:`build_key`); returns its folder."""
     key = build_key(data, train, Path(base_path).name)

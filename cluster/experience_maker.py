@@ -32,7 +32,7 @@ from cluster.experience import (SkipCounter, fetch_rewards, gold_outcomes, grade
 from cluster.phase_timer import PhaseTimer
 from core import core_algos as algo
 from core import metrics
-from core.abstention import AbstainControl, AbstainPrice, outcome_rewards, step_abstain_price
+from core.abstention import AbstainControl, AbstainReward, outcome_rewards, step_abstain_reward
 from core.config import RLFHConfig
 from core.data import QAItem
 from core.prompts import prompt_mode_for, render_prompt, resolve_system
@@ -86,7 +86,7 @@ class Outcomes:
 
     correct: Tensor          # [N] bool
     abstained: Tensor        # [N] bool
-    price: AbstainPrice      # this step's abstention price (and the controller's next values, price.carried)
+    price: AbstainReward      # this step's abstention price (and the controller's next values, price.carried)
     rewards: Tensor          # [N] float32, on each response's last token
 
 
@@ -185,7 +185,7 @@ def judge_outcomes(cfg: RLFHConfig, rollout: Rollout, scores: Scores,
                           else gold_outcomes(rollout.samples, rollout.prompts, scores.is_correct, scores.abstained,
                                              scope=cfg.grade_scope))
     closed = rollout.in_mode("closed")
-    price = step_abstain_price(cfg.abstain_outcome_reward_mode, correct, abstained, rollout.sampled, closed,
+    price = step_abstain_reward(cfg.abstain_outcome_reward_mode, correct, abstained, rollout.sampled, closed,
                                fixed_price=cfg.abstain_outcome_reward, target_rate=cfg.abstain_target_rate,
                                step_size=cfg.abstain_target_rate_step, margin=cfg.abstain_outcome_reward_margin,
                                correct_reward=cfg.outcome_correct, wrong_reward=cfg.outcome_wrong, carried=carried)

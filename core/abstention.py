@@ -2,18 +2,18 @@
 
 With ``OUTCOME_REWARD=ternary`` every response gets one outcome on its last token: right ``correct``, declined
 the abstention price, wrong ``wrong`` (:func:`core.core_algos.ternary_outcome_rewards`). The price is set each
-step by one of three rules (:func:`step_abstain_price`):
+step by one of three rules (:func:`step_abstain_reward`):
 
 * fixed: the configured price;
 * answer-mean: the mean outcome of this step's own closed-book answers plus a margin
-  (:func:`core.core_algos.answer_mean_abstain_price`), so the batch as a whole pushes abstention neither up nor
+  (:func:`core.core_algos.answer_mean_abstain_reward`), so the batch as a whole pushes abstention neither up nor
   down;
 * with a target abstention rate: a controller that moves the price (fixed), or the margin (answer-mean), after
   each step by how far the closed-book abstention rate was from the target
-  (:func:`core.core_algos.adapt_abstain_price`). The controller's value is carried from step to step in the
+  (:func:`core.core_algos.adapt_abstain_reward`). The controller's value is carried from step to step in the
   trainer's state (:class:`AbstainControl`, kept in checkpoints), so a resumed run goes on with it.
 
-An adapted price always stays inside :func:`abstain_price_bounds`. The functions read tensors and numbers only
+An adapted price always stays inside :func:`abstain_reward_bounds`. The functions read tensors and numbers only
 (no config object, no Ray), so the driver passes in the run's settings and keeps what they return.
 """
 from __future__ import annotations
@@ -32,10 +32,10 @@ from core import core_algos as algo
 #: advantages from telling the two apart; a controller pushed by a long run of one-sided batches would get
 #: there. Applies to the adapted rules only (answer-mean and the target-rate controller); a fixed price is the
 #: configured value.
-ABSTAIN_PRICE_BOUND_SHARE = 0.05
+ABSTAIN_REWARD_BOUND_SHARE = 0.05
 
 #: The keys of :class:`AbstainControl`'s values in a checkpoint's trainer_state.json (its ``"extra"`` object).
-CARRIED_PRICE = "abstain_price"
+CARRIED_PRICE = "abstain_price"   # the keys of trainer_state.json and metrics.jsonl keep their first names
 CARRIED_MARGIN = "abstain_margin"
 
 
@@ -59,8 +59,8 @@ class AbstainControl:
                       if d.get(key) is not None})
 
 
-def abstain_price_bounds(correct: float, wrong: float,
-                         share: float = ABSTAIN_PRICE_BOUND_SHARE) -> tuple[float, float]:
+def abstain_reward_bounds(correct: float, wrong: float,
+                         share: float = ABSTAIN_REWARD_BOUND_SHARE) -> tuple[float, float]:
     """``(low, high)``: the interval an adapted abstention price stays in, ``share * (correct - wrong)`` inside
     ``(wrong, correct)`` at each end."""
     margin = share * (correct - wrong)
@@ -68,7 +68,7 @@ def abstain_price_bounds(correct: float, wrong: float,
 
 
 @dataclass(frozen=True)
-class AbstainPrice:
+class AbstainReward:
     """One step's abstention price.
 
     ``price``: the reward of an abstention this step. ``carried``: the controller's values for the next step, the
@@ -82,9 +82,9 @@ class AbstainPrice:
     logged: dict[str, float] = field(default_factory=dict)
 
 
-def step_abstain_price(rule: str, correct: Tensor, abstained: Tensor, sampled: Tensor, closed: Tensor, *,
+def step_abstain_reward(rule: str, correct: Tensor, abstained: Tensor, sampled: Tensor, closed: Tensor, *,
                        fixed_price: float, target_rate: Optional[float], step_size: float, margin: float,
-                       correct_reward: float, wrong_reward: float, carried: AbstainControl) -> AbstainPrice:
+                       correct_reward: float, wrong_reward: float, carried: AbstainControl) -> AbstainReward:
     """This step's abstention price, and the controller's value for the next step.
 
     Args:
@@ -101,24 +101,24 @@ def step_abstain_price(rule: str, correct: Tensor, abstained: Tensor, sampled: T
         carried: the trainer state's controller values (a frozen record; the next ones are returned).
     """
     if rule == "fixed" and target_rate is None:
-        return AbstainPrice(fixed_price, carried)
+        return AbstainReward(fixed_price, carried)
     sel = closed & sampled if bool((closed & sampled).any()) else sampled
-    low, high = abstain_price_bounds(correct_reward, wrong_reward)
+    low, high = abstain_reward_bounds(correct_reward, wrong_reward)
     rate = float(abstained[sel].float().mean())
     if rule == "answer-mean":
         offset, nxt, logged = margin, carried, {}
         if target_rate is not None:   # the controller moves the margin; the mean moves with the batch
             offset = float(margin if carried.margin is None else carried.margin)
             span = correct_reward - wrong_reward
-            nxt = replace(carried, margin=algo.adapt_abstain_price(offset, rate, target_rate, step_size, -span, span))
+            nxt = replace(carried, margin=algo.adapt_abstain_reward(offset, rate, target_rate, step_size, -span, span))
             logged[CARRIED_MARGIN] = offset
         answered = sel & ~abstained
         rewards = torch.where(correct[answered], correct_reward, wrong_reward)
-        price = algo.answer_mean_abstain_price(rewards, offset, low, high)
-        return AbstainPrice(price, nxt, {**logged, "abstain_price": price})
+        price = algo.answer_mean_abstain_reward(rewards, offset, low, high)
+        return AbstainReward(price, nxt, {**logged, "abstain_price": price})
     price = float(fixed_price if carried.price is None else carried.price)
-    nxt = replace(carried, price=algo.adapt_abstain_price(price, rate, target_rate, step_size, low, high))
-    return AbstainPrice(price, nxt, {"abstain_price": price})
+    nxt = replace(carried, price=algo.adapt_abstain_reward(price, rate, target_rate, step_size, low, high))
+    return AbstainReward(price, nxt, {"abstain_price": price})
 
 
 def outcome_rewards(correct: Tensor, abstained: Tensor, closed: Tensor, price: float, *, correct_reward: float,

@@ -62,7 +62,7 @@ __all__ = [
     "discounted_returns", "gae_advantages", "reinforce_plus_plus_advantages",
     "grpo_advantages", "rloo_advantages", "dr_grpo_advantages", "ADVANTAGE_ESTIMATORS",
     "register_advantage_estimator", "compute_advantages", "fspo_flip", "caution_rewards", "ternary_outcome_rewards",
-    "adapt_abstain_price", "answer_mean_abstain_price",
+    "adapt_abstain_reward", "answer_mean_abstain_reward",
     "filter_by_outcome_variance", "aggregate_loss", "LOSS_AGG_MODES", "policy_loss", "value_loss",
     "entropy_from_logits", "logprobs_from_logits", "dpo_loss",
 ]
@@ -760,7 +760,7 @@ def ternary_outcome_rewards(is_correct: Tensor, abstained: Tensor, correct: floa
     return torch.where(c, torch.full_like(out, float(correct)), out)
 
 
-def adapt_abstain_price(price: float, abstain_rate: float, target_rate: float, step_size: float,
+def adapt_abstain_reward(price: float, abstain_rate: float, target_rate: float, step_size: float,
                         low: float, high: float) -> float:
     """One dual-ascent step on the constraint "the policy declines ``target_rate`` of its samples".
 
@@ -787,7 +787,7 @@ def adapt_abstain_price(price: float, abstain_rate: float, target_rate: float, s
     return float(min(high, max(low, price - step_size * (abstain_rate - target_rate))))
 
 
-def answer_mean_abstain_price(answer_rewards: Tensor, margin: float, low: float, high: float) -> float:
+def answer_mean_abstain_reward(answer_rewards: Tensor, margin: float, low: float, high: float) -> float:
     """The abstention reward that leaves a batch's net pull on "I don't know" near zero: the mean outcome reward
     of the policy's own answers in the batch (abstentions excluded) plus ``margin``, clamped to ``[low, high]``.
 
@@ -795,7 +795,7 @@ def answer_mean_abstain_price(answer_rewards: Tensor, margin: float, low: float,
     the batch mean as the price these pulls sum to about zero over the batch, so abstention is not raised or
     lowered on every question alike (the drift a fixed price gives), and what is left is the part that differs
     between questions: decline where this question's answers are worse than the policy's answers in general,
-    answer where they are better. No lag (unlike :func:`adapt_abstain_price`): it is this batch's own mean. It
+    answer where they are better. No lag (unlike :func:`adapt_abstain_reward`): it is this batch's own mean. It
     reads rewards only, never what the questions are. ``margin`` > 0 leans toward declining.
 
     Args:

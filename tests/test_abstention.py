@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.abstention import (ABSTAIN_PRICE_BOUND_SHARE, CARRIED_MARGIN, CARRIED_PRICE, AbstainControl,
-                             abstain_price_bounds, outcome_rewards, step_abstain_price)
+from core.abstention import (ABSTAIN_REWARD_BOUND_SHARE, CARRIED_MARGIN, CARRIED_PRICE, AbstainControl,
+                             abstain_reward_bounds, outcome_rewards, step_abstain_reward)
 
 CLOSED = torch.tensor([True, True, True, False])
 CORRECT = torch.tensor([True, False, False, True])
@@ -18,13 +18,13 @@ def _price(rule, carried=None, **kw):
     args = dict(fixed_price=-0.5, target_rate=None, step_size=1.0, margin=0.0, correct_reward=1.0,
                 wrong_reward=-1.0)
     args.update(kw)
-    return step_abstain_price(rule, CORRECT, ABSTAINED, SAMPLED, CLOSED, carried=carried or AbstainControl(), **args)
+    return step_abstain_reward(rule, CORRECT, ABSTAINED, SAMPLED, CLOSED, carried=carried or AbstainControl(), **args)
 
 
 def test_bounds_keep_an_adapted_price_a_share_inside_wrong_and_correct():
-    assert ABSTAIN_PRICE_BOUND_SHARE == 0.05
-    assert abstain_price_bounds(1.0, -1.0) == pytest.approx((-0.9, 0.9))
-    assert abstain_price_bounds(2.0, 0.0, share=0.25) == pytest.approx((0.5, 1.5))
+    assert ABSTAIN_REWARD_BOUND_SHARE == 0.05
+    assert abstain_reward_bounds(1.0, -1.0) == pytest.approx((-0.9, 0.9))
+    assert abstain_reward_bounds(2.0, 0.0, share=0.25) == pytest.approx((0.5, 1.5))
 
 
 def test_a_fixed_price_without_a_target_is_the_setting_and_carries_and_logs_nothing():
@@ -66,7 +66,7 @@ def test_answer_mean_price_with_a_target_rate_adapts_the_margin_not_the_mean():
 
 def test_rates_are_over_every_sample_when_no_prompt_is_closed_book():
     none_closed = torch.zeros(4, dtype=torch.bool)
-    p = step_abstain_price("fixed", CORRECT, ABSTAINED, SAMPLED, none_closed, fixed_price=0.0, target_rate=0.0,
+    p = step_abstain_reward("fixed", CORRECT, ABSTAINED, SAMPLED, none_closed, fixed_price=0.0, target_rate=0.0,
                            step_size=1.0, margin=0.0, correct_reward=1.0, wrong_reward=-1.0,
                            carried=AbstainControl())
     assert p.carried.price == pytest.approx(-0.25)   # rate 1/4 over all four samples

@@ -678,35 +678,35 @@ def test_answer_credit_follows_the_answer_not_the_support_count_with_the_outcome
 
 
 def test_adapt_abstain_price_moves_against_the_rate_error_and_stays_in_bounds():
-    from core.core_algos import adapt_abstain_price
+    from core.core_algos import adapt_abstain_reward
     # declining too little (0.1 < 0.5): abstaining becomes cheaper to choose (its reward rises by 0.4)
-    assert adapt_abstain_price(-0.7, 0.1, 0.5, 1.0, -0.9, 0.9) == pytest.approx(-0.3)
+    assert adapt_abstain_reward(-0.7, 0.1, 0.5, 1.0, -0.9, 0.9) == pytest.approx(-0.3)
     # declining too much: its reward falls, down to the lower bound
-    assert adapt_abstain_price(-0.7, 0.9, 0.5, 1.0, -0.9, 0.9) == pytest.approx(-0.9)
-    assert adapt_abstain_price(0.8, 0.0, 0.5, 1.0, -0.9, 0.9) == pytest.approx(0.9)
-    assert adapt_abstain_price(-0.2, 0.5, 0.5, 3.0, -0.9, 0.9) == pytest.approx(-0.2)   # on target: unchanged
-    assert adapt_abstain_price(-0.2, 0.0, 0.5, 0.0, -0.9, 0.9) == pytest.approx(-0.2)   # step 0: fixed price
+    assert adapt_abstain_reward(-0.7, 0.9, 0.5, 1.0, -0.9, 0.9) == pytest.approx(-0.9)
+    assert adapt_abstain_reward(0.8, 0.0, 0.5, 1.0, -0.9, 0.9) == pytest.approx(0.9)
+    assert adapt_abstain_reward(-0.2, 0.5, 0.5, 3.0, -0.9, 0.9) == pytest.approx(-0.2)   # on target: unchanged
+    assert adapt_abstain_reward(-0.2, 0.0, 0.5, 0.0, -0.9, 0.9) == pytest.approx(-0.2)   # step 0: fixed price
     with pytest.raises(ValueError, match="abstain_rate"):
-        adapt_abstain_price(0.0, 1.5, 0.5, 1.0, -0.9, 0.9)
+        adapt_abstain_reward(0.0, 1.5, 0.5, 1.0, -0.9, 0.9)
     with pytest.raises(ValueError, match="low <= high"):
-        adapt_abstain_price(0.0, 0.5, 0.5, 1.0, 0.9, -0.9)
+        adapt_abstain_reward(0.0, 0.5, 0.5, 1.0, 0.9, -0.9)
 
 
 def test_answer_mean_abstain_price_cancels_the_batch_pull_on_abstaining():
     """The price is the mean reward of the answers (+ margin): with an abstention candidate in every group, the
     candidates' RLOO-style pulls (price - the group's mean answer reward) then sum to zero over the batch."""
-    from core.core_algos import answer_mean_abstain_price
+    from core.core_algos import answer_mean_abstain_reward
     answers = torch.tensor([[1.0, -1.0, 1.0], [-1.0, -1.0, -1.0], [-1.0, -1.0, 1.0]])   # 3 groups x 3 answers
-    price = answer_mean_abstain_price(answers.flatten(), 0.0, -0.9, 0.9)
+    price = answer_mean_abstain_reward(answers.flatten(), 0.0, -0.9, 0.9)
     assert price == pytest.approx(-1 / 3)                                        # (3 right - 6 wrong) / 9
     pulls = price - answers.mean(-1)                                             # +: decline this question
     assert float(pulls.sum()) == pytest.approx(0.0, abs=1e-6)
     assert pulls[1] > 0 > pulls[0]                                              # decline the all-wrong one only
-    assert answer_mean_abstain_price(answers.flatten(), 0.2, -0.9, 0.9) == pytest.approx(-1 / 3 + 0.2)
-    assert answer_mean_abstain_price(-torch.ones(4), 0.0, -0.9, 0.9) == pytest.approx(-0.9)   # clamped
-    assert answer_mean_abstain_price(torch.ones(0), 0.0, -0.9, 0.9) == pytest.approx(0.0)     # no answers
+    assert answer_mean_abstain_reward(answers.flatten(), 0.2, -0.9, 0.9) == pytest.approx(-1 / 3 + 0.2)
+    assert answer_mean_abstain_reward(-torch.ones(4), 0.0, -0.9, 0.9) == pytest.approx(-0.9)   # clamped
+    assert answer_mean_abstain_reward(torch.ones(0), 0.0, -0.9, 0.9) == pytest.approx(0.0)     # no answers
     with pytest.raises(ValueError, match="low <= high"):
-        answer_mean_abstain_price(answers.flatten(), 0.0, 0.9, -0.9)
+        answer_mean_abstain_reward(answers.flatten(), 0.0, 0.9, -0.9)
 
 
 def test_micro_batch_weights_make_the_token_mean_batch_wide():

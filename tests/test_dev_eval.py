@@ -126,7 +126,7 @@ def test_config_needs_dev_eval_for_early_stop_and_best():
     with pytest.raises(ValueError, match="ABSTAIN_OUTCOME_REWARD_MODE=answer-mean"):
         RLFHConfig(abstain_outcome_reward_mode="answer-mean", outcome_reward="none", token_reward_weight=1.0)
     both = RLFHConfig(abstain_outcome_reward_mode="answer-mean", abstain_target_rate=0.5, outcome_reward="ternary")
-    assert both.abstain_target_rate == 0.5     # the controller moves the margin (core.abstention.step_abstain_price)
+    assert both.abstain_target_rate == 0.5     # the controller moves the margin (core.abstention.step_abstain_reward)
 
 
 @pytest.mark.slow

@@ -146,7 +146,7 @@ class TrainerRewardSettings(Settings):
         "the mean outcome reward of the step's own closed-book answers (declines and injected candidates excluded) "
         "plus ABSTAIN_OUTCOME_REWARD_MARGIN, so the batch's advantages do not push abstention up or down on every "
         "question alike, only where a question's answers are worse (decline) or better (answer) than the policy's "
-        "answers in general (core_algos.answer_mean_abstain_price). With ABSTAIN_TARGET_RATE as well, the "
+        "answers in general (core_algos.answer_mean_abstain_reward). With ABSTAIN_TARGET_RATE as well, the "
         "controller moves the margin instead of the reward (starting from ABSTAIN_OUTCOME_REWARD_MARGIN): the batch "
         "mean takes the fast common part, the controller the slow drift of the level.")
     abstain_outcome_reward_margin: float = setting(

@@ -121,7 +121,10 @@ def kv_buffer_attention(module, query, key, value, attention_mask, dropout: floa
     b, heads, q, d = query.shape
     scale = scaling if scaling is not None else d ** -0.5
     keys, values = buf.write(module.layer_idx, key, value)
-    if q > 1:   # prefill: over what the buffer holds and, causally, itself (a pad query sees itself: no NaN rows)
+    # a prefill (also of one token a prompt, as when prompts differ only in their last token: its rows are a chunk
+    # of the buffer's, or each is repeated for its samples): over what the buffer holds and, causally, itself (a
+    # pad query sees itself: no NaN rows)
+    if q > 1 or buf.repeat > 1 or buf.rows != slice(None):
         start, end = buf.length, keys.shape[2]
         if start:   # after a shared prefix: this call's rows are every buffer row's ``repeat``-th one
             key, value = keys[::buf.repeat], values[::buf.repeat]

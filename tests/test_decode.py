@@ -258,3 +258,20 @@ def test_models_the_loop_cannot_serve_fall_back_to_generate(model_and_tok, monke
     assert resolve_decode_loop(RLFHConfig(), model) == "generate"
     with pytest.raises(ValueError, match="HF_DECODE_LOOP"):
         resolve_decode_loop(RLFHConfig(hf_decode_loop="kv-buffer"), model)
+
+
+@pytest.mark.parametrize("n,prefill_tokens", [(1, 4096), (3, 4096), (3, 1)])
+def test_prompts_that_differ_only_in_their_last_token(model_and_tok, n, prefill_tokens):
+    """After the shared prefix each prompt has one token left: its prefill is a one-token forward, over a chunk of
+    the buffer's rows, repeated for the ``n`` samples (it failed with a shape error at n > 1). Greedy output is
+    generate's, and the same without the shared prefix."""
+    from actors.decode import sample
+    model, tok = model_and_tok
+    base = _prompts(tok, 1)[0]
+    prompts = [base[:-1] + [t] for t in (base[-1], tok.eos_token_id, tok.pad_token_id)]
+    eos = [tok.eos_token_id]
+    ref = _hf_greedy(model, tok, prompts, 8, eos)
+    for share in (True, False):
+        got = sample(model, prompts, n=n, max_new_tokens=8, temperature=0.0, top_p=1.0, eos_ids=eos,
+                     pad_id=tok.pad_token_id, share_prefix=share, prefill_tokens=prefill_tokens)
+        assert got == [r for r in ref for _ in range(n)], (share, n)

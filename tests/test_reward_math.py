@@ -54,7 +54,7 @@ def base() -> RewardSettings:
 def test_reward_settings_defaults_are_the_configs():
     """RewardSettings defines each reward setting once; RewardOverrides and RLFHConfig's reward fields are derived
     from it: the same names (REWARD_FIELDS), defaults, descriptions and constraints."""
-    from core.config import REWARD_FIELDS
+    from core.config import REWARD_FIELDS, doc_of
     from reward_service.schemas import RewardOverrides
     assert list(RewardSettings.model_fields) == list(REWARD_FIELDS) == list(RewardOverrides.model_fields)
     plain, cfg = RewardSettings(), RLFHConfig.load(environ={})
@@ -62,7 +62,9 @@ def test_reward_settings_defaults_are_the_configs():
         value = getattr(plain, name)
         assert (dict(value) if name.endswith("_map") else value) == getattr(cfg, name), name
         spec, conf, wire = (m.model_fields[name] for m in (RewardSettings, RLFHConfig, RewardOverrides))
-        assert spec.description == conf.description == wire.description and spec.description, name
+        assert spec.description == wire.description and spec.description, name
+        # the config's help is the description, or a short help with the description as its reference (CONFIG.md)
+        assert conf.description == spec.description or (conf.description and doc_of(name) == spec.description), name
         assert spec.metadata == conf.metadata, name       # e.g. TRUTH_CONFIDENCE in [0, 1], REWARD_CLIP > 0
         assert wire.default is None, name
     schema = RewardOverrides.model_json_schema()["properties"]
